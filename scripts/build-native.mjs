@@ -1,0 +1,47 @@
+#!/usr/bin/env node
+// Builds the native addon with npm's bundled node-gyp (no download: npm is set up to use the
+// installed Node headers). Run by `npm install` / `npm ci` (our own install script) and by setup.
+// A failed build is reported but does not fail the install: weft then runs with the js engine,
+// and `npm test` (via scripts/setup.mjs) insists on a working addon.
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+export function nodeGypPath() {
+  const fromNpm = process.env.npm_config_node_gyp;
+  if (fromNpm && existsSync(fromNpm)) return fromNpm;
+  const npmCli = process.env.npm_execpath;
+  const candidates = [];
+  if (npmCli) candidates.push(join(dirname(npmCli), '..', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'));
+  candidates.push(join(dirname(process.execPath), '..', 'lib', 'node_modules', 'npm', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'));
+  for (const c of candidates) if (existsSync(c)) return c;
+  return null;
+}
+
+export function buildNative({ strict = false } = {}) {
+  const gyp = nodeGypPath();
+  if (!gyp) {
+    const msg = 'weft: cannot find node-gyp (npm bundles it); the native addon was not built';
+    if (strict) throw new Error(msg);
+    console.error(msg);
+    return false;
+  }
+  console.error('weft: building the native addon (native/build/Release/weft.node)');
+  const r = spawnSync(process.execPath, [gyp, 'rebuild', '--directory', join(root, 'native')], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  if (r.status !== 0) {
+    const msg = 'weft: native addon build failed (is libmnl-dev installed?); the js engine remains';
+    if (strict) throw new Error(msg);
+    console.error(msg);
+    return false;
+  }
+  return true;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  buildNative();
+}

@@ -1,0 +1,65 @@
+/**
+ * JSON-lines logging on stderr (pino). One root logger per process; components take a child
+ * with a `component` field. Messages are short lowercase event phrases with structured fields;
+ * nothing is logged per packet.
+ */
+import { pino, type Logger, type LevelWithSilent } from 'pino';
+
+export type { Logger };
+
+export const LOG_LEVELS: readonly LevelWithSilent[] = [
+  'fatal',
+  'error',
+  'warn',
+  'info',
+  'debug',
+  'trace',
+  'silent',
+];
+
+let root: Logger = pino(
+  { level: process.env.WEFT_LOG_LEVEL ?? 'info', base: { pid: process.pid } },
+  pino.destination({ fd: 2, sync: true }),
+);
+
+export function isLogLevel(level: string): level is LevelWithSilent {
+  return (LOG_LEVELS as readonly string[]).includes(level);
+}
+
+export function setLogLevel(level: LevelWithSilent): void {
+  root.level = level;
+}
+
+/** Replace the root logger (tests capture logs this way). */
+export function setRootLogger(logger: Logger): void {
+  root = logger;
+}
+
+export function logger(component?: string): Logger {
+  return component ? root.child({ component }) : root;
+}
+
+/**
+ * Logs a recurring problem once per key, so a malformed lease or annotation from another node
+ * is reported when first seen, not on every watch event. Counting stays with the caller.
+ */
+export class LogOnce {
+  readonly #seen = new Set<string>();
+  readonly #limit: number;
+
+  constructor(limit = 10_000) {
+    this.#limit = limit;
+  }
+
+  /** Returns true the first time `key` is seen (and the caller should log). */
+  first(key: string): boolean {
+    if (this.#seen.has(key)) return false;
+    if (this.#seen.size >= this.#limit) this.#seen.clear();
+    this.#seen.add(key);
+    return true;
+  }
+
+  forget(key: string): void {
+    this.#seen.delete(key);
+  }
+}

@@ -1,0 +1,75 @@
+/**
+ * The lease value, byte-compatible with flannel: fields in the order PublicIP, PublicIPv6
+ * (always present, `null` when absent), BackendType, BackendData, BackendV6Data (the last three
+ * omitted when empty). Reading matches names case-insensitively (as Go's encoding/json does)
+ * and never throws: a malformed value yields a reason the caller logs once and counts.
+ */
+import { familyOf } from '../../common/ip.js';
+import type { LeaseAttrs } from './types.js';
+
+export function encodeLeaseAttrs(a: LeaseAttrs): string {
+  const out: Record<string, unknown> = { PublicIP: a.publicIP, PublicIPv6: a.publicIPv6 ?? null };
+  if (a.backendType) out.BackendType = a.backendType;
+  if (!isEmptyJSON(a.backendData)) out.BackendData = a.backendData;
+  if (!isEmptyJSON(a.backendV6Data)) out.BackendV6Data = a.backendV6Data;
+  return JSON.stringify(out);
+}
+
+function isEmptyJSON(v: unknown): boolean {
+  return v === undefined || v === null;
+}
+
+export type DecodeResult<T> = { ok: true; value: T } | { ok: false; reason: string };
+
+function pick(obj: Record<string, unknown>, name: string): unknown {
+  const lower = name.toLowerCase();
+  let found: unknown;
+  // Go's decoder prefers an exact match, else the last case-insensitive one.
+  for (const [k, v] of Object.entries(obj)) {
+    if (k === name) return v;
+    if (k.toLowerCase() === lower) found = v;
+  }
+  return found;
+}
+
+export function decodeLeaseAttrs(text: string): DecodeResult<LeaseAttrs> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    return { ok: false, reason: `invalid JSON: ${(err as Error).message}` };
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    return { ok: false, reason: 'lease value is not a JSON object' };
+  }
+  const obj = raw as Record<string, unknown>;
+  const publicIP = pick(obj, 'PublicIP');
+  const publicIPv6 = pick(obj, 'PublicIPv6');
+  const backendType = pick(obj, 'BackendType');
+  if (publicIP !== undefined && publicIP !== null && publicIP !== '') {
+    if (typeof publicIP !== 'string' || familyOf(publicIP) !== 4) {
+      return { ok: false, reason: `PublicIP ${JSON.stringify(publicIP)} is not an IPv4 address` };
+    }
+  }
+  if (publicIPv6 !== undefined && publicIPv6 !== null && publicIPv6 !== '') {
+    if (typeof publicIPv6 !== 'string' || familyOf(publicIPv6) !== 6) {
+      return { ok: false, reason: `PublicIPv6 ${JSON.stringify(publicIPv6)} is not an IPv6 address` };
+    }
+  }
+  if (backendType !== undefined && backendType !== null && typeof backendType !== 'string') {
+    return { ok: false, reason: 'BackendType is not a string' };
+  }
+  const v4 = typeof publicIP === 'string' && publicIP !== '' ? publicIP : '0.0.0.0';
+  const v6 = typeof publicIPv6 === 'string' && publicIPv6 !== '' ? publicIPv6 : null;
+  if (v4 === '0.0.0.0' && v6 === null) {
+    return { ok: false, reason: 'lease has neither PublicIP nor PublicIPv6' };
+  }
+  const attrs: LeaseAttrs = {
+    publicIP: v4,
+    publicIPv6: v6,
+    backendType: typeof backendType === 'string' ? backendType : '',
+    backendData: pick(obj, 'BackendData') ?? undefined,
+    backendV6Data: pick(obj, 'BackendV6Data') ?? undefined,
+  };
+  return { ok: true, value: attrs };
+}

@@ -1,0 +1,69 @@
+/**
+ * The Registry seam: a lease store reduced to what flannel's algorithm needs, as raw text.
+ * Decoding, validation, allocation, renewal and diffing live once, above this seam, in
+ * lease/local-manager.ts; each store (memory, embedded directory, etcd) only implements this.
+ *
+ * Contract:
+ * - Keys are subnet keys (`10.5.34.0-24`); values are lease JSON text, stored byte for byte.
+ * - `expiration === null` marks a reservation: a key written without TTL. It never lapses and
+ *   updates must keep it TTL-less.
+ * - Lapsed keys are invisible: `list`/`get` never return them and `watch` reports a delete.
+ * - Revisions increase with every change to the subnets; `watch(from)` reports every change
+ *   with revision >= from. When the store cannot (compaction, reconnect after a gap) it yields
+ *   a `resync` batch holding the full current list instead; the consumer diffs.
+ * - Every method rejects with a WeftError: WEFT_ERR_STORE_KEY_EXISTS (create on a taken key),
+ *   WEFT_ERR_STORE_NOT_FOUND, WEFT_ERR_CONFIG_NOT_FOUND, WEFT_ERR_STORE_UNAVAILABLE (after the
+ *   store's own bounded retries), WEFT_ERR_ABORTED (signal fired).
+ * - `close()` ends open watches (their iterators return) and fails later calls.
+ */
+
+export interface StoredLease {
+  readonly key: string;
+  readonly value: string;
+  readonly expiration: Date | null;
+  /** Store revision at which the key was last modified. */
+  readonly revision: number;
+}
+
+export type RegistryEvent =
+  | { readonly type: 'put'; readonly lease: StoredLease }
+  | { readonly type: 'delete'; readonly key: string; readonly revision: number };
+
+export type WatchBatch =
+  | { readonly kind: 'events'; readonly events: readonly RegistryEvent[]; readonly revision: number }
+  | { readonly kind: 'resync'; readonly leases: readonly StoredLease[]; readonly revision: number };
+
+export interface SubnetList {
+  readonly leases: readonly StoredLease[];
+  /** The store revision the list reflects; watch from `revision + 1` to follow it. */
+  readonly revision: number;
+}
+
+export interface Registry {
+  /** Short name for logs and metrics labels: `memory`, `embedded`, `etcd`. */
+  readonly kind: string;
+
+  getNetworkConfig(signal?: AbortSignal): Promise<string>;
+  setNetworkConfig(text: string, signal?: AbortSignal): Promise<void>;
+
+  listSubnets(signal?: AbortSignal): Promise<SubnetList>;
+  getSubnet(key: string, signal?: AbortSignal): Promise<StoredLease | null>;
+  /** Create-if-absent with a TTL; resolves to the expiration. */
+  createSubnet(key: string, value: string, ttlMs: number, signal?: AbortSignal): Promise<Date>;
+  /**
+   * Overwrite an existing key. `ttlMs === null` writes it without TTL (reservations); otherwise
+   * the TTL restarts. Resolves to the new expiration (null for a reservation).
+   */
+  updateSubnet(
+    key: string,
+    value: string,
+    ttlMs: number | null,
+    signal?: AbortSignal,
+  ): Promise<Date | null>;
+  deleteSubnet(key: string, signal?: AbortSignal): Promise<void>;
+
+  /** Follows the subnets from `fromRevision` until `signal` fires or the registry closes. */
+  watchSubnets(fromRevision: number, signal: AbortSignal): AsyncIterable<WatchBatch>;
+
+  close(): Promise<void>;
+}

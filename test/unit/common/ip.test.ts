@@ -1,0 +1,58 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  parseIP,
+  formatIP,
+  parseCIDR,
+  formatCIDR,
+  containsNet,
+  isAligned,
+  ipToBytes,
+  ipFromBytes,
+} from '../../../src/common/ip.js';
+
+test('ipv6 text round-trips in Go/RFC 5952 form', () => {
+  const cases: Array<[string, string]> = [
+    ['fc00:0:0:1::', 'fc00:0:0:1::'],
+    ['fc00:0000:0000:ffff:0:0:0:0', 'fc00:0:0:ffff::'],
+    ['::', '::'],
+    ['::1', '::1'],
+    ['2001:db8:0:0:1:0:0:1', '2001:db8::1:0:0:1'],
+    ['2001:db8::ffff:10.0.0.1', '2001:db8::ffff:a00:1'],
+    ['FC00::5D:0:0:0', 'fc00::5d:0:0:0'],
+    ['1:0:2:3:4:5:6:7', '1:0:2:3:4:5:6:7'],
+  ];
+  for (const [input, want] of cases) {
+    const ip = parseIP(input);
+    assert.ok(ip, input);
+    assert.equal(formatIP(ip.family, ip.addr), want, input);
+  }
+});
+
+test('ipv4 parse and format', () => {
+  const ip = parseIP('10.5.34.0');
+  assert.deepEqual(ip, { family: 4, addr: 0x0a052200n });
+  assert.equal(formatIP(4, 0x0a052200n), '10.5.34.0');
+  assert.equal(parseIP('10.5.34'), null);
+  assert.equal(parseIP('256.1.1.1'), null);
+});
+
+test('cidr parse rejects bad prefixes and checks containment', () => {
+  assert.equal(parseCIDR('10.0.0.0/33'), null);
+  assert.equal(parseCIDR('10.0.0.0'), null);
+  assert.equal(parseCIDR('10.0.0.0/x'), null);
+  const net = parseCIDR('10.5.0.0/16')!;
+  assert.equal(formatCIDR(net), '10.5.0.0/16');
+  assert.ok(containsNet(net, parseCIDR('10.5.34.0/24')!));
+  assert.ok(!containsNet(net, parseCIDR('10.6.34.0/24')!));
+  assert.ok(!containsNet(net, parseCIDR('10.0.0.0/8')!));
+  assert.ok(isAligned(parseCIDR('10.5.34.0/24')!));
+  assert.ok(!isAligned(parseCIDR('10.5.34.1/24')!));
+});
+
+test('bytes round-trip for both families', () => {
+  for (const s of ['192.168.7.9', 'fc00:0:0:5d::1']) {
+    const ip = parseIP(s)!;
+    assert.deepEqual(ipFromBytes(ipToBytes(ip)), ip);
+  }
+});
