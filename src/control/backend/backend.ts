@@ -1,0 +1,59 @@
+/**
+ * The Backend seam (flannel's Backend/Network pair, made explicit in three steps):
+ *
+ *   prepare(ctx)        → devices created (not yet addressed), lease attrs to publish, MTU
+ *   (the daemon acquires the lease with those attrs and writes subnet.env)
+ *   start(lease)        → the device gets its address and is up; the dataplane starts
+ *   run(events, signal) → peers programmed from lease events until the signal fires
+ *   close()             → stops what start() started; kernel state for peers is left as is
+ *                         (flannel leaves routes on shutdown so traffic survives a restart)
+ *
+ * Backends register by name (`alloc`, `host-gw`, `vxlan`, `udp`) in backend/registry.ts.
+ * Kernel backends keep plan (pure: lease event → ops) apart from apply (reconcile.ts).
+ */
+import type { Logger } from '../../common/log.js';
+import type { Registry as PromRegistry } from 'prom-client';
+import type { NetConfig } from '../config/net-config.js';
+import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
+
+/** The node's external interface, chosen by --iface / --iface-regex / --iface-can-reach. */
+export interface ExternalInterface {
+  readonly name: string;
+  readonly index: number;
+  readonly mtu: number;
+  /** The interface's own IPv4 address (null when it has none). */
+  readonly ifaceAddr: string | null;
+  readonly ifaceAddrV6: string | null;
+  /** The address published in the lease (--public-ip, else the interface address). */
+  readonly publicIP: string | null;
+  readonly publicIPv6: string | null;
+}
+
+export interface BackendContext {
+  readonly netConfig: NetConfig;
+  readonly extIface: ExternalInterface;
+  readonly log: Logger;
+  /** Prometheus registry the backend adds its metrics to. */
+  readonly metrics: PromRegistry;
+  /** Daemon flags a backend may read (e.g. dataplane engine choice, offload kill switches). */
+  readonly options: Readonly<Record<string, unknown>>;
+  readonly signal: AbortSignal;
+}
+
+export interface PreparedBackend {
+  /** backendType / backendData / backendV6Data for our lease (publicIP is filled by the daemon). */
+  readonly attrs: Pick<LeaseAttrs, 'backendType' | 'backendData' | 'backendV6Data'>;
+  /** MTU written to subnet.env (FLANNEL_MTU). */
+  readonly mtu: number;
+}
+
+export interface Backend {
+  readonly type: string;
+  prepare(): Promise<PreparedBackend>;
+  start(lease: Lease): Promise<void>;
+  /** Consumes peer lease batches until `signal` fires; rejects only on a fatal backend error. */
+  run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal): Promise<void>;
+  close(): Promise<void>;
+}
+
+export type BackendFactory = (ctx: BackendContext) => Backend;

@@ -1,0 +1,38 @@
+/**
+ * The SubnetManager seam: how a node gets, keeps and follows leases. Implementations:
+ * `LocalManager` (lease/local-manager.ts) over any Registry (memory, embedded, etcd), and the
+ * Kubernetes manager (registry/kube.ts), where the node's podCIDR is the lease.
+ *
+ * Contract:
+ * - `acquireLease` returns this node's lease, creating or reusing one as flannel does; it
+ *   rejects with WEFT_ERR_LEASE_OUT_OF_SUBNETS, WEFT_ERR_LEASE_RACE or a store error.
+ * - `renewLease` extends it (a reservation stays TTL-less) and returns the lease with its new
+ *   expiration; WEFT_ERR_LEASE_REVOKED when the key is gone.
+ * - `watchLeases` yields batches of events about OTHER nodes' leases (own lease excluded),
+ *   starting with an `added` batch for every lease present. Malformed entries are skipped,
+ *   logged once and counted, never thrown. The iterator ends when `signal` fires.
+ * - `watchOwnLease` yields each new version of our own lease (renewals by us or others) and
+ *   throws WEFT_ERR_LEASE_REVOKED when it is deleted or lapses.
+ */
+import type { NetConfig } from '../config/net-config.js';
+import type { Lease, LeaseAttrs, LeaseEvent } from './types.js';
+import type { IPNet } from '../../common/ip.js';
+
+export interface AcquireOptions {
+  /** Subnets from the previous run (subnet.env), tried first when free and fitting. */
+  previous?: { subnet: IPNet | null; ipv6Subnet: IPNet | null };
+  signal?: AbortSignal;
+}
+
+export interface SubnetManager {
+  /** `etcd`, `embedded`, `memory`, `kube`. */
+  readonly kind: string;
+  getNetworkConfig(signal?: AbortSignal): Promise<NetConfig>;
+  acquireLease(attrs: LeaseAttrs, options?: AcquireOptions): Promise<Lease>;
+  renewLease(lease: Lease, signal?: AbortSignal): Promise<Lease>;
+  /** Deletes our lease (used with --release-lease-on-exit). */
+  releaseLease(lease: Lease, signal?: AbortSignal): Promise<void>;
+  watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]>;
+  watchOwnLease(own: Lease, signal: AbortSignal): AsyncIterable<Lease>;
+  close(): Promise<void>;
+}
