@@ -5,7 +5,8 @@
  * and never throws: a malformed value yields a reason the caller logs once and counts.
  */
 import { familyOf } from '../../common/ip.js';
-import type { LeaseAttrs } from './types.js';
+import type { Lease, LeaseAttrs } from './types.js';
+import { parseSubnetKey } from './subnet-key.js';
 
 export function encodeLeaseAttrs(a: LeaseAttrs): string {
   const out: Record<string, unknown> = { PublicIP: a.publicIP, PublicIPv6: a.publicIPv6 ?? null };
@@ -72,4 +73,26 @@ export function decodeLeaseAttrs(text: string): DecodeResult<LeaseAttrs> {
     backendV6Data: pick(obj, 'BackendV6Data') ?? undefined,
   };
   return { ok: true, value: attrs };
+}
+
+/** A stored key + value as a Lease; a reason instead when either cannot be decoded. */
+export function decodeLease(stored: {
+  key: string;
+  value: string;
+  expiration: Date | null;
+}): DecodeResult<Lease> {
+  const nets = parseSubnetKey(stored.key);
+  if (!nets) return { ok: false, reason: `key ${JSON.stringify(stored.key)} is not a subnet key` };
+  const attrs = decodeLeaseAttrs(stored.value);
+  if (!attrs.ok) return attrs;
+  return {
+    ok: true,
+    value: {
+      key: stored.key,
+      subnet: nets.v4,
+      ipv6Subnet: nets.v6,
+      attrs: attrs.value,
+      expiration: stored.expiration,
+    },
+  };
 }

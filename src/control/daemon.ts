@@ -1,0 +1,228 @@
+/**
+ * The node agent (flanneld's job), as one sequence:
+ *
+ *   store → network config → external interface → backend.prepare → acquire lease
+ *   → subnet.env → backend.start → ready; then, concurrently until stopped:
+ *   renew the lease · watch our own lease (revoked → stop) · feed peer leases to the backend
+ *
+ * Stopping (signal): every loop is cancelled through one AbortSignal; the backend is closed,
+ * the lease stays in the store (as flannel) unless releaseLeaseOnExit, the store is closed.
+ */
+import { WeftError, errorMessage, isWeftError } from '../common/errors.js';
+import { sleep } from '../common/lifecycle.js';
+import { LogOnce, logger } from '../common/log.js';
+import type { Backend, ExternalInterface } from './backend/backend.js';
+import { backendFactory } from './backend/registry.js';
+import type { NetConfig } from './config/net-config.js';
+import { startHealthServer, type HealthServer } from './http.js';
+import type { SubnetManager } from './lease/manager.js';
+import { runRenewer } from './lease/renewer.js';
+import type { Lease, LeaseAttrs } from './lease/types.js';
+import { createDaemonMetrics, type DaemonMetrics, type LeaseMetrics } from './metrics/metrics.js';
+import { readSubnetEnv, writeSubnetEnv } from './subnet-env.js';
+
+export interface DaemonConfig {
+  readonly subnetFile: string;
+  readonly renewMarginMs: number;
+  readonly healthzIp: string;
+  /** 0 disables the HTTP endpoint. */
+  readonly healthzPort: number;
+  readonly releaseLeaseOnExit: boolean;
+  readonly ipMasq: boolean;
+  /** Passed to backends as BackendContext.options (engine choice, workers, kill switches, ...). */
+  readonly backendOptions: Readonly<Record<string, unknown>>;
+  readonly openManager: (metrics: LeaseMetrics) => Promise<SubnetManager>;
+  readonly selectInterface: (cfg: NetConfig) => Promise<ExternalInterface>;
+  /**
+   * Extra tasks started once the lease is held (iptables masquerading, ...). Each runs until the
+   * signal fires; a rejection stops the daemon.
+   */
+  readonly tasks?: ReadonlyArray<(ctx: DaemonTaskContext) => Promise<void>>;
+  /** Called once the daemon is ready (tests, sd_notify). */
+  readonly onReady?: (info: { lease: Lease; healthPort: number | null }) => void;
+}
+
+export interface DaemonTaskContext {
+  readonly lease: Lease;
+  readonly netConfig: NetConfig;
+  readonly extIface: ExternalInterface;
+  readonly metrics: DaemonMetrics;
+  readonly signal: AbortSignal;
+}
+
+const log = logger('daemon');
+
+/** How long the daemon waits for a network config to appear in the store between tries. */
+const CONFIG_RETRY_MS = 1000;
+
+async function waitForConfig(sm: SubnetManager, signal: AbortSignal): Promise<NetConfig> {
+  const once = new LogOnce();
+  for (;;) {
+    try {
+      return await sm.getNetworkConfig(signal);
+    } catch (err) {
+      // A missing config may still be written; anything else (a broken config) is final.
+      if (!isWeftError(err, 'WEFT_ERR_CONFIG_NOT_FOUND') && !isWeftError(err, 'WEFT_ERR_STORE_UNAVAILABLE')) {
+        throw err;
+      }
+      if (once.first(errorMessage(err))) log.warn({ err: errorMessage(err) }, 'waiting for the network config');
+      await sleep(CONFIG_RETRY_MS, signal);
+    }
+  }
+}
+
+/**
+ * Runs the daemon until `signal` fires (resolves) or something fatal happens (rejects with a
+ * WeftError: a bad config, a revoked lease, a backend failure).
+ */
+export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise<void> {
+  const metrics = createDaemonMetrics();
+  let ready = false;
+  let health: HealthServer | null = null;
+  let manager: SubnetManager | null = null;
+  let backend: Backend | null = null;
+  let lease: Lease | null = null;
+  // Internal stop: the outer signal or the first fatal error in any loop.
+  const stop = new AbortController();
+  const onOuterAbort = () => stop.abort(signal.reason);
+  signal.addEventListener('abort', onOuterAbort, { once: true });
+  if (signal.aborted) stop.abort(signal.reason);
+
+  try {
+    if (cfg.healthzPort !== 0) {
+      health = await startHealthServer({
+        host: cfg.healthzIp,
+        port: cfg.healthzPort,
+        metrics: metrics.registry,
+        isReady: () => ready,
+      });
+      log.info({ address: cfg.healthzIp, port: health.port }, 'serving /healthz /readyz /metrics');
+    }
+    manager = await cfg.openManager(metrics.lease);
+    const netConfig = await waitForConfig(manager, stop.signal);
+    log.info({ backend: netConfig.backend.type, store: manager.kind }, 'network config loaded');
+    const extIface = await cfg.selectInterface(netConfig);
+    log.info({ iface: extIface.name, publicIP: extIface.publicIP, publicIPv6: extIface.publicIPv6 }, 'using interface');
+
+    backend = backendFactory(netConfig.backend.type)({
+      netConfig,
+      extIface,
+      log: logger(`backend-${netConfig.backend.type}`),
+      metrics: metrics.registry,
+      options: cfg.backendOptions,
+      signal: stop.signal,
+    });
+    const prepared = await backend.prepare();
+    const attrs: LeaseAttrs = {
+      publicIP: (netConfig.enableIPv4 && extIface.publicIP) || '0.0.0.0',
+      publicIPv6: netConfig.enableIPv6 ? extIface.publicIPv6 : null,
+      ...prepared.attrs,
+    };
+    const previous = await readSubnetEnv(cfg.subnetFile).catch((err: unknown) => {
+      log.warn({ err: errorMessage(err) }, 'ignoring unreadable subnet.env');
+      return null;
+    });
+    lease = await manager.acquireLease(attrs, {
+      previous: previous ? { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } : undefined,
+      signal: stop.signal,
+    });
+    metrics.lease.expiration.set(lease.expiration ? lease.expiration.getTime() / 1000 : 0);
+    await writeSubnetEnv(cfg.subnetFile, {
+      network: netConfig.ipv4?.network ?? null,
+      subnet: lease.subnet,
+      ipv6Network: netConfig.ipv6?.network ?? null,
+      ipv6Subnet: lease.ipv6Subnet,
+      mtu: prepared.mtu,
+      ipMasq: cfg.ipMasq,
+    });
+    await backend.start(lease);
+
+    const own = lease;
+    const sm = manager;
+    const be = backend;
+    const loops: Array<Promise<void>> = [
+      runRenewer({
+        manager: sm,
+        lease: own,
+        marginMs: cfg.renewMarginMs,
+        signal: stop.signal,
+        log,
+        onRenewed: (l) => metrics.lease.expiration.set(l.expiration ? l.expiration.getTime() / 1000 : 0),
+      }),
+      (async () => {
+        for await (const _l of sm.watchOwnLease(own, stop.signal)) {
+          /* renewals (ours or another's write) need nothing; a delete throws REVOKED */
+        }
+      })(),
+      be.run(sm.watchLeases(own, stop.signal), stop.signal),
+      ...(cfg.tasks ?? []).map((task) =>
+        task({ lease: own, netConfig, extIface, metrics, signal: stop.signal }),
+      ),
+    ];
+    ready = true;
+    metrics.ready.set(1);
+    log.info({ key: own.key, subnetFile: cfg.subnetFile }, 'ready');
+    cfg.onReady?.({ lease: own, healthPort: health?.port ?? null });
+
+    // The first loop to fail stops the others; a clean stop ends them all.
+    const fatal = await firstFailure(loops, stop);
+    if (fatal !== undefined) throw fatal;
+  } catch (err) {
+    if (isWeftError(err, 'WEFT_ERR_ABORTED') && signal.aborted) return;
+    throw err;
+  } finally {
+    ready = false;
+    stop.abort(new WeftError('WEFT_ERR_ABORTED', 'daemon stopping'));
+    signal.removeEventListener('abort', onOuterAbort);
+    await shutdown({ backend, manager, lease, health, release: cfg.releaseLeaseOnExit });
+  }
+}
+
+/** Waits until every loop settles; aborts `stop` on the first rejection and returns it. */
+async function firstFailure(loops: Array<Promise<void>>, stop: AbortController): Promise<unknown> {
+  let fatal: unknown;
+  await Promise.all(
+    loops.map((p) =>
+      p.then(
+        () => {
+          // A loop that ends on its own without a stop is a failure too (the watch closed).
+          if (!stop.signal.aborted) {
+            fatal ??= new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'a control loop ended unexpectedly');
+            stop.abort(fatal);
+          }
+        },
+        (err: unknown) => {
+          if (!(isWeftError(err, 'WEFT_ERR_ABORTED') && stop.signal.aborted)) {
+            fatal ??= err;
+            stop.abort(err);
+          }
+        },
+      ),
+    ),
+  );
+  return fatal;
+}
+
+async function shutdown(s: {
+  backend: Backend | null;
+  manager: SubnetManager | null;
+  lease: Lease | null;
+  health: HealthServer | null;
+  release: boolean;
+}): Promise<void> {
+  const step = async (what: string, fn: () => Promise<void>) => {
+    try {
+      await fn();
+    } catch (err) {
+      log.warn({ err: errorMessage(err) }, `shutdown: ${what} failed`);
+    }
+  };
+  if (s.backend) await step('backend close', () => s.backend!.close());
+  if (s.release && s.manager && s.lease) {
+    await step('lease release', () => s.manager!.releaseLease(s.lease!, AbortSignal.timeout(1500)));
+    log.info({ key: s.lease.key }, 'lease released');
+  }
+  if (s.manager) await step('store close', () => s.manager!.close());
+  if (s.health) await step('http close', () => s.health!.close());
+  log.info('stopped');
+}
