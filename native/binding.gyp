@@ -3,7 +3,8 @@
     {
       "target_name": "weft",
       "sources": [
-        "src/addon.cc"
+        "src/addon.cc",
+        "src/netlink.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=9", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],

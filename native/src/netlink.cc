@@ -1,0 +1,534 @@
+// rtnetlink operations over libmnl (see netlink.h for the contracts).
+#include "netlink.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <libmnl/libmnl.h>
+#include <linux/if.h>
+#include <linux/if_link.h>
+#include <linux/neighbour.h>
+#include <linux/rtnetlink.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#ifndef NETLINK_CAP_ACK
+#define NETLINK_CAP_ACK 10
+#endif
+
+namespace weft {
+
+namespace {
+
+constexpr size_t kMaxMessage = 1024;  // generous bound on one request we build
+constexpr int kSocketBuffer = 16 << 20;
+
+int AddrLen(int family) { return family == AF_INET6 ? 16 : 4; }
+
+void SetBuffer(int fd, int force_opt, int opt, int size) {
+  if (setsockopt(fd, SOL_SOCKET, force_opt, &size, sizeof(size)) != 0) {
+    setsockopt(fd, SOL_SOCKET, opt, &size, sizeof(size));
+  }
+}
+
+// Builds one request at `at`; returns its header.
+nlmsghdr* BuildOp(char* at, const NlOp& op, uint32_t seq) {
+  nlmsghdr* nlh = mnl_nlmsg_put_header(at);
+  nlh->nlmsg_seq = seq;
+  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  switch (op.kind) {
+    case NlOpKind::kReplaceRoute:
+    case NlOpKind::kDelRoute: {
+      bool add = op.kind == NlOpKind::kReplaceRoute;
+      nlh->nlmsg_type = add ? RTM_NEWROUTE : RTM_DELROUTE;
+      if (add) nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_REPLACE;
+      auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
+      int family = op.dst.family;
+      rtm->rtm_family = family;
+      rtm->rtm_dst_len = op.dst_len < 0 ? AddrLen(family) * 8 : op.dst_len;
+      uint32_t table = op.table == 0 ? RT_TABLE_MAIN : op.table;
+      rtm->rtm_table = table < 256 ? table : RT_TABLE_UNSPEC;
+      rtm->rtm_protocol = add ? RTPROT_BOOT : 0;
+      rtm->rtm_type = RTN_UNICAST;
+      if (add) {
+        rtm->rtm_scope = op.gw.family != 0 ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK;
+      } else {
+        rtm->rtm_scope = RT_SCOPE_NOWHERE;
+      }
+      if (op.onlink) rtm->rtm_flags |= RTNH_F_ONLINK;
+      mnl_attr_put(nlh, RTA_DST, AddrLen(family), op.dst.bytes);
+      if (op.gw.family != 0) mnl_attr_put(nlh, RTA_GATEWAY, AddrLen(op.gw.family), op.gw.bytes);
+      if (op.ifindex > 0) mnl_attr_put_u32(nlh, RTA_OIF, op.ifindex);
+      if (table >= 256) mnl_attr_put_u32(nlh, RTA_TABLE, table);
+      break;
+    }
+    case NlOpKind::kReplaceNeigh:
+    case NlOpKind::kDelNeigh:
+    case NlOpKind::kAppendFdb:
+    case NlOpKind::kDelFdb: {
+      bool fdb = op.kind == NlOpKind::kAppendFdb || op.kind == NlOpKind::kDelFdb;
+      bool add = op.kind == NlOpKind::kReplaceNeigh || op.kind == NlOpKind::kAppendFdb;
+      nlh->nlmsg_type = add ? RTM_NEWNEIGH : RTM_DELNEIGH;
+      if (op.kind == NlOpKind::kReplaceNeigh) nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_REPLACE;
+      if (op.kind == NlOpKind::kAppendFdb) nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_APPEND;
+      auto* nd = static_cast<ndmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ndmsg)));
+      nd->ndm_family = fdb ? AF_BRIDGE : op.dst.family;
+      nd->ndm_ifindex = op.ifindex;
+      nd->ndm_state = NUD_PERMANENT;
+      if (fdb) nd->ndm_flags = NTF_SELF;
+      if (op.dst.family != 0) mnl_attr_put(nlh, NDA_DST, AddrLen(op.dst.family), op.dst.bytes);
+      if (op.has_mac) mnl_attr_put(nlh, NDA_LLADDR, 6, op.mac);
+      break;
+    }
+    case NlOpKind::kReplaceAddr:
+    case NlOpKind::kDelAddr: {
+      bool add = op.kind == NlOpKind::kReplaceAddr;
+      nlh->nlmsg_type = add ? RTM_NEWADDR : RTM_DELADDR;
+      if (add) nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_REPLACE;
+      auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
+      ifa->ifa_family = op.dst.family;
+      ifa->ifa_prefixlen = op.dst_len < 0 ? AddrLen(op.dst.family) * 8 : op.dst_len;
+      ifa->ifa_index = op.ifindex;
+      ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+      mnl_attr_put(nlh, IFA_LOCAL, AddrLen(op.dst.family), op.dst.bytes);
+      mnl_attr_put(nlh, IFA_ADDRESS, AddrLen(op.dst.family), op.dst.bytes);
+      break;
+    }
+    case NlOpKind::kSetLink:
+    case NlOpKind::kDelLink: {
+      nlh->nlmsg_type = op.kind == NlOpKind::kSetLink ? RTM_NEWLINK : RTM_DELLINK;
+      auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+      ifi->ifi_family = AF_UNSPEC;
+      ifi->ifi_index = op.ifindex;
+      if (op.kind == NlOpKind::kSetLink) {
+        if (op.up >= 0) {
+          ifi->ifi_change = IFF_UP;
+          ifi->ifi_flags = op.up ? IFF_UP : 0;
+        }
+        if (op.mtu > 0) mnl_attr_put_u32(nlh, IFLA_MTU, op.mtu);
+        if (op.has_mac) mnl_attr_put(nlh, IFLA_ADDRESS, 6, op.mac);
+      }
+      break;
+    }
+    case NlOpKind::kAddVxlan: {
+      nlh->nlmsg_type = RTM_NEWLINK;
+      nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_EXCL;
+      auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+      ifi->ifi_family = AF_UNSPEC;
+      mnl_attr_put_strz(nlh, IFLA_IFNAME, op.name.c_str());
+      if (op.mtu > 0) mnl_attr_put_u32(nlh, IFLA_MTU, op.mtu);
+      if (op.has_mac) mnl_attr_put(nlh, IFLA_ADDRESS, 6, op.mac);
+      nlattr* info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
+      mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "vxlan");
+      nlattr* data = mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
+      mnl_attr_put_u32(nlh, IFLA_VXLAN_ID, op.vni);
+      if (op.link > 0) mnl_attr_put_u32(nlh, IFLA_VXLAN_LINK, op.link);
+      if (op.local.family == AF_INET) mnl_attr_put(nlh, IFLA_VXLAN_LOCAL, 4, op.local.bytes);
+      if (op.local.family == AF_INET6) mnl_attr_put(nlh, IFLA_VXLAN_LOCAL6, 16, op.local.bytes);
+      mnl_attr_put_u16(nlh, IFLA_VXLAN_PORT, htons(op.port));
+      mnl_attr_put_u8(nlh, IFLA_VXLAN_LEARNING, op.learning ? 1 : 0);
+      mnl_attr_nest_end(nlh, data);
+      mnl_attr_nest_end(nlh, info);
+      break;
+    }
+  }
+  return nlh;
+}
+
+void CopyAddr(const nlattr* a, int family, IpAddr* out) {
+  size_t len = mnl_attr_get_payload_len(a);
+  if (len != static_cast<size_t>(AddrLen(family))) return;
+  out->family = family;
+  std::memcpy(out->bytes, mnl_attr_get_payload(a), len);
+}
+
+struct AttrTable {
+  const nlattr* tb[IFLA_MAX + RTA_MAX + NDA_MAX + 64] = {};
+  int max;
+};
+
+int CollectAttr(const nlattr* attr, void* data) {
+  auto* t = static_cast<AttrTable*>(data);
+  int type = mnl_attr_get_type(attr);
+  if (type >= 0 && type <= t->max) t->tb[type] = attr;
+  return MNL_CB_OK;
+}
+
+struct RouteDump {
+  int family;
+  std::vector<RouteEntry>* out;
+};
+
+int OnRoute(const nlmsghdr* nlh, void* data) {
+  auto* d = static_cast<RouteDump*>(data);
+  if (nlh->nlmsg_type != RTM_NEWROUTE) return MNL_CB_OK;
+  const auto* rtm = static_cast<const rtmsg*>(mnl_nlmsg_get_payload(nlh));
+  if (rtm->rtm_family != d->family) return MNL_CB_OK;
+  AttrTable t;
+  t.max = RTA_MAX;
+  mnl_attr_parse(nlh, sizeof(*rtm), CollectAttr, &t);
+  RouteEntry e;
+  e.family = rtm->rtm_family;
+  e.dst_len = rtm->rtm_dst_len;
+  e.table = rtm->rtm_table;
+  e.protocol = rtm->rtm_protocol;
+  e.scope = rtm->rtm_scope;
+  e.type = rtm->rtm_type;
+  e.flags = rtm->rtm_flags;
+  e.dst.family = e.family;  // a default route has no RTA_DST: all zeros
+  if (t.tb[RTA_DST]) CopyAddr(t.tb[RTA_DST], e.family, &e.dst);
+  if (t.tb[RTA_GATEWAY]) CopyAddr(t.tb[RTA_GATEWAY], e.family, &e.gw);
+  if (t.tb[RTA_OIF]) e.oif = mnl_attr_get_u32(t.tb[RTA_OIF]);
+  if (t.tb[RTA_TABLE]) e.table = mnl_attr_get_u32(t.tb[RTA_TABLE]);
+  d->out->push_back(e);
+  return MNL_CB_OK;
+}
+
+struct NeighDump {
+  int family;
+  int ifindex;
+  std::vector<NeighEntry>* out;
+};
+
+int OnNeigh(const nlmsghdr* nlh, void* data) {
+  auto* d = static_cast<NeighDump*>(data);
+  if (nlh->nlmsg_type != RTM_NEWNEIGH) return MNL_CB_OK;
+  const auto* nd = static_cast<const ndmsg*>(mnl_nlmsg_get_payload(nlh));
+  if (nd->ndm_family != d->family) return MNL_CB_OK;
+  if (d->ifindex > 0 && nd->ndm_ifindex != d->ifindex) return MNL_CB_OK;
+  AttrTable t;
+  t.max = NDA_MAX;
+  mnl_attr_parse(nlh, sizeof(*nd), CollectAttr, &t);
+  NeighEntry e;
+  e.ifindex = nd->ndm_ifindex;
+  e.state = nd->ndm_state;
+  e.flags = nd->ndm_flags;
+  if (t.tb[NDA_DST]) {
+    size_t len = mnl_attr_get_payload_len(t.tb[NDA_DST]);
+    CopyAddr(t.tb[NDA_DST], len == 16 ? AF_INET6 : AF_INET, &e.dst);
+  }
+  if (t.tb[NDA_LLADDR] && mnl_attr_get_payload_len(t.tb[NDA_LLADDR]) == 6) {
+    e.has_lladdr = true;
+    std::memcpy(e.lladdr, mnl_attr_get_payload(t.tb[NDA_LLADDR]), 6);
+  }
+  d->out->push_back(e);
+  return MNL_CB_OK;
+}
+
+struct AddrDump {
+  int family;
+  int ifindex;
+  std::vector<AddrEntry>* out;
+};
+
+int OnAddr(const nlmsghdr* nlh, void* data) {
+  auto* d = static_cast<AddrDump*>(data);
+  if (nlh->nlmsg_type != RTM_NEWADDR) return MNL_CB_OK;
+  const auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(nlh));
+  if (ifa->ifa_family != d->family) return MNL_CB_OK;
+  if (d->ifindex > 0 && static_cast<int>(ifa->ifa_index) != d->ifindex) return MNL_CB_OK;
+  AttrTable t;
+  t.max = IFA_MAX;
+  mnl_attr_parse(nlh, sizeof(*ifa), CollectAttr, &t);
+  AddrEntry e;
+  e.prefix = ifa->ifa_prefixlen;
+  e.ifindex = ifa->ifa_index;
+  e.scope = ifa->ifa_scope;
+  const nlattr* a = t.tb[IFA_LOCAL] ? t.tb[IFA_LOCAL] : t.tb[IFA_ADDRESS];
+  if (a) CopyAddr(a, ifa->ifa_family, &e.addr);
+  d->out->push_back(e);
+  return MNL_CB_OK;
+}
+
+int ParseLink(const nlmsghdr* nlh, LinkEntry* e) {
+  const auto* ifi = static_cast<const ifinfomsg*>(mnl_nlmsg_get_payload(nlh));
+  AttrTable t;
+  t.max = IFLA_MAX;
+  mnl_attr_parse(nlh, sizeof(*ifi), CollectAttr, &t);
+  e->index = ifi->ifi_index;
+  e->flags = ifi->ifi_flags;
+  if (t.tb[IFLA_IFNAME]) e->name = mnl_attr_get_str(t.tb[IFLA_IFNAME]);
+  if (t.tb[IFLA_MTU]) e->mtu = mnl_attr_get_u32(t.tb[IFLA_MTU]);
+  if (t.tb[IFLA_ADDRESS] && mnl_attr_get_payload_len(t.tb[IFLA_ADDRESS]) == 6) {
+    e->has_mac = true;
+    std::memcpy(e->mac, mnl_attr_get_payload(t.tb[IFLA_ADDRESS]), 6);
+  }
+  if (t.tb[IFLA_LINKINFO]) {
+    AttrTable info;
+    info.max = IFLA_INFO_MAX;
+    mnl_attr_parse_nested(t.tb[IFLA_LINKINFO], CollectAttr, &info);
+    if (info.tb[IFLA_INFO_KIND]) e->kind = mnl_attr_get_str(info.tb[IFLA_INFO_KIND]);
+    if (e->kind == "vxlan" && info.tb[IFLA_INFO_DATA]) {
+      AttrTable vx;
+      vx.max = IFLA_VXLAN_MAX;
+      mnl_attr_parse_nested(info.tb[IFLA_INFO_DATA], CollectAttr, &vx);
+      e->has_vxlan = true;
+      if (vx.tb[IFLA_VXLAN_ID]) e->vxlan.vni = mnl_attr_get_u32(vx.tb[IFLA_VXLAN_ID]);
+      if (vx.tb[IFLA_VXLAN_PORT]) e->vxlan.port = ntohs(mnl_attr_get_u16(vx.tb[IFLA_VXLAN_PORT]));
+      if (vx.tb[IFLA_VXLAN_LOCAL]) CopyAddr(vx.tb[IFLA_VXLAN_LOCAL], AF_INET, &e->vxlan.local);
+      if (vx.tb[IFLA_VXLAN_LOCAL6]) CopyAddr(vx.tb[IFLA_VXLAN_LOCAL6], AF_INET6, &e->vxlan.local);
+      if (vx.tb[IFLA_VXLAN_LINK]) e->vxlan.link = mnl_attr_get_u32(vx.tb[IFLA_VXLAN_LINK]);
+      if (vx.tb[IFLA_VXLAN_LEARNING]) {
+        e->vxlan.learning = mnl_attr_get_u8(vx.tb[IFLA_VXLAN_LEARNING]) != 0;
+      }
+    }
+  }
+  return MNL_CB_OK;
+}
+
+int OnLinks(const nlmsghdr* nlh, void* data) {
+  if (nlh->nlmsg_type != RTM_NEWLINK) return MNL_CB_OK;
+  auto* out = static_cast<std::vector<LinkEntry>*>(data);
+  out->emplace_back();
+  return ParseLink(nlh, &out->back());
+}
+
+int OnLink(const nlmsghdr* nlh, void* data) {
+  if (nlh->nlmsg_type != RTM_NEWLINK) return MNL_CB_OK;
+  return ParseLink(nlh, static_cast<LinkEntry*>(data));
+}
+
+}  // namespace
+
+bool ParseIp(const std::string& text, IpAddr* out) {
+  IpAddr a;
+  if (inet_pton(AF_INET, text.c_str(), a.bytes) == 1) {
+    a.family = AF_INET;
+  } else if (inet_pton(AF_INET6, text.c_str(), a.bytes) == 1) {
+    a.family = AF_INET6;
+  } else {
+    return false;
+  }
+  *out = a;
+  return true;
+}
+
+std::string FormatIp(const IpAddr& ip) {
+  if (ip.family == 0) return "";
+  char buf[INET6_ADDRSTRLEN];
+  if (!inet_ntop(ip.family, ip.bytes, buf, sizeof(buf))) return "";
+  return buf;
+}
+
+bool ParseMac(const std::string& text, uint8_t out[6]) {
+  unsigned v[6];
+  char tail;
+  if (std::sscanf(text.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4],
+                  &v[5], &tail) != 6) {
+    return false;
+  }
+  for (int i = 0; i < 6; i++) out[i] = static_cast<uint8_t>(v[i]);
+  return true;
+}
+
+std::string FormatMac(const uint8_t mac[6]) {
+  char buf[18];
+  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3],
+                mac[4], mac[5]);
+  return buf;
+}
+
+std::unique_ptr<Netlink> Netlink::Open(const std::string& netns_path, std::string* error) {
+  int self_ns = -1;
+  if (!netns_path.empty()) {
+    self_ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (self_ns < 0) {
+      *error = std::string("open /proc/thread-self/ns/net: ") + std::strerror(errno);
+      return nullptr;
+    }
+    int target = open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (target < 0) {
+      *error = "open " + netns_path + ": " + std::strerror(errno);
+      close(self_ns);
+      return nullptr;
+    }
+    int rc = setns(target, CLONE_NEWNET);
+    int saved = errno;
+    close(target);
+    if (rc != 0) {
+      *error = "setns " + netns_path + ": " + std::strerror(saved);
+      close(self_ns);
+      return nullptr;
+    }
+  }
+  mnl_socket* sock = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
+  int open_errno = errno;
+  if (self_ns >= 0) {
+    // Back to our own namespace before anything else runs on this thread. If that fails the
+    // thread would silently keep operating in the other namespace: stop the process instead.
+    if (setns(self_ns, CLONE_NEWNET) != 0) {
+      std::fprintf(stderr, "weft: setns back to own namespace failed: %s\n", std::strerror(errno));
+      std::abort();
+    }
+    close(self_ns);
+  }
+  if (!sock) {
+    *error = std::string("netlink socket: ") + std::strerror(open_errno);
+    return nullptr;
+  }
+  if (mnl_socket_bind(sock, 0, MNL_SOCKET_AUTOPID) < 0) {
+    *error = std::string("netlink bind: ") + std::strerror(errno);
+    mnl_socket_close(sock);
+    return nullptr;
+  }
+  int on = 1;
+  mnl_socket_setsockopt(sock, NETLINK_CAP_ACK, &on, sizeof(on));
+  int fd = mnl_socket_get_fd(sock);
+  SetBuffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, kSocketBuffer);
+  SetBuffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, kSocketBuffer);
+  return std::unique_ptr<Netlink>(new Netlink(sock));
+}
+
+Netlink::Netlink(mnl_socket* sock)
+    : sock_(sock),
+      portid_(mnl_socket_get_portid(sock)),
+      seq_(static_cast<uint32_t>(time(nullptr))),
+      buf_(kBatchMessages * kMaxMessage) {}
+
+Netlink::~Netlink() { mnl_socket_close(sock_); }
+
+std::vector<int> Netlink::Apply(const std::vector<NlOp>& ops) {
+  std::vector<int> results(ops.size(), 0);
+  std::vector<char> rx(1 << 20);
+  size_t i = 0;
+  while (i < ops.size()) {
+    size_t first = i;
+    uint32_t base = seq_;
+    size_t len = 0;
+    while (i < ops.size() && i - first < kBatchMessages) {
+      nlmsghdr* nlh = BuildOp(buf_.data() + len, ops[i], base + static_cast<uint32_t>(i - first));
+      len += NLMSG_ALIGN(nlh->nlmsg_len);
+      i++;
+    }
+    size_t count = i - first;
+    seq_ = base + static_cast<uint32_t>(count);
+    std::vector<bool> done(count, false);
+    size_t pending = count;
+    if (mnl_socket_sendto(sock_, buf_.data(), len) < 0) {
+      int err = errno;
+      for (size_t k = first; k < i; k++) results[k] = err;
+      continue;
+    }
+    while (pending > 0) {
+      ssize_t n = mnl_socket_recvfrom(sock_, rx.data(), rx.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        // Lost ACKs (ENOBUFS): their outcome is unknown; report the errno so callers retry.
+        int err = errno;
+        for (size_t k = 0; k < count; k++) {
+          if (!done[k]) results[first + k] = err;
+        }
+        break;
+      }
+      auto* nlh = reinterpret_cast<nlmsghdr*>(rx.data());
+      int left = static_cast<int>(n);
+      while (mnl_nlmsg_ok(nlh, left)) {
+        uint32_t k = nlh->nlmsg_seq - base;
+        if (nlh->nlmsg_type == NLMSG_ERROR && k < count && !done[k]) {
+          const auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
+          results[first + k] = -e->error;
+          done[k] = true;
+          pending--;
+        }
+        nlh = mnl_nlmsg_next(nlh, &left);
+      }
+    }
+  }
+  return results;
+}
+
+int Netlink::Dump(nlmsghdr* req, int (*cb)(const nlmsghdr*, void*), void* data) {
+  req->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req->nlmsg_seq = ++seq_;
+  if (mnl_socket_sendto(sock_, req, req->nlmsg_len) < 0) return errno;
+  std::vector<char> rx(1 << 20);
+  while (true) {
+    ssize_t n = mnl_socket_recvfrom(sock_, rx.data(), rx.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    int rc = mnl_cb_run(rx.data(), n, req->nlmsg_seq, portid_, cb, data);
+    if (rc == MNL_CB_STOP) return 0;
+    if (rc < 0) return errno;
+  }
+}
+
+int Netlink::Request(nlmsghdr* req, int (*cb)(const nlmsghdr*, void*), void* data) {
+  req->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  req->nlmsg_seq = ++seq_;
+  if (mnl_socket_sendto(sock_, req, req->nlmsg_len) < 0) return errno;
+  std::vector<char> rx(1 << 16);
+  while (true) {
+    ssize_t n = mnl_socket_recvfrom(sock_, rx.data(), rx.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    int rc = mnl_cb_run(rx.data(), n, req->nlmsg_seq, portid_, cb, data);
+    if (rc == MNL_CB_STOP) return 0;
+    if (rc < 0) return errno;
+  }
+}
+
+int Netlink::ListRoutes(int family, std::vector<RouteEntry>* out) {
+  char buf[256];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETROUTE;
+  auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
+  rtm->rtm_family = family;
+  RouteDump d{family, out};
+  return Dump(nlh, OnRoute, &d);
+}
+
+int Netlink::ListNeighs(int family, int ifindex, std::vector<NeighEntry>* out) {
+  char buf[256];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETNEIGH;
+  auto* nd = static_cast<ndmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ndmsg)));
+  nd->ndm_family = family;
+  NeighDump d{family, ifindex, out};
+  return Dump(nlh, OnNeigh, &d);
+}
+
+int Netlink::ListFdb(int ifindex, std::vector<NeighEntry>* out) {
+  return ListNeighs(AF_BRIDGE, ifindex, out);
+}
+
+int Netlink::ListAddrs(int family, int ifindex, std::vector<AddrEntry>* out) {
+  char buf[256];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETADDR;
+  auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
+  ifa->ifa_family = family;
+  AddrDump d{family, ifindex, out};
+  return Dump(nlh, OnAddr, &d);
+}
+
+int Netlink::ListLinks(std::vector<LinkEntry>* out) {
+  char buf[256];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETLINK;
+  auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifi->ifi_family = AF_UNSPEC;
+  return Dump(nlh, OnLinks, out);
+}
+
+int Netlink::GetLink(const std::string& name, LinkEntry* out) {
+  if (name.empty() || name.size() >= IFNAMSIZ) return ENODEV;
+  char buf[256];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETLINK;
+  auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifi->ifi_family = AF_UNSPEC;
+  mnl_attr_put_strz(nlh, IFLA_IFNAME, name.c_str());
+  return Request(nlh, OnLink, out);
+}
+
+}  // namespace weft

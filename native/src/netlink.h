@@ -1,0 +1,157 @@
+// rtnetlink over libmnl: typed, idempotent kernel operations for the kernel backends (links,
+// addresses, routes, neighbours, FDB), IPv4 and IPv6. Plain C++, no N-API: addon.cc converts.
+//
+// Batch contract: Apply() packs many requests (each NLM_F_ACK, its own sequence number) into few
+// sendmsg calls (up to kBatchMessages each) and maps every ACK back to its request by sequence
+// number, so the result vector has one errno (0 = success) per op, in op order. Requests are
+// independent: one failing does not stop the others. Apply is synchronous and blocks only on the
+// kernel's own processing of the batch; never call it from a packet path.
+//
+// A Netlink object is bound to the network namespace it was opened in (a netlink socket keeps
+// the namespace of its creation), so a caller in one namespace can program another.
+#ifndef WEFT_NATIVE_SRC_NETLINK_H_
+#define WEFT_NATIVE_SRC_NETLINK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct mnl_socket;
+struct nlmsghdr;
+
+namespace weft {
+
+// An address of either family; family 0 means "absent".
+struct IpAddr {
+  int family = 0;  // AF_INET, AF_INET6 or 0
+  uint8_t bytes[16] = {};
+};
+
+bool ParseIp(const std::string& text, IpAddr* out);
+std::string FormatIp(const IpAddr& ip);
+bool ParseMac(const std::string& text, uint8_t out[6]);
+std::string FormatMac(const uint8_t mac[6]);
+
+enum class NlOpKind {
+  kReplaceRoute,
+  kDelRoute,
+  kReplaceNeigh,
+  kDelNeigh,
+  kAppendFdb,
+  kDelFdb,
+  kReplaceAddr,
+  kDelAddr,
+  kSetLink,
+  kDelLink,
+  kAddVxlan,
+};
+
+// One request. Fields a kind does not use are ignored.
+struct NlOp {
+  NlOpKind kind = NlOpKind::kReplaceRoute;
+  IpAddr dst;        // route destination, neighbour/addr address, FDB remote
+  int dst_len = -1;  // route / address prefix length (-1: full length)
+  IpAddr gw;         // route gateway (family 0: none)
+  int ifindex = 0;   // route oif / neighbour / FDB / address / link index
+  bool onlink = false;
+  uint32_t table = 0;  // 0: main
+  bool has_mac = false;
+  uint8_t mac[6] = {};  // neighbour lladdr, FDB MAC, link MAC, vxlan MAC
+  int mtu = 0;          // set link / vxlan: 0 leaves it
+  int up = -1;          // set link: -1 unchanged, 0 down, 1 up
+  // vxlan
+  std::string name;
+  uint32_t vni = 0;
+  uint16_t port = 0;
+  IpAddr local;
+  int link = 0;  // underlying device index (0: none)
+  bool learning = false;
+};
+
+struct RouteEntry {
+  int family = 0;
+  IpAddr dst;
+  int dst_len = 0;
+  IpAddr gw;
+  int oif = 0;
+  uint32_t table = 0;
+  uint8_t protocol = 0;
+  uint8_t scope = 0;
+  uint8_t type = 0;
+  uint32_t flags = 0;  // RTNH_F_ONLINK = 4
+};
+
+struct NeighEntry {
+  IpAddr dst;
+  int ifindex = 0;
+  bool has_lladdr = false;
+  uint8_t lladdr[6] = {};
+  uint16_t state = 0;
+  uint8_t flags = 0;
+};
+
+struct AddrEntry {
+  IpAddr addr;
+  int prefix = 0;
+  int ifindex = 0;
+  uint8_t scope = 0;
+};
+
+struct VxlanInfo {
+  uint32_t vni = 0;
+  uint16_t port = 0;
+  IpAddr local;
+  int link = 0;
+  bool learning = true;
+};
+
+struct LinkEntry {
+  int index = 0;
+  std::string name;
+  int mtu = 0;
+  bool has_mac = false;
+  uint8_t mac[6] = {};
+  unsigned flags = 0;  // IFF_UP etc.
+  std::string kind;    // "" for devices without IFLA_LINKINFO
+  bool has_vxlan = false;
+  VxlanInfo vxlan;
+};
+
+class Netlink {
+ public:
+  static constexpr size_t kBatchMessages = 1024;
+
+  // Opens a NETLINK_ROUTE socket, inside `netns_path` when not empty (e.g. /run/netns/x).
+  // Returns null and sets *error on failure (never falls back to the current namespace).
+  static std::unique_ptr<Netlink> Open(const std::string& netns_path, std::string* error);
+  ~Netlink();
+  Netlink(const Netlink&) = delete;
+  Netlink& operator=(const Netlink&) = delete;
+
+  // One errno per op (0 on success), in op order.
+  std::vector<int> Apply(const std::vector<NlOp>& ops);
+
+  // Dumps; each returns 0 or an errno. `family` is AF_INET or AF_INET6; ifindex 0 = all.
+  int ListRoutes(int family, std::vector<RouteEntry>* out);
+  int ListNeighs(int family, int ifindex, std::vector<NeighEntry>* out);
+  int ListFdb(int ifindex, std::vector<NeighEntry>* out);
+  int ListAddrs(int family, int ifindex, std::vector<AddrEntry>* out);
+  int ListLinks(std::vector<LinkEntry>* out);
+  // ENODEV when no such link.
+  int GetLink(const std::string& name, LinkEntry* out);
+
+ private:
+  explicit Netlink(mnl_socket* sock);
+  int Dump(nlmsghdr* req, int (*cb)(const nlmsghdr*, void*), void* data);
+  int Request(nlmsghdr* req, int (*cb)(const nlmsghdr*, void*), void* data);
+
+  mnl_socket* sock_;
+  uint32_t portid_;
+  uint32_t seq_;
+  std::vector<char> buf_;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_SRC_NETLINK_H_
