@@ -18,7 +18,12 @@ export const LOG_LEVELS: readonly LevelWithSilent[] = [
 ];
 
 let root: Logger = pino(
-  { level: process.env.WEFT_LOG_LEVEL ?? 'info', base: { pid: process.pid } },
+  {
+    level: process.env.WEFT_LOG_LEVEL ?? 'info',
+    base: { pid: process.pid },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    formatters: { level: (label) => ({ level: label }) },
+  },
   pino.destination({ fd: 2, sync: true }),
 );
 

@@ -62,10 +62,14 @@ async function waitForConfig(sm: SubnetManager, signal: AbortSignal): Promise<Ne
       return await sm.getNetworkConfig(signal);
     } catch (err) {
       // A missing config may still be written; anything else (a broken config) is final.
-      if (!isWeftError(err, 'WEFT_ERR_CONFIG_NOT_FOUND') && !isWeftError(err, 'WEFT_ERR_STORE_UNAVAILABLE')) {
+      if (
+        !isWeftError(err, 'WEFT_ERR_CONFIG_NOT_FOUND') &&
+        !isWeftError(err, 'WEFT_ERR_STORE_UNAVAILABLE')
+      ) {
         throw err;
       }
-      if (once.first(errorMessage(err))) log.warn({ err: errorMessage(err) }, 'waiting for the network config');
+      if (once.first(errorMessage(err)))
+        log.warn({ err: errorMessage(err) }, 'waiting for the network config');
       await sleep(CONFIG_RETRY_MS, signal);
     }
   }
@@ -102,7 +106,10 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
     const netConfig = await waitForConfig(manager, stop.signal);
     log.info({ backend: netConfig.backend.type, store: manager.kind }, 'network config loaded');
     const extIface = await cfg.selectInterface(netConfig);
-    log.info({ iface: extIface.name, publicIP: extIface.publicIP, publicIPv6: extIface.publicIPv6 }, 'using interface');
+    log.info(
+      { iface: extIface.name, publicIP: extIface.publicIP, publicIPv6: extIface.publicIPv6 },
+      'using interface',
+    );
 
     backend = backendFactory(netConfig.backend.type)({
       netConfig,
@@ -147,7 +154,8 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
         marginMs: cfg.renewMarginMs,
         signal: stop.signal,
         log,
-        onRenewed: (l) => metrics.lease.expiration.set(l.expiration ? l.expiration.getTime() / 1000 : 0),
+        onRenewed: (l) =>
+          metrics.lease.expiration.set(l.expiration ? l.expiration.getTime() / 1000 : 0),
       }),
       (async () => {
         for await (const _l of sm.watchOwnLease(own, stop.signal)) {
@@ -187,7 +195,10 @@ async function firstFailure(loops: Array<Promise<void>>, stop: AbortController):
         () => {
           // A loop that ends on its own without a stop is a failure too (the watch closed).
           if (!stop.signal.aborted) {
-            fatal ??= new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'a control loop ended unexpectedly');
+            fatal ??= new WeftError(
+              'WEFT_ERR_STORE_UNAVAILABLE',
+              'a control loop ended unexpectedly',
+            );
             stop.abort(fatal);
           }
         },

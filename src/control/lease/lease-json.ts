@@ -54,7 +54,10 @@ export function decodeLeaseAttrs(text: string): DecodeResult<LeaseAttrs> {
   }
   if (publicIPv6 !== undefined && publicIPv6 !== null && publicIPv6 !== '') {
     if (typeof publicIPv6 !== 'string' || familyOf(publicIPv6) !== 6) {
-      return { ok: false, reason: `PublicIPv6 ${JSON.stringify(publicIPv6)} is not an IPv6 address` };
+      return {
+        ok: false,
+        reason: `PublicIPv6 ${JSON.stringify(publicIPv6)} is not an IPv6 address`,
+      };
     }
   }
   if (backendType !== undefined && backendType !== null && typeof backendType !== 'string') {

@@ -13,7 +13,12 @@
 import { WeftError, isWeftError } from '../../common/errors.js';
 import { bits, formatCIDR, sameNet, sizeOf, type Family, type IPNet } from '../../common/ip.js';
 import { LogOnce, logger, type Logger } from '../../common/log.js';
-import { parseNetConfig, subnetFits, type FamilyConfig, type NetConfig } from '../config/net-config.js';
+import {
+  parseNetConfig,
+  subnetFits,
+  type FamilyConfig,
+  type NetConfig,
+} from '../config/net-config.js';
 import { createLeaseMetrics, type LeaseMetrics } from '../metrics/metrics.js';
 import type { Registry, StoredLease } from '../registry/registry.js';
 import { decodeLease, encodeLeaseAttrs } from './lease-json.js';

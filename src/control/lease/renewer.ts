@@ -41,12 +41,18 @@ export async function runRenewer(o: RenewerOptions): Promise<void> {
       try {
         lease = await o.manager.renewLease(lease, o.signal);
         retryAt = null;
-        o.log.info({ key: lease.key, expiration: lease.expiration?.toISOString() }, 'lease renewed');
+        o.log.info(
+          { key: lease.key, expiration: lease.expiration?.toISOString() },
+          'lease renewed',
+        );
         o.onRenewed?.(lease);
       } catch (err) {
         if (isWeftError(err, 'WEFT_ERR_LEASE_REVOKED') || o.signal.aborted) throw err;
         retryAt = Math.min(now() + RENEW_RETRY_MS, Math.max(now(), lapses - 1000));
-        o.log.warn({ key: lease.key, err: (err as Error).message }, 'lease renewal failed; will retry');
+        o.log.warn(
+          { key: lease.key, err: (err as Error).message },
+          'lease renewal failed; will retry',
+        );
       }
     }
   } catch (err) {

@@ -19,7 +19,11 @@ function sameLease(a: Lease, b: Lease): boolean {
 }
 
 /** Events that turn `prev` into `next`; `ownKey` is excluded from both. Does not mutate. */
-export function diffSnapshots(prev: LeaseSnapshot, next: LeaseSnapshot, ownKey?: string): LeaseEvent[] {
+export function diffSnapshots(
+  prev: LeaseSnapshot,
+  next: LeaseSnapshot,
+  ownKey?: string,
+): LeaseEvent[] {
   const out: LeaseEvent[] = [];
   for (const [key, lease] of prev) {
     if (key !== ownKey && !next.has(key)) out.push({ type: 'removed', lease });
@@ -32,14 +36,19 @@ export function diffSnapshots(prev: LeaseSnapshot, next: LeaseSnapshot, ownKey?:
   return out;
 }
 
-export type WatchChange = { type: 'put'; key: string; lease: Lease | null } | { type: 'delete'; key: string };
+export type WatchChange =
+  { type: 'put'; key: string; lease: Lease | null } | { type: 'delete'; key: string };
 
 /**
  * Applies store changes to `snapshot` in place and returns the resulting events. A put whose
  * value could not be decoded (`lease: null`) removes what was known under that key: a lease
  * that became garbage no longer describes a reachable peer.
  */
-export function applyChanges(snapshot: LeaseSnapshot, changes: readonly WatchChange[], ownKey?: string): LeaseEvent[] {
+export function applyChanges(
+  snapshot: LeaseSnapshot,
+  changes: readonly WatchChange[],
+  ownKey?: string,
+): LeaseEvent[] {
   const out: LeaseEvent[] = [];
   for (const c of changes) {
     if (c.key === ownKey) continue;

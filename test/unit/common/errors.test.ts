@@ -7,7 +7,8 @@ const doc = readFileSync(new URL('../../../docs/errors.md', import.meta.url), 'u
 
 test('every error code is documented in docs/errors.md', () => {
   const headings = new Set([...doc.matchAll(/^## (WEFT_ERR_[A-Z_]+)$/gm)].map((m) => m[1]));
-  for (const code of Object.keys(ERROR_CODES)) assert.ok(headings.has(code), `${code} undocumented`);
+  for (const code of Object.keys(ERROR_CODES))
+    assert.ok(headings.has(code), `${code} undocumented`);
   for (const h of headings) assert.ok(h! in ERROR_CODES, `${h} documented but not defined`);
 });
 

@@ -37,12 +37,18 @@ test('sleep rejects with an abort error when the signal fires', async () => {
   const ac = new AbortController();
   const p = sleep(10_000, ac.signal);
   ac.abort();
-  await assert.rejects(p, (err: unknown) => err instanceof WeftError && err.code === 'WEFT_ERR_ABORTED');
+  await assert.rejects(
+    p,
+    (err: unknown) => err instanceof WeftError && err.code === 'WEFT_ERR_ABORTED',
+  );
 });
 
 test('backoff grows by the factor and is capped', () => {
   const o = { initialMs: 100, maxMs: 5000, jitter: 0 };
-  assert.deepEqual([0, 1, 2, 3, 10].map((a) => backoffDelay(a, o)), [100, 200, 400, 800, 5000]);
+  assert.deepEqual(
+    [0, 1, 2, 3, 10].map((a) => backoffDelay(a, o)),
+    [100, 200, 400, 800, 5000],
+  );
 });
 
 test('disposable stack runs cleanups in reverse and keeps going after a failure', async () => {

@@ -14,7 +14,12 @@ const quiet = pino({ level: 'silent' });
 const NET = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'vxlan' } });
 
 function attrs(publicIP: string): LeaseAttrs {
-  return { publicIP, publicIPv6: null, backendType: 'vxlan', backendData: { VNI: 1, VtepMAC: 'aa:bb:cc:dd:ee:ff' } };
+  return {
+    publicIP,
+    publicIPv6: null,
+    backendType: 'vxlan',
+    backendData: { VNI: 1, VtepMAC: 'aa:bb:cc:dd:ee:ff' },
+  };
 }
 
 function setup(config = NET, random = () => 0) {
@@ -135,7 +140,11 @@ test('ten lost races in a row fail with WEFT_ERR_LEASE_RACE', async () => {
 });
 
 test('dual-stack acquire makes a dual-stack key', async () => {
-  const cfg = JSON.stringify({ Network: '10.5.0.0/16', EnableIPv6: true, IPv6Network: 'fc00::/48' });
+  const cfg = JSON.stringify({
+    Network: '10.5.0.0/16',
+    EnableIPv6: true,
+    IPv6Network: 'fc00::/48',
+  });
   const { sm } = setup(cfg);
   const lease = await sm.acquireLease({ ...attrs('192.168.1.10'), publicIPv6: 'fd00::10' });
   assert.equal(lease.key, '10.5.1.0-24&fc00:0:0:1::-64');
@@ -161,11 +170,20 @@ test('watch starts with every other lease, then follows adds and removes', async
   const ac = new AbortController();
   const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
   const first = await take(it);
-  assert.deepEqual(first.map((e: LeaseEvent) => [e.type, e.lease.key]), [['added', peer.key]]);
+  assert.deepEqual(
+    first.map((e: LeaseEvent) => [e.type, e.lease.key]),
+    [['added', peer.key]],
+  );
   const third = await sm.acquireLease(attrs('192.168.1.12'));
-  assert.deepEqual((await take(it)).map((e) => [e.type, e.lease.key]), [['added', third.key]]);
+  assert.deepEqual(
+    (await take(it)).map((e) => [e.type, e.lease.key]),
+    [['added', third.key]],
+  );
   await reg.deleteSubnet(peer.key);
-  assert.deepEqual((await take(it)).map((e) => [e.type, e.lease.key]), [['removed', peer.key]]);
+  assert.deepEqual(
+    (await take(it)).map((e) => [e.type, e.lease.key]),
+    [['removed', peer.key]],
+  );
   ac.abort();
 });
 
@@ -178,7 +196,10 @@ test('a malformed lease is skipped, counted once and does not stop the watch', a
   const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
   assert.deepEqual(await take(it), []);
   const good = await sm.acquireLease(attrs('192.168.1.11'));
-  assert.deepEqual((await take(it)).map((e) => e.lease.key), [good.key]);
+  assert.deepEqual(
+    (await take(it)).map((e) => e.lease.key),
+    [good.key],
+  );
   const text = await prom.metrics();
   assert.match(text, /weft_lease_malformed_total\{store="memory"\} 2/);
   ac.abort();
@@ -207,7 +228,10 @@ test('after compaction the watch re-lists and reports only the difference', asyn
   const events = await take(it);
   assert.deepEqual(
     events.map((e) => [e.type, e.lease.key]).sort(),
-    [['added', b.key], ['removed', a.key]].sort(),
+    [
+      ['added', b.key],
+      ['removed', a.key],
+    ].sort(),
   );
   ac.abort();
 });

@@ -20,7 +20,15 @@ test('subnet keys round-trip for IPv4, dual-stack and IPv6-only', () => {
 });
 
 test('malformed or unaligned keys do not parse', () => {
-  for (const k of ['10.5.34.0', '10.5.34.0-33', '10.5.34.1-24', 'x-24', '10.5.34.0-24&zz::-64', '10.5.34.0-24&fc00::1-64', '']) {
+  for (const k of [
+    '10.5.34.0',
+    '10.5.34.0-33',
+    '10.5.34.1-24',
+    'x-24',
+    '10.5.34.0-24&zz::-64',
+    '10.5.34.0-24&fc00::1-64',
+    '',
+  ]) {
     assert.equal(parseSubnetKey(k), null, k);
   }
 });
@@ -47,7 +55,9 @@ test('lease JSON keeps flannel field order and writes PublicIPv6 null', () => {
 });
 
 test('lease JSON field names match case-insensitively on read', () => {
-  const r = decodeLeaseAttrs('{"publicip":"10.0.0.1","BACKENDTYPE":"vxlan","backenddata":{"VNI":1}}');
+  const r = decodeLeaseAttrs(
+    '{"publicip":"10.0.0.1","BACKENDTYPE":"vxlan","backenddata":{"VNI":1}}',
+  );
   assert.ok(r.ok);
   assert.equal(r.value.publicIP, '10.0.0.1');
   assert.equal(r.value.backendType, 'vxlan');
@@ -55,7 +65,16 @@ test('lease JSON field names match case-insensitively on read', () => {
 });
 
 test('malformed lease values yield a reason instead of throwing', () => {
-  for (const v of ['', '{', '[]', 'null', '{"PublicIP":"nope"}', '{"PublicIP":42}', '{}', '{"PublicIP":"10.0.0.1","BackendType":5}']) {
+  for (const v of [
+    '',
+    '{',
+    '[]',
+    'null',
+    '{"PublicIP":"nope"}',
+    '{"PublicIP":42}',
+    '{}',
+    '{"PublicIP":"10.0.0.1","BackendType":5}',
+  ]) {
     const r = decodeLeaseAttrs(v);
     assert.equal(r.ok, false, v);
   }

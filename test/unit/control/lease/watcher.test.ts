@@ -1,6 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { applyChanges, diffSnapshots, type LeaseSnapshot } from '../../../../src/control/lease/watcher.js';
+import {
+  applyChanges,
+  diffSnapshots,
+  type LeaseSnapshot,
+} from '../../../../src/control/lease/watcher.js';
 import { parseCIDR } from '../../../../src/common/ip.js';
 import type { Lease } from '../../../../src/control/lease/types.js';
 
@@ -19,12 +23,19 @@ const A = lease('10.5.1.0-24', '192.168.0.1');
 const B = lease('10.5.2.0-24', '192.168.0.2');
 const OWN = lease('10.5.3.0-24', '192.168.0.3');
 
-const kinds = (evs: { type: string; lease: Lease }[]) => evs.map((e) => `${e.type} ${e.lease.key} ${e.lease.attrs.publicIP}`);
+const kinds = (evs: { type: string; lease: Lease }[]) =>
+  evs.map((e) => `${e.type} ${e.lease.key} ${e.lease.attrs.publicIP}`);
 
 test('diff reports removed, added and changed leases, never our own', () => {
-  const prev: LeaseSnapshot = new Map([[A.key, A], [B.key, B]]);
+  const prev: LeaseSnapshot = new Map([
+    [A.key, A],
+    [B.key, B],
+  ]);
   const changedB = lease(B.key, '192.168.0.22');
-  const next: LeaseSnapshot = new Map([[B.key, changedB], [OWN.key, OWN]]);
+  const next: LeaseSnapshot = new Map([
+    [B.key, changedB],
+    [OWN.key, OWN],
+  ]);
   assert.deepEqual(kinds(diffSnapshots(prev, next, OWN.key)), [
     'removed 10.5.1.0-24 192.168.0.1',
     'added 10.5.2.0-24 192.168.0.22',
@@ -38,13 +49,20 @@ test('diff of identical snapshots is empty', () => {
 
 test('changes apply in order and a put of the same value is silent', () => {
   const snap: LeaseSnapshot = new Map([[A.key, A]]);
-  const evs = applyChanges(snap, [
-    { type: 'put', key: A.key, lease: A },
-    { type: 'put', key: B.key, lease: B },
-    { type: 'delete', key: A.key },
-    { type: 'put', key: OWN.key, lease: OWN },
-  ], OWN.key);
-  assert.deepEqual(kinds(evs), ['added 10.5.2.0-24 192.168.0.2', 'removed 10.5.1.0-24 192.168.0.1']);
+  const evs = applyChanges(
+    snap,
+    [
+      { type: 'put', key: A.key, lease: A },
+      { type: 'put', key: B.key, lease: B },
+      { type: 'delete', key: A.key },
+      { type: 'put', key: OWN.key, lease: OWN },
+    ],
+    OWN.key,
+  );
+  assert.deepEqual(kinds(evs), [
+    'added 10.5.2.0-24 192.168.0.2',
+    'removed 10.5.1.0-24 192.168.0.1',
+  ]);
   assert.deepEqual([...snap.keys()], [B.key]);
 });
 

@@ -1,0 +1,83 @@
+/** `weft daemon [flags]`: flags → DaemonConfig → runDaemon, with signal handling. */
+import { errorMessage } from '../../common/errors.js';
+import { logger, setLogLevel } from '../../common/log.js';
+import { DAEMON_FLAGS, parseFlags, storeKind, usage } from '../config/flags.js';
+import { runDaemon } from '../daemon.js';
+import { selectExternalInterface } from '../iface.js';
+import { LocalManager } from '../lease/local-manager.js';
+import { openRegistry } from '../registry/open.js';
+import { VERSION } from '../version.js';
+import type { Io } from './store-commands.js';
+
+/** SIGTERM/SIGINT: stop cleanly; if cleanup has not finished by then, exit anyway. */
+export const STOP_DEADLINE_MS = 1900;
+
+export async function daemonCommand(argv: readonly string[], io: Io): Promise<number> {
+  const parsed = parseFlags(DAEMON_FLAGS, argv, io.env);
+  const o = parsed.values;
+  if (o.help) {
+    io.stdout.write(
+      usage(DAEMON_FLAGS, 'weft daemon', 'The node agent: lease, subnet.env, backend.'),
+    );
+    return 0;
+  }
+  if (o.version) {
+    io.stdout.write(`${VERSION}\n`);
+    return 0;
+  }
+  setLogLevel(o.logLevel);
+  const log = logger('main');
+  const ac = new AbortController();
+  let stopping = false;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal: sig }, 'stopping');
+    ac.abort();
+    setTimeout(() => {
+      log.warn({ deadlineMs: STOP_DEADLINE_MS }, 'cleanup did not finish in time; exiting');
+      process.exit(0);
+    }, STOP_DEADLINE_MS).unref();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  log.info({ version: VERSION, store: storeKind(parsed) }, 'starting weft daemon');
+  try {
+    await runDaemon(
+      {
+        subnetFile: o.subnetFile,
+        renewMarginMs: o.subnetLeaseRenewMargin * 60_000,
+        healthzIp: o.healthzIp,
+        healthzPort: o.healthzPort,
+        releaseLeaseOnExit: o.releaseLeaseOnExit,
+        ipMasq: o.ipMasq,
+        backendOptions: {
+          dataplaneEngine: o.dataplaneEngine,
+          dataplaneWorkers: o.dataplaneWorkers,
+          ipMasq: o.ipMasq,
+          storeDir: o.storeDir,
+        },
+        openManager: async (metrics) => new LocalManager(openRegistry(parsed), { metrics }),
+        selectInterface: (cfg) =>
+          selectExternalInterface(
+            {
+              iface: o.iface,
+              ifaceRegex: o.ifaceRegex,
+              ifaceCanReach: o.ifaceCanReach,
+              publicIP: o.publicIp,
+              publicIPv6: o.publicIpv6,
+            },
+            { ipv4: cfg.enableIPv4, ipv6: cfg.enableIPv6 },
+          ),
+      },
+      ac.signal,
+    );
+    return 0;
+  } catch (err) {
+    if (stopping) log.warn({ err: errorMessage(err) }, 'error while stopping');
+    throw err;
+  } finally {
+    process.off('SIGTERM', onSignal);
+    process.off('SIGINT', onSignal);
+  }
+}

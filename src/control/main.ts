@@ -1,0 +1,82 @@
+/**
+ * weft's entry point: wiring only. Subcommands dispatch to their modules; errors become exit
+ * codes (2 for usage/config errors, naming the flag or field; 1 for runtime failures).
+ */
+import { ERROR_CODES, WeftError, errorMessage, usageError } from '../common/errors.js';
+import { logger } from '../common/log.js';
+import { configCommand, leasesCommand, type Io } from './cli/store-commands.js';
+import { daemonCommand } from './cli/daemon-command.js';
+import { VERSION } from './version.js';
+
+const HELP = `weft ${VERSION} — a flannel-compatible overlay network
+
+usage: weft <command> [flags]
+
+commands:
+  daemon            run the node agent (flanneld's flags; --help lists them)
+  config set FILE   write the network config (net-conf JSON) to the store
+  config get        print the network config from the store
+  leases [--json]   list the leases in the store
+  cni               the CNI plugin (CNI_COMMAND + config on stdin); also bin/weft-cni
+  version           print the version
+`;
+
+type Command = (argv: readonly string[], io: Io) => Promise<number>;
+
+const COMMANDS: Record<string, Command> = {
+  daemon: daemonCommand,
+  config: configCommand,
+  leases: leasesCommand,
+  cni: async (_argv, io) => {
+    const { runCni } = await import('./cni/main.js');
+    return runCni(io.env, process.stdin, io.stdout);
+  },
+  version: async (_argv, io) => {
+    io.stdout.write(`${VERSION}\n`);
+    return 0;
+  },
+  help: async (_argv, io) => {
+    io.stdout.write(HELP);
+    return 0;
+  },
+};
+
+export async function main(argv: readonly string[], io: Io): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === '--version' || name === '-version') return COMMANDS.version!(rest, io);
+  if (name === '--help' || name === '-h' || name === '-help') return COMMANDS.help!(rest, io);
+  const command = name === undefined ? undefined : COMMANDS[name];
+  try {
+    if (!command)
+      throw usageError(
+        '',
+        name === undefined ? 'missing command' : `unknown command ${JSON.stringify(name)}`,
+      );
+    return await command(rest, io);
+  } catch (err) {
+    return reportFailure(name ?? 'weft', err);
+  }
+}
+
+function reportFailure(command: string, err: unknown): number {
+  if (err instanceof WeftError) {
+    const exit = ERROR_CODES[err.code].exit;
+    // Usage and config mistakes are for a person: say it plainly, then log it as JSON too.
+    if (exit === 2)
+      process.stderr.write(
+        `weft ${command}: ${err.message}\n${err.code === 'WEFT_ERR_USAGE' ? "run 'weft help' or 'weft " + command + " --help'\n" : ''}`,
+      );
+    logger('main').error({ code: err.code, ...err.details }, err.message);
+    return exit;
+  }
+  logger('main').error(
+    { err: errorMessage(err), stack: (err as Error)?.stack },
+    'unexpected failure',
+  );
+  return 1;
+}
+
+export async function runMain(): Promise<void> {
+  const code = await main(process.argv.slice(2), { stdout: process.stdout, env: process.env });
+  process.exitCode = code;
+}
