@@ -1,0 +1,527 @@
+/**
+ * The embedded lease store: a directory shared by the weft daemons of one host (different network
+ * namespaces, one filesystem and pid namespace). No server: every daemon reads the files and
+ * changes them under a store-wide lock.
+ *
+ * Layout of `<dir>` (mode 0700):
+ *   config              the network config JSON, raw text
+ *   revision            the store revision (decimal), written last by every change
+ *   compacted           highest revision whose tombstone was pruned (watches from below resync)
+ *   lock                the store-wide lock (dir-lock.ts)
+ *   subnets/<key>       one lease: a header line `{"revision":N,"expiration":ms|null}` then the
+ *                       value, byte for byte
+ *   deleted/<key>       tombstone `{"revision":N,"at":ms}`: the last delete (or expiry) of <key>
+ *   tmp/                temp files `<pid>-<starttime>-<random>`; a dead writer's are removed
+ *
+ * Changes (create, update, delete, and the purge of lapsed keys that precedes each of them) run
+ * under the lock: read the snapshot, apply, write the `revision` file last. Create links a
+ * complete temp file to its final name, so even without the lock two creators cannot both win.
+ * Reads take no lock: files are replaced by rename, and a reader reads `revision` first, so a
+ * change in flight has a revision above the one it reports.
+ *
+ * Watches are snapshot diffs: live keys and tombstones with a revision in [next, revision] are
+ * the events (several changes to one key between two looks collapse into the last one). A watch
+ * wakes on inotify (fs.watch on `<dir>`, which sees the `revision` rename), on the next expiry,
+ * and on a 1 s poll. When it cannot tell what changed (tombstones pruned, revision went back) it
+ * yields a resync.
+ */
+import { watch as fsWatch, type FSWatcher } from 'node:fs';
+import { link, mkdir, open, readFile, readdir, rename, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import { WeftError, abortError, errorMessage, isWeftError } from '../../common/errors.js';
+import { LogOnce, logger } from '../../common/log.js';
+import { acquireDirLock, ownerAlive, ownerFromName, tempName } from './dir-lock.js';
+import type { Registry, RegistryEvent, StoredLease, SubnetList, WatchBatch } from './registry.js';
+
+const log = logger('registry-embedded');
+
+/** Safety-net poll of a watch when inotify says nothing. */
+const POLL_MS = 1000;
+/** Tombstones older than this are pruned (watches from before them resync). */
+const TOMBSTONE_TTL_MS = 24 * 60 * 60 * 1000;
+/** Subnet keys: addresses, prefix lengths, `-`, `&`, `:`; never a path separator. */
+const KEY_RE = /^[0-9A-Za-z.:&-]{1,200}$/;
+
+export interface EmbeddedRegistryOptions {
+  /** Give up waiting for the store lock after this long (default 10 s). */
+  lockTimeoutMs?: number;
+  /** Safety-net poll interval of watches in ms (default 1000). */
+  pollMs?: number;
+}
+
+interface Snapshot {
+  /** The `revision` file, read before anything else. */
+  readonly revision: number;
+  readonly compacted: number;
+  /** Every lease file, lapsed or not. */
+  readonly live: Map<string, StoredLease>;
+  /** key → revision of its last delete, and when it happened. */
+  readonly tombs: Map<string, { revision: number; at: number }>;
+}
+
+export class EmbeddedRegistry implements Registry {
+  readonly kind = 'embedded';
+  readonly #dir: string;
+  readonly #opts: Required<EmbeddedRegistryOptions>;
+  #ready: Promise<void> | null = null;
+  /** Serialises this process's changes before they contend for the file lock. */
+  #chain: Promise<unknown> = Promise.resolve();
+  #closed = false;
+  readonly #closeCtl = new AbortController();
+  readonly #badFiles = new LogOnce();
+
+  constructor(dir: string, options: EmbeddedRegistryOptions = {}) {
+    this.#dir = dir;
+    this.#opts = { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, pollMs: options.pollMs ?? POLL_MS };
+  }
+
+  get dir(): string {
+    return this.#dir;
+  }
+
+  #path(...parts: string[]): string {
+    return join(this.#dir, ...parts);
+  }
+
+  async #check(signal?: AbortSignal): Promise<void> {
+    if (this.#closed) throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'embedded registry closed');
+    if (signal?.aborted) throw abortError(signal);
+    this.#ready ??= this.#init();
+    try {
+      await this.#ready;
+    } catch (err) {
+      this.#ready = null;
+      throw storeError(`open ${this.#dir}`, err);
+    }
+  }
+
+  async #init(): Promise<void> {
+    await mkdir(this.#dir, { recursive: true, mode: 0o700 });
+    for (const sub of ['subnets', 'deleted', 'tmp']) {
+      await mkdir(this.#path(sub), { recursive: true, mode: 0o700 });
+    }
+    // A crashed writer leaves temp files behind: remove those whose owner is gone.
+    for (const name of await readdir(this.#path('tmp'))) {
+      const owner = ownerFromName(name);
+      if (owner !== null && !ownerAlive(owner)) {
+        await unlink(this.#path('tmp', name)).catch(() => {});
+      }
+    }
+  }
+
+  // ---- reading ----
+
+  async #readNumber(name: string): Promise<number> {
+    try {
+      const n = Number((await readFile(this.#path(name), 'utf8')).trim());
+      return Number.isSafeInteger(n) && n >= 0 ? n : 0;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+      throw err;
+    }
+  }
+
+  async #readLease(key: string): Promise<StoredLease | null> {
+    let buf: Buffer;
+    try {
+      buf = await readFile(this.#path('subnets', key));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw err;
+    }
+    const nl = buf.indexOf(0x0a);
+    try {
+      if (nl < 0) throw new Error('no header line');
+      const h = JSON.parse(buf.subarray(0, nl).toString('utf8')) as {
+        revision?: unknown;
+        expiration?: unknown;
+      };
+      if (typeof h.revision !== 'number' || !(h.expiration === null || typeof h.expiration === 'number')) {
+        throw new Error('bad header');
+      }
+      const value = buf.subarray(nl + 1).toString('utf8');
+      const expiration = h.expiration === null ? null : new Date(h.expiration);
+      return { key, value, expiration, revision: h.revision };
+    } catch (err) {
+      if (this.#badFiles.first(key)) {
+        log.warn({ key, err: errorMessage(err) }, 'skipping malformed lease file');
+      }
+      return null;
+    }
+  }
+
+  async #readTomb(key: string): Promise<{ revision: number; at: number } | null> {
+    try {
+      const t = JSON.parse(await readFile(this.#path('deleted', key), 'utf8')) as {
+        revision?: unknown;
+        at?: unknown;
+      };
+      if (typeof t.revision !== 'number') return null;
+      return { revision: t.revision, at: typeof t.at === 'number' ? t.at : 0 };
+    } catch {
+      return null;
+    }
+  }
+
+  async #snapshot(): Promise<Snapshot> {
+    const revision = await this.#readNumber('revision');
+    const compacted = await this.#readNumber('compacted');
+    const live = new Map<string, StoredLease>();
+    const tombs = new Map<string, { revision: number; at: number }>();
+    for (const key of await readdir(this.#path('subnets'))) {
+      if (!KEY_RE.test(key)) continue;
+      const l = await this.#readLease(key);
+      if (l) live.set(key, l);
+    }
+    for (const key of await readdir(this.#path('deleted'))) {
+      if (!KEY_RE.test(key)) continue;
+      const t = await this.#readTomb(key);
+      if (t) tombs.set(key, t);
+    }
+    return { revision, compacted, live, tombs };
+  }
+
+  // ---- writing (under the lock) ----
+
+  /** Writes `data` to a fresh temp file (fsynced) and returns its path. */
+  async #temp(data: string | Buffer): Promise<string> {
+    const tmp = this.#path('tmp', tempName());
+    const fh = await open(tmp, 'wx', 0o600);
+    try {
+      await fh.writeFile(data);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    return tmp;
+  }
+
+  async #replace(rel: string[], data: string | Buffer): Promise<void> {
+    const tmp = await this.#temp(data);
+    try {
+      await rename(tmp, this.#path(...rel));
+    } catch (err) {
+      await unlink(tmp).catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Runs `fn` under the store lock after purging lapsed keys; writes the revision last. */
+  async #mutate<T>(signal: AbortSignal | undefined, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    await this.#check(signal);
+    const run = async (): Promise<T> => {
+      const lock = await acquireDirLock(this.#path('lock'), {
+        tmpDir: this.#path('tmp'),
+        timeoutMs: this.#opts.lockTimeoutMs,
+        signal,
+        onBreak: (owner) => log.warn({ owner }, 'broke a stale store lock'),
+      });
+      try {
+        const snap = await this.#snapshot();
+        let rev = snap.revision;
+        for (const l of snap.live.values()) rev = Math.max(rev, l.revision);
+        for (const t of snap.tombs.values()) rev = Math.max(rev, t.revision);
+        const start = rev;
+        const now = Date.now();
+        const tx: Tx = {
+          snap,
+          now,
+          nextRevision: () => ++rev,
+          writeLease: async (key, value, expiration, create) => {
+            const r = ++rev;
+            const header = JSON.stringify({ revision: r, expiration: expiration?.getTime() ?? null });
+            const data = Buffer.concat([Buffer.from(`${header}\n`), Buffer.from(value, 'utf8')]);
+            if (create) {
+              const tmp = await this.#temp(data);
+              try {
+                await link(tmp, this.#path('subnets', key));
+              } catch (err) {
+                if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw keyExists(key);
+                throw err;
+              } finally {
+                await unlink(tmp).catch(() => {});
+              }
+            } else {
+              await this.#replace(['subnets', key], data);
+            }
+            const lease: StoredLease = { key, value, expiration, revision: r };
+            snap.live.set(key, lease);
+            return lease;
+          },
+          removeLease: async (key) => {
+            const r = ++rev;
+            // Tombstone first: a reader never sees the key gone without a delete revision.
+            await this.#replace(['deleted', key], JSON.stringify({ revision: r, at: now }));
+            await unlink(this.#path('subnets', key)).catch((err: NodeJS.ErrnoException) => {
+              if (err.code !== 'ENOENT') throw err;
+            });
+            snap.live.delete(key);
+            snap.tombs.set(key, { revision: r, at: now });
+          },
+        };
+        for (const l of [...snap.live.values()]) {
+          if (l.expiration !== null && l.expiration.getTime() <= now) await tx.removeLease(l.key);
+        }
+        await this.#pruneTombs(snap, now);
+        try {
+          return await fn(tx);
+        } finally {
+          if (rev !== start) await this.#replace(['revision'], `${rev}\n`);
+        }
+      } finally {
+        await lock.release();
+      }
+    };
+    const p = this.#chain.then(run, run);
+    this.#chain = p.catch(() => {});
+    try {
+      return await p;
+    } catch (err) {
+      throw storeError('change the embedded store', err);
+    }
+  }
+
+  async #pruneTombs(snap: Snapshot, now: number): Promise<void> {
+    let compacted = snap.compacted;
+    for (const [key, t] of snap.tombs) {
+      if (now - t.at < TOMBSTONE_TTL_MS) continue;
+      await unlink(this.#path('deleted', key)).catch(() => {});
+      snap.tombs.delete(key);
+      compacted = Math.max(compacted, t.revision);
+    }
+    if (compacted !== snap.compacted) await this.#replace(['compacted'], `${compacted}\n`);
+  }
+
+  /** Test hook: prunes every tombstone now, as a long-lived store would after a day. */
+  async compact(): Promise<void> {
+    await this.#mutate(undefined, async (tx) => {
+      let compacted = tx.snap.compacted;
+      for (const [key, t] of tx.snap.tombs) {
+        await unlink(this.#path('deleted', key)).catch(() => {});
+        compacted = Math.max(compacted, t.revision);
+      }
+      // Everything up to now is history a watch can no longer replay.
+      compacted = Math.max(compacted, tx.nextRevision());
+      await this.#replace(['compacted'], `${compacted}\n`);
+    });
+  }
+
+  // ---- Registry ----
+
+  async getNetworkConfig(signal?: AbortSignal): Promise<string> {
+    await this.#check(signal);
+    try {
+      return await readFile(this.#path('config'), 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+        throw new WeftError('WEFT_ERR_CONFIG_NOT_FOUND', `no network config at ${this.#path('config')}`);
+      }
+      throw storeError('read the network config', err);
+    }
+  }
+
+  async setNetworkConfig(text: string, signal?: AbortSignal): Promise<void> {
+    await this.#check(signal);
+    try {
+      await this.#replace(['config'], text);
+    } catch (err) {
+      throw storeError('write the network config', err);
+    }
+  }
+
+  async listSubnets(signal?: AbortSignal): Promise<SubnetList> {
+    await this.#check(signal);
+    let snap: Snapshot;
+    try {
+      snap = await this.#snapshot();
+    } catch (err) {
+      throw storeError('list subnets', err);
+    }
+    return { leases: visible(snap, Date.now()), revision: snap.revision };
+  }
+
+  async getSubnet(key: string, signal?: AbortSignal): Promise<StoredLease | null> {
+    checkKey(key);
+    await this.#check(signal);
+    let l: StoredLease | null;
+    try {
+      l = await this.#readLease(key);
+    } catch (err) {
+      throw storeError(`read subnet ${key}`, err);
+    }
+    return l && !lapsed(l, Date.now()) ? l : null;
+  }
+
+  async createSubnet(key: string, value: string, ttlMs: number, signal?: AbortSignal): Promise<Date> {
+    checkKey(key);
+    return this.#mutate(signal, async (tx) => {
+      if (tx.snap.live.has(key)) throw keyExists(key);
+      const lease = await tx.writeLease(key, value, new Date(tx.now + ttlMs), true);
+      return lease.expiration!;
+    });
+  }
+
+  async updateSubnet(
+    key: string,
+    value: string,
+    ttlMs: number | null,
+    signal?: AbortSignal,
+  ): Promise<Date | null> {
+    checkKey(key);
+    return this.#mutate(signal, async (tx) => {
+      if (!tx.snap.live.has(key)) throw notFound(key);
+      const expiration = ttlMs === null ? null : new Date(tx.now + ttlMs);
+      return (await tx.writeLease(key, value, expiration, false)).expiration;
+    });
+  }
+
+  async deleteSubnet(key: string, signal?: AbortSignal): Promise<void> {
+    checkKey(key);
+    await this.#mutate(signal, async (tx) => {
+      if (!tx.snap.live.has(key)) throw notFound(key);
+      await tx.removeLease(key);
+    });
+  }
+
+  async *watchSubnets(fromRevision: number, signal: AbortSignal): AsyncIterable<WatchBatch> {
+    await this.#check(signal);
+    const stop = AbortSignal.any([signal, this.#closeCtl.signal]);
+    let wake: (() => void) | null = null;
+    let dirty = false;
+    const poke = () => {
+      dirty = true;
+      wake?.();
+    };
+    let watcher: FSWatcher | null = null;
+    try {
+      watcher = fsWatch(this.#dir, { persistent: false }, poke);
+      watcher.on('error', () => {}); // the poll carries on
+    } catch (err) {
+      log.debug({ err: errorMessage(err) }, 'fs.watch unavailable, polling');
+    }
+    stop.addEventListener('abort', poke, { once: true });
+    let next = fromRevision;
+    try {
+      while (!stop.aborted) {
+        dirty = false;
+        let snap: Snapshot;
+        try {
+          snap = await this.#snapshot();
+        } catch (err) {
+          log.warn({ err: errorMessage(err) }, 'embedded watch read failed');
+          await this.#waitFor(this.#opts.pollMs, stop, (w) => (wake = w), () => dirty);
+          continue;
+        }
+        if (stop.aborted) return;
+        const now = Date.now();
+        const top = snap.revision;
+        if ((snap.compacted > 0 && next <= snap.compacted) || next > top + 1) {
+          yield { kind: 'resync', leases: visible(snap, now), revision: top };
+          next = top + 1;
+        } else if (next <= top) {
+          const events = diffEvents(snap, next, top, now);
+          next = top + 1;
+          if (events.length > 0) yield { kind: 'events', events, revision: top };
+        }
+        if (stop.aborted) return;
+        // Lapsed keys are deleted (with a revision) by whoever notices first.
+        let soonest = Infinity;
+        let anyLapsed = false;
+        for (const l of snap.live.values()) {
+          if (l.expiration === null) continue;
+          if (l.expiration.getTime() <= now) anyLapsed = true;
+          else soonest = Math.min(soonest, l.expiration.getTime());
+        }
+        if (anyLapsed) {
+          await this.#mutate(undefined, async () => {}).catch((err: unknown) => {
+            log.warn({ err: errorMessage(err) }, 'embedded expiry purge failed');
+          });
+          continue;
+        }
+        const waitMs = Math.max(0, Math.min(this.#opts.pollMs, soonest - now + 1));
+        await this.#waitFor(waitMs, stop, (w) => (wake = w), () => dirty);
+      }
+    } finally {
+      watcher?.close();
+      stop.removeEventListener('abort', poke);
+    }
+  }
+
+  /** Waits `ms`, or until `poke` runs (fs event, abort); returns at once if already dirty. */
+  #waitFor(
+    ms: number,
+    stop: AbortSignal,
+    setWake: (w: (() => void) | null) => void,
+    isDirty: () => boolean,
+  ): Promise<void> {
+    if (isDirty() || stop.aborted) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        setWake(null);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      setWake(done);
+    });
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#closeCtl.abort();
+    await this.#chain;
+  }
+}
+
+interface Tx {
+  readonly snap: Snapshot;
+  readonly now: number;
+  nextRevision(): number;
+  writeLease(key: string, value: string, expiration: Date | null, create: boolean): Promise<StoredLease>;
+  removeLease(key: string): Promise<void>;
+}
+
+function lapsed(l: StoredLease, now: number): boolean {
+  return l.expiration !== null && l.expiration.getTime() <= now;
+}
+
+function visible(snap: Snapshot, now: number): StoredLease[] {
+  return [...snap.live.values()].filter((l) => !lapsed(l, now));
+}
+
+/** Puts and deletes with a revision in [from, to], in revision order. */
+function diffEvents(snap: Snapshot, from: number, to: number, now: number): RegistryEvent[] {
+  const events: RegistryEvent[] = [];
+  for (const l of snap.live.values()) {
+    if (l.revision >= from && l.revision <= to && !lapsed(l, now)) events.push({ type: 'put', lease: l });
+  }
+  for (const [key, t] of snap.tombs) {
+    if (t.revision >= from && t.revision <= to) events.push({ type: 'delete', key, revision: t.revision });
+  }
+  return events.sort((a, b) => rev(a) - rev(b));
+}
+
+function rev(e: RegistryEvent): number {
+  return e.type === 'put' ? e.lease.revision : e.revision;
+}
+
+function checkKey(key: string): void {
+  if (!KEY_RE.test(key) || key === '.' || key === '..') {
+    throw new WeftError('WEFT_ERR_LEASE_MALFORMED', `not a subnet key: ${JSON.stringify(key)}`, {
+      details: { key },
+    });
+  }
+}
+
+function keyExists(key: string): WeftError {
+  return new WeftError('WEFT_ERR_STORE_KEY_EXISTS', `subnet ${key} is already leased`, { details: { key } });
+}
+
+function notFound(key: string): WeftError {
+  return new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, { details: { key } });
+}
+
+function storeError(what: string, err: unknown): WeftError {
+  if (isWeftError(err)) return err;
+  return new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `${what}: ${errorMessage(err)}`, { cause: err });
+}

@@ -1,0 +1,246 @@
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, existsSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { sleep } from '../../../../src/common/lifecycle.js';
+import { EmbeddedRegistry } from '../../../../src/control/registry/embedded.js';
+import {
+  DUAL_KEY,
+  DUAL_VALUE,
+  V4_KEY,
+  V4_VALUE,
+  nextBatch,
+  registryConformance,
+} from '../../../helpers/registry-conformance.js';
+
+const CHILD = fileURLToPath(new URL('../../../helpers/embedded-child.ts', import.meta.url));
+const dirs: string[] = [];
+const children: ChildProcess[] = [];
+
+function tempStore(): string {
+  const d = mkdtempSync(join(tmpdir(), 'weft-embedded-'));
+  dirs.push(d);
+  return join(d, 'store');
+}
+
+after(() => {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function runChild(args: string[]): ChildProcess {
+  const c = spawn(process.execPath, ['--import', 'tsx', CHILD, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  children.push(c);
+  return c;
+}
+
+function childOutput(c: ChildProcess): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    c.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    c.on('error', reject);
+    c.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`child exited ${code}`))));
+  });
+}
+
+function firstLine(c: ChildProcess): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    c.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const nl = out.indexOf('\n');
+      if (nl >= 0) resolve(out.slice(0, nl));
+    });
+    c.on('exit', (code) => reject(new Error(`child exited ${code} before printing`)));
+  });
+}
+
+/** Writes a lease file as an operator would: header without expiration, then the value. */
+async function writeReservation(dir: string, key: string, value: string): Promise<void> {
+  writeFileSync(join(dir, 'subnets', key), `{"revision":0,"expiration":null}\n${value}`);
+}
+
+registryConformance('embedded', {
+  open: async () => {
+    const dir = tempStore();
+    const registry = new EmbeddedRegistry(dir, { pollMs: 200 });
+    await registry.listSubnets(); // creates the directory
+    return { registry, reserve: (key, value) => writeReservation(dir, key, value) };
+  },
+  shortTtlMs: 500,
+  expirySlackMs: 150,
+  expirationToleranceMs: 100,
+});
+
+describe('EmbeddedRegistry', () => {
+  it('creates a missing store directory with mode 0700', async () => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir);
+    await r.listSubnets();
+    await r.close();
+    assert.equal(statSync(dir).mode & 0o777, 0o700);
+  });
+
+  it('gives each key to exactly one of two processes racing 50 times', async () => {
+    const dir = tempStore();
+    const barrier = join(dir, '..', 'barrier');
+    mkdirSync(barrier);
+    const rounds = 50;
+    const [a, b] = ['a', 'b'].map((id) => childOutput(runChild(['race', dir, id, String(rounds), barrier])));
+    const results = (await Promise.all([a!, b!])).map(
+      (out) => JSON.parse(out.trim()) as { id: string; won: number[] },
+    );
+    const r = new EmbeddedRegistry(dir);
+    try {
+      for (let i = 0; i < rounds; i++) {
+        const winners = results.filter((x) => x.won.includes(i)).map((x) => x.id);
+        assert.equal(winners.length, 1, `round ${i}: winners ${JSON.stringify(winners)}`);
+        const stored = await r.getSubnet(`10.5.${i}.0-24`);
+        assert.equal(stored?.value, `{"PublicIP":"child-${winners[0]}"}`);
+      }
+      // Both children won some rounds: the race was real, not one child running ahead.
+      assert.ok(results.every((x) => x.won.length > 0), JSON.stringify(results.map((x) => x.won.length)));
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('reports a change made by another instance to a watch within 250 ms', async () => {
+    const dir = tempStore();
+    const writer = new EmbeddedRegistry(dir);
+    const reader = new EmbeddedRegistry(dir, { pollMs: 5000 });
+    const ac = new AbortController();
+    try {
+      const { revision } = await reader.listSubnets();
+      const it = reader.watchSubnets(revision + 1, ac.signal)[Symbol.asyncIterator]();
+      await sleep(100);
+      const latencies: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        const key = `10.5.${i}.0-24`;
+        const t0 = performance.now();
+        await writer.createSubnet(key, V4_VALUE, 60_000);
+        const b = await nextBatch(it, 1000);
+        latencies.push(performance.now() - t0);
+        assert.equal(b.kind, 'events');
+        if (b.kind === 'events') assert.equal(b.events[0]?.type === 'put' && b.events[0].lease.key, key);
+      }
+      const worst = Math.max(...latencies);
+      assert.ok(worst < 250, `watch latencies ${latencies.map((x) => x.toFixed(1)).join(', ')} ms`);
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await writer.close();
+      await reader.close();
+    }
+  });
+
+  it('breaks the lock of a writer killed while holding it', async () => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir, { lockTimeoutMs: 5000 });
+    try {
+      await r.listSubnets();
+      const holder = runChild(['hold-lock', dir]);
+      assert.equal(await firstLine(holder), 'locked');
+      assert.ok(existsSync(join(dir, 'lock')));
+      holder.kill('SIGKILL');
+      await new Promise((resolve) => holder.once('exit', resolve));
+      const t0 = Date.now();
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      assert.ok(Date.now() - t0 < 1000, 'a dead owner must not make us wait');
+      assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
+      assert.equal(existsSync(join(dir, 'lock')), false, 'our lock is released');
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('waits for a live lock holder and then gives up with WEFT_ERR_STORE_UNAVAILABLE', async () => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir, { lockTimeoutMs: 300 });
+    try {
+      await r.listSubnets();
+      const holder = runChild(['hold-lock', dir]);
+      assert.equal(await firstLine(holder), 'locked');
+      await assert.rejects(r.createSubnet(V4_KEY, V4_VALUE, 60_000), { code: 'WEFT_ERR_STORE_UNAVAILABLE' });
+      holder.kill('SIGKILL');
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('removes temp files left by a dead writer when it opens the store', async () => {
+    const dir = tempStore();
+    mkdirSync(join(dir, 'tmp'), { recursive: true });
+    // pid 2^22 + 1 is above the kernel's pid_max ceiling: never a live process.
+    const stale = join(dir, 'tmp', `${2 ** 22 + 1}-12345-deadbeef`);
+    const ours = join(dir, 'tmp', `${process.pid}-0-cafe`);
+    writeFileSync(stale, 'half a lease');
+    writeFileSync(ours, 'in flight');
+    const r = new EmbeddedRegistry(dir);
+    await r.listSubnets();
+    await r.close();
+    assert.deepEqual(readdirSync(join(dir, 'tmp')), [ours.split('/').pop()]);
+  });
+
+  it('skips a malformed lease file instead of failing the list', async () => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir);
+    try {
+      await r.createSubnet(DUAL_KEY, DUAL_VALUE, 60_000);
+      writeFileSync(join(dir, 'subnets', V4_KEY), 'not a lease file');
+      const list = await r.listSubnets();
+      assert.deepEqual(
+        list.leases.map((l) => l.key),
+        [DUAL_KEY],
+      );
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('resyncs a watch from before a compaction', async () => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir);
+    const ac = new AbortController();
+    try {
+      const start = (await r.listSubnets()).revision + 1;
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      await r.createSubnet(DUAL_KEY, DUAL_VALUE, 60_000);
+      await r.deleteSubnet(V4_KEY);
+      await r.compact();
+      const it = r.watchSubnets(start, ac.signal)[Symbol.asyncIterator]();
+      const b = await nextBatch(it, 2000);
+      assert.equal(b.kind, 'resync');
+      if (b.kind === 'resync') assert.deepEqual(b.leases.map((l) => l.key), [DUAL_KEY]);
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await r.close();
+    }
+  });
+
+  it('keeps revisions increasing across instances', async () => {
+    const dir = tempStore();
+    const a = new EmbeddedRegistry(dir);
+    const b = new EmbeddedRegistry(dir);
+    try {
+      await a.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      const r1 = (await b.getSubnet(V4_KEY))!.revision;
+      await b.updateSubnet(V4_KEY, DUAL_VALUE, 60_000);
+      const r2 = (await a.getSubnet(V4_KEY))!.revision;
+      await a.deleteSubnet(V4_KEY);
+      const r3 = (await b.listSubnets()).revision;
+      assert.ok(r1 < r2 && r2 < r3, `${r1} < ${r2} < ${r3}`);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+});
