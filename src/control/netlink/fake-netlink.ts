@@ -1,0 +1,213 @@
+/**
+ * A recording Netlink with in-memory kernel state, for unit tests. It keeps the kernel's rules
+ * that matter to the backends: routes are keyed by (table, dst), neighbours by (dev, dst), FDB
+ * entries by (dev, mac, dst); ops on unknown devices fail with ENODEV; deleting what is absent
+ * succeeds (the seam is idempotent). `calls` records every applied batch; `failWith` injects an
+ * errno for ops matching a predicate.
+ */
+import { constants } from 'node:os';
+import type { WeftError } from '../../common/errors.js';
+import { type Family, familyOf } from '../../common/ip.js';
+import {
+  type AddrEntry,
+  type FdbEntry,
+  type LinkInfo,
+  type NeighEntry,
+  type Netlink,
+  type Op,
+  type RouteEntry,
+  type RouteFilter,
+  NUD_PERMANENT,
+  RT_TABLE_MAIN,
+  isAlreadyDone,
+  netlinkError,
+} from './netlink.js';
+
+interface FakeLink {
+  index: number;
+  name: string;
+  mtu: number;
+  mac: string;
+  up: boolean;
+  kind: string;
+  vxlan: LinkInfo['vxlan'];
+}
+
+export class FakeNetlink implements Netlink {
+  readonly links = new Map<string, FakeLink>();
+  readonly routes = new Map<string, RouteEntry>();
+  readonly neighs = new Map<string, NeighEntry>();
+  readonly fdb = new Map<string, FdbEntry>();
+  readonly addrs = new Map<string, AddrEntry>();
+  /** Every batch passed to apply(), in order. */
+  readonly calls: Op[][] = [];
+  #nextIndex = 1;
+  #faults: Array<{ match: (op: Op) => boolean; errno: number; times: number }> = [];
+  closed = false;
+
+  /** Adds a device (as `ip link add` would). */
+  addLink(name: string, o: Partial<Omit<FakeLink, 'name' | 'index'>> = {}): FakeLink {
+    const l: FakeLink = {
+      index: this.#nextIndex++,
+      name,
+      mtu: o.mtu ?? 1500,
+      mac: o.mac ?? '02:00:00:00:00:' + (this.#nextIndex - 1).toString(16).padStart(2, '0'),
+      up: o.up ?? true,
+      kind: o.kind ?? '',
+      vxlan: o.vxlan ?? null,
+    };
+    this.links.set(name, l);
+    return l;
+  }
+
+  /** The next `times` ops matching `match` fail with `errno`. */
+  failWith(match: (op: Op) => boolean, errno: number, times = 1): void {
+    this.#faults.push({ match, errno, times });
+  }
+
+  /** Ops applied so far, flattened. */
+  get ops(): Op[] {
+    return this.calls.flat();
+  }
+
+  async apply(ops: readonly Op[]): Promise<Array<WeftError | null>> {
+    this.calls.push([...ops]);
+    return ops.map((op) => {
+      const errno = this.#fault(op) ?? this.#applyOne(op);
+      return errno === 0 || isAlreadyDone(op, errno) ? null : netlinkError(op, errno);
+    });
+  }
+
+  #fault(op: Op): number | undefined {
+    const f = this.#faults.find((x) => x.times > 0 && x.match(op));
+    if (!f) return undefined;
+    f.times--;
+    return f.errno;
+  }
+
+  #applyOne(op: Op): number {
+    const E = constants.errno;
+    if (op.op !== 'addVxlan' && op.dev !== undefined && !this.links.has(op.dev)) return E.ENODEV;
+    switch (op.op) {
+      case 'replaceRoute': {
+        const table = op.table ?? RT_TABLE_MAIN;
+        this.routes.set(`${table}|${op.dst}`, {
+          dst: op.dst,
+          gw: op.gw ?? null,
+          dev: op.dev ?? null,
+          onlink: op.onlink ?? false,
+          table,
+          protocol: 3,
+          scope: op.gw ? 0 : 253,
+        });
+        return 0;
+      }
+      case 'delRoute': {
+        const key = `${op.table ?? RT_TABLE_MAIN}|${op.dst}`;
+        return this.routes.delete(key) ? 0 : E.ESRCH;
+      }
+      case 'replaceNeigh':
+        if (!op.mac) return E.EINVAL;
+        this.neighs.set(`${op.dev}|${op.dst}`, {
+          dst: op.dst,
+          dev: op.dev,
+          mac: op.mac,
+          state: NUD_PERMANENT,
+        });
+        return 0;
+      case 'delNeigh':
+        return this.neighs.delete(`${op.dev}|${op.dst}`) ? 0 : E.ENOENT;
+      case 'appendFdb': {
+        const key = `${op.dev}|${op.mac}|${op.dst}`;
+        if (this.fdb.has(key)) return E.EEXIST;
+        this.fdb.set(key, { mac: op.mac, dst: op.dst, dev: op.dev, state: NUD_PERMANENT });
+        return 0;
+      }
+      case 'delFdb':
+        return this.fdb.delete(`${op.dev}|${op.mac}|${op.dst}`) ? 0 : E.ENOENT;
+      case 'replaceAddr':
+        this.addrs.set(`${op.dev}|${op.addr}`, { addr: op.addr, dev: op.dev });
+        return 0;
+      case 'delAddr':
+        return this.addrs.delete(`${op.dev}|${op.addr}`) ? 0 : E.EADDRNOTAVAIL;
+      case 'setLink': {
+        const l = this.links.get(op.dev)!;
+        if (op.up !== undefined) l.up = op.up;
+        if (op.mtu !== undefined) l.mtu = op.mtu;
+        if (op.mac !== undefined) l.mac = op.mac;
+        return 0;
+      }
+      case 'delLink':
+        this.#dropDevice(op.dev);
+        return 0;
+      case 'addVxlan': {
+        if (this.links.has(op.name)) return E.EEXIST;
+        if (op.link !== undefined && !this.links.has(op.link)) return E.ENODEV;
+        const link = op.link === undefined ? 0 : this.links.get(op.link)!.index;
+        this.addLink(op.name, {
+          kind: 'vxlan',
+          mtu: op.mtu ?? 1450,
+          up: false,
+          ...(op.mac ? { mac: op.mac } : {}),
+          vxlan: {
+            vni: op.vni,
+            port: op.port,
+            local: op.local ?? null,
+            link,
+            learning: op.learning,
+          },
+        });
+        return 0;
+      }
+    }
+  }
+
+  /** Removes a device and every entry on it (as the kernel does). */
+  #dropDevice(name: string): void {
+    this.links.delete(name);
+    for (const m of [this.routes, this.neighs, this.fdb, this.addrs] as Array<
+      Map<string, { dev: string | null }>
+    >) {
+      for (const [k, v] of m) if (v.dev === name) m.delete(k);
+    }
+  }
+
+  /** Removes a device behind the backend's back (tests of device recreation). */
+  removeLink(name: string): void {
+    this.#dropDevice(name);
+  }
+
+  async listRoutes(filter: RouteFilter): Promise<RouteEntry[]> {
+    const table = filter.table ?? RT_TABLE_MAIN;
+    return [...this.routes.values()].filter(
+      (r) =>
+        r.table === table &&
+        familyOf(r.dst.slice(0, r.dst.lastIndexOf('/'))) === filter.family &&
+        (filter.dst === undefined || r.dst === filter.dst) &&
+        (filter.dev === undefined || r.dev === filter.dev),
+    );
+  }
+
+  async listNeighs(family: Family, dev: string): Promise<NeighEntry[]> {
+    return [...this.neighs.values()].filter((n) => n.dev === dev && familyOf(n.dst) === family);
+  }
+
+  async listFdb(dev: string): Promise<FdbEntry[]> {
+    return [...this.fdb.values()].filter((f) => f.dev === dev);
+  }
+
+  async listAddrs(family: Family, dev: string): Promise<AddrEntry[]> {
+    return [...this.addrs.values()].filter(
+      (a) => a.dev === dev && familyOf(a.addr.slice(0, a.addr.lastIndexOf('/'))) === family,
+    );
+  }
+
+  async getLink(name: string): Promise<LinkInfo | null> {
+    const l = this.links.get(name);
+    return l ? { ...l, vxlan: l.vxlan } : null;
+  }
+
+  close(): void {
+    this.closed = true;
+  }
+}

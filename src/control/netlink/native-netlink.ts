@@ -1,0 +1,334 @@
+/**
+ * Netlink over the native addon (libmnl). The binding is synchronous (rtnetlink answers in
+ * microseconds and this runs on the control thread, never on a packet path); the Promise API
+ * keeps the seam open for other implementations.
+ *
+ * `netns`: a namespace name (`/run/netns/<name>`) or path; the socket is opened inside it, so
+ * every op acts there. Tests always pass one; the daemon runs in its node's namespace and passes
+ * none.
+ */
+import { constants } from 'node:os';
+import { WeftError } from '../../common/errors.js';
+import type { Family } from '../../common/ip.js';
+import { loadNative } from '../../common/native.js';
+import {
+  type AddrEntry,
+  type FdbEntry,
+  type LinkInfo,
+  type NeighEntry,
+  type Netlink,
+  type Op,
+  type RouteEntry,
+  type RouteFilter,
+  RT_TABLE_MAIN,
+  errnoName,
+  isAlreadyDone,
+  netlinkError,
+} from './netlink.js';
+
+interface RawLink {
+  index: number;
+  name: string;
+  mtu: number;
+  mac: string | null;
+  flags: number;
+  kind: string;
+  vxlan: {
+    vni: number;
+    port: number;
+    local: string | null;
+    link: number;
+    learning: boolean;
+  } | null;
+}
+interface RawRoute {
+  dst: string;
+  dstLen: number;
+  gw: string | null;
+  ifindex: number;
+  table: number;
+  protocol: number;
+  scope: number;
+  type: number;
+  flags: number;
+}
+interface RawNeigh {
+  dst: string | null;
+  ifindex: number;
+  mac: string | null;
+  state: number;
+  flags: number;
+}
+interface RawAddr {
+  addr: string;
+  prefix: number;
+  ifindex: number;
+}
+
+/** The addon's netlink exports (see native/src/addon.cc, nlbind). */
+interface NetlinkBinding {
+  netlinkOpen(netnsPath: string): unknown;
+  netlinkClose(h: unknown): void;
+  netlinkApply(h: unknown, ops: Array<Record<string, unknown>>): Int32Array;
+  netlinkList(h: unknown, what: 'route', family: Family, ifindex: number): RawRoute[];
+  netlinkList(h: unknown, what: 'neigh' | 'fdb', family: Family, ifindex: number): RawNeigh[];
+  netlinkList(h: unknown, what: 'addr', family: Family, ifindex: number): RawAddr[];
+  netlinkList(h: unknown, what: 'link', family: Family, ifindex: number): RawLink[];
+  netlinkGetLink(h: unknown, name: string): RawLink | null;
+}
+
+const IFF_UP = 1;
+const RTN_UNICAST = 1;
+const RTNH_F_ONLINK = 4;
+const NTF_SELF = 0x02;
+
+function splitCIDR(cidr: string): { addr: string; len: number | undefined } {
+  const i = cidr.lastIndexOf('/');
+  return i < 0
+    ? { addr: cidr, len: undefined }
+    : { addr: cidr.slice(0, i), len: Number(cidr.slice(i + 1)) };
+}
+
+function toLinkInfo(l: RawLink): LinkInfo {
+  return {
+    index: l.index,
+    name: l.name,
+    mtu: l.mtu,
+    mac: l.mac,
+    up: (l.flags & IFF_UP) !== 0,
+    kind: l.kind,
+    vxlan: l.vxlan,
+  };
+}
+
+export class NativeNetlink implements Netlink {
+  readonly #b: NetlinkBinding;
+  readonly #h: unknown;
+  #closed = false;
+
+  constructor(options: { netns?: string } = {}) {
+    this.#b = loadNative<NetlinkBinding>();
+    const ns = options.netns;
+    const path = ns === undefined ? '' : ns.includes('/') ? ns : `/run/netns/${ns}`;
+    try {
+      this.#h = this.#b.netlinkOpen(path);
+    } catch (err) {
+      throw new WeftError('WEFT_ERR_NETLINK', (err as Error).message, { cause: err });
+    }
+  }
+
+  /** Name → index for every link, read once per call (devices may be recreated at any time). */
+  #indexes(): Map<string, number> {
+    const m = new Map<string, number>();
+    for (const l of this.#list('link', 4, 0)) m.set(l.name, l.index);
+    return m;
+  }
+
+  #names(): Map<number, string> {
+    const m = new Map<number, string>();
+    for (const l of this.#list('link', 4, 0)) m.set(l.index, l.name);
+    return m;
+  }
+
+  #list(what: 'link', family: Family, ifindex: number): RawLink[];
+  #list(what: 'route', family: Family, ifindex: number): RawRoute[];
+  #list(what: 'neigh' | 'fdb', family: Family, ifindex: number): RawNeigh[];
+  #list(what: 'addr', family: Family, ifindex: number): RawAddr[];
+  #list(
+    what: 'link' | 'route' | 'neigh' | 'fdb' | 'addr',
+    family: Family,
+    ifindex: number,
+  ): unknown[] {
+    this.#check();
+    try {
+      return this.#b.netlinkList(this.#h, what as 'link', family, ifindex);
+    } catch (err) {
+      const errno = (err as { errno?: number }).errno;
+      const name = errno === undefined ? (err as Error).message : errnoName(errno);
+      throw new WeftError('WEFT_ERR_NETLINK', `list ${what}: ${name}`, { cause: err });
+    }
+  }
+
+  #check(): void {
+    if (this.#closed) throw new WeftError('WEFT_ERR_NETLINK', 'netlink: used after close');
+  }
+
+  async apply(ops: readonly Op[]): Promise<Array<WeftError | null>> {
+    this.#check();
+    const results: Array<WeftError | null> = new Array<WeftError | null>(ops.length).fill(null);
+    // Device names are resolved per segment: a segment ends after an op that creates a device,
+    // so later ops in the same batch find it.
+    let start = 0;
+    while (start < ops.length) {
+      let end = start;
+      while (end < ops.length && ops[end]!.op !== 'addVxlan') end++;
+      end = Math.min(end + 1, ops.length);
+      this.#applySegment(ops, start, end, results);
+      start = end;
+    }
+    return results;
+  }
+
+  #applySegment(
+    ops: readonly Op[],
+    start: number,
+    end: number,
+    results: Array<WeftError | null>,
+  ): void {
+    const idx = this.#indexes();
+    const raw: Array<Record<string, unknown>> = [];
+    const rawIndex: number[] = [];
+    for (let i = start; i < end; i++) {
+      const op = ops[i]!;
+      const r = this.#encode(op, idx);
+      if (typeof r === 'number') {
+        results[i] = isAlreadyDone(op, r) ? null : netlinkError(op, r);
+      } else {
+        raw.push(r);
+        rawIndex.push(i);
+      }
+    }
+    if (raw.length === 0) return;
+    const errs = this.#b.netlinkApply(this.#h, raw);
+    for (let k = 0; k < errs.length; k++) {
+      const errno = errs[k]!;
+      const i = rawIndex[k]!;
+      if (errno !== 0 && !isAlreadyDone(ops[i]!, errno)) results[i] = netlinkError(ops[i]!, errno);
+    }
+  }
+
+  /** The binding's op object, or an errno when it cannot be sent (unknown device). */
+  #encode(op: Op, idx: Map<string, number>): Record<string, unknown> | number {
+    const dev = (name: string | undefined): number | null => {
+      if (name === undefined) return 0;
+      return idx.get(name) ?? null;
+    };
+    const ENODEV = constants.errno.ENODEV;
+    switch (op.op) {
+      case 'replaceRoute':
+      case 'delRoute': {
+        const ifindex = dev(op.dev);
+        if (ifindex === null) return ENODEV;
+        const { addr, len } = splitCIDR(op.dst);
+        return {
+          op: op.op,
+          dst: addr,
+          dstLen: len ?? -1,
+          gw: op.gw ?? '',
+          ifindex,
+          onlink: op.onlink ?? false,
+          table: op.table ?? RT_TABLE_MAIN,
+        };
+      }
+      case 'replaceNeigh':
+      case 'delNeigh':
+      case 'appendFdb':
+      case 'delFdb': {
+        const ifindex = dev(op.dev);
+        if (ifindex === null) return ENODEV;
+        return { op: op.op, dst: op.dst, mac: op.mac ?? '', ifindex };
+      }
+      case 'replaceAddr':
+      case 'delAddr': {
+        const ifindex = dev(op.dev);
+        if (ifindex === null) return ENODEV;
+        const { addr, len } = splitCIDR(op.addr);
+        return { op: op.op, dst: addr, dstLen: len ?? -1, ifindex };
+      }
+      case 'setLink': {
+        const ifindex = dev(op.dev);
+        if (ifindex === null) return ENODEV;
+        return {
+          op: op.op,
+          ifindex,
+          up: op.up === undefined ? -1 : op.up ? 1 : 0,
+          mtu: op.mtu ?? 0,
+          mac: op.mac ?? '',
+        };
+      }
+      case 'delLink': {
+        const ifindex = dev(op.dev);
+        if (ifindex === null) return ENODEV;
+        return { op: op.op, ifindex };
+      }
+      case 'addVxlan': {
+        const link = dev(op.link);
+        if (link === null) return ENODEV;
+        return {
+          op: op.op,
+          name: op.name,
+          vni: op.vni,
+          port: op.port,
+          local: op.local ?? '',
+          link,
+          learning: op.learning,
+          mtu: op.mtu ?? 0,
+          mac: op.mac ?? '',
+        };
+      }
+    }
+  }
+
+  async listRoutes(filter: RouteFilter): Promise<RouteEntry[]> {
+    const names = this.#names();
+    const table = filter.table ?? RT_TABLE_MAIN;
+    const out: RouteEntry[] = [];
+    for (const r of this.#list('route', filter.family, 0)) {
+      if (r.table !== table || r.type !== RTN_UNICAST) continue;
+      const dst = `${r.dst}/${r.dstLen}`;
+      const dev = names.get(r.ifindex) ?? null;
+      if (filter.dst !== undefined && filter.dst !== dst) continue;
+      if (filter.dev !== undefined && filter.dev !== dev) continue;
+      out.push({
+        dst,
+        gw: r.gw,
+        dev,
+        onlink: (r.flags & RTNH_F_ONLINK) !== 0,
+        table: r.table,
+        protocol: r.protocol,
+        scope: r.scope,
+      });
+    }
+    return out;
+  }
+
+  async listNeighs(family: Family, dev: string): Promise<NeighEntry[]> {
+    const ifindex = this.#indexes().get(dev);
+    if (ifindex === undefined) return [];
+    return this.#list('neigh', family, ifindex)
+      .filter((n) => n.dst !== null)
+      .map((n) => ({ dst: n.dst!, dev, mac: n.mac, state: n.state }));
+  }
+
+  async listFdb(dev: string): Promise<FdbEntry[]> {
+    const ifindex = this.#indexes().get(dev);
+    if (ifindex === undefined) return [];
+    return this.#list('fdb', 4, ifindex)
+      .filter((n) => n.mac !== null && (n.flags & NTF_SELF) !== 0)
+      .map((n) => ({ mac: n.mac!, dst: n.dst, dev, state: n.state }));
+  }
+
+  async listAddrs(family: Family, dev: string): Promise<AddrEntry[]> {
+    const ifindex = this.#indexes().get(dev);
+    if (ifindex === undefined) return [];
+    return this.#list('addr', family, ifindex).map((a) => ({ addr: `${a.addr}/${a.prefix}`, dev }));
+  }
+
+  async getLink(name: string): Promise<LinkInfo | null> {
+    this.#check();
+    try {
+      const l = this.#b.netlinkGetLink(this.#h, name);
+      return l ? toLinkInfo(l) : null;
+    } catch (err) {
+      const errno = (err as { errno?: number }).errno;
+      const why = errno === undefined ? (err as Error).message : errnoName(errno);
+      throw new WeftError('WEFT_ERR_NETLINK', `get link ${name}: ${why}`, { cause: err });
+    }
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#b.netlinkClose(this.#h);
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * The Netlink seam: typed, idempotent kernel operations (iproute2's verbs) for the kernel
+ * backends. Implementations: `NativeNetlink` (the addon, libmnl) and `FakeNetlink` (in-memory
+ * kernel state that records every op, for unit tests).
+ *
+ * Contract:
+ * - Ops name devices, never indexes: an implementation resolves names when it applies them, so a
+ *   device recreated between plan and apply is still found. An unknown device fails that op
+ *   with ENODEV.
+ * - `apply(ops)` sends the whole list as one batch and returns one result per op, in op order:
+ *   null on success, else a WeftError WEFT_ERR_NETLINK whose message names the operation, the
+ *   target and the errno (`replace route 10.5.34.0/24 via 10.5.34.0 dev flannel.1: EEXIST`).
+ *   Ops are independent; one failing does not stop the others. Ordering between ops in one batch
+ *   is kept (the kernel handles them in sequence).
+ * - Idempotent: `replace*` creates or overwrites; `del*` of an absent entry succeeds; `appendFdb`
+ *   of an existing entry succeeds.
+ * - `list*` return the kernel's current state, filtered as asked.
+ */
+import { constants } from 'node:os';
+import { WeftError } from '../../common/errors.js';
+import type { Family } from '../../common/ip.js';
+
+export interface RouteSpec {
+  /** Destination prefix, e.g. `10.5.34.0/24` or `fc00:0:0:5d::/64`. */
+  readonly dst: string;
+  readonly gw?: string;
+  readonly dev?: string;
+  readonly onlink?: boolean;
+  /** Routing table (default: main, 254). */
+  readonly table?: number;
+}
+
+export interface NeighSpec {
+  readonly dst: string;
+  readonly dev: string;
+  /** Link-layer address (required for replaceNeigh). */
+  readonly mac?: string;
+}
+
+export interface FdbSpec {
+  readonly mac: string;
+  /** The remote VTEP (the peer's public address). */
+  readonly dst: string;
+  readonly dev: string;
+}
+
+export interface VxlanSpec {
+  readonly name: string;
+  readonly vni: number;
+  readonly port: number;
+  /** Local (source) address of the tunnel. */
+  readonly local?: string;
+  /** Underlying device name. */
+  readonly link?: string;
+  readonly learning: boolean;
+  readonly mtu?: number;
+  readonly mac?: string;
+}
+
+export type Op =
+  | ({ readonly op: 'replaceRoute' | 'delRoute' } & RouteSpec)
+  | ({ readonly op: 'replaceNeigh' | 'delNeigh' } & NeighSpec)
+  | ({ readonly op: 'appendFdb' | 'delFdb' } & FdbSpec)
+  | { readonly op: 'replaceAddr' | 'delAddr'; readonly addr: string; readonly dev: string }
+  | {
+      readonly op: 'setLink';
+      readonly dev: string;
+      readonly up?: boolean;
+      readonly mtu?: number;
+      readonly mac?: string;
+    }
+  | { readonly op: 'delLink'; readonly dev: string }
+  | ({ readonly op: 'addVxlan' } & VxlanSpec);
+
+export type OpKind = Op['op'];
+
+/** A route as the kernel holds it. */
+export interface RouteEntry {
+  readonly dst: string;
+  readonly gw: string | null;
+  readonly dev: string | null;
+  readonly onlink: boolean;
+  readonly table: number;
+  readonly protocol: number;
+  readonly scope: number;
+}
+
+export interface NeighEntry {
+  readonly dst: string;
+  readonly dev: string;
+  readonly mac: string | null;
+  /** NUD_* bits (PERMANENT = 0x80). */
+  readonly state: number;
+}
+
+export interface FdbEntry {
+  readonly mac: string;
+  readonly dst: string | null;
+  readonly dev: string;
+  readonly state: number;
+}
+
+export interface AddrEntry {
+  /** `10.5.34.0/32` */
+  readonly addr: string;
+  readonly dev: string;
+}
+
+export interface LinkInfo {
+  readonly index: number;
+  readonly name: string;
+  readonly mtu: number;
+  readonly mac: string | null;
+  readonly up: boolean;
+  /** `vxlan`, `veth`, `bridge`, ... ("" for plain devices such as lo). */
+  readonly kind: string;
+  readonly vxlan: {
+    readonly vni: number;
+    readonly port: number;
+    readonly local: string | null;
+    /** Underlying device index (0: none). */
+    readonly link: number;
+    readonly learning: boolean;
+  } | null;
+}
+
+export interface RouteFilter {
+  readonly family: Family;
+  /** Exact destination prefix. */
+  readonly dst?: string;
+  readonly dev?: string;
+  /** Default: main (254). */
+  readonly table?: number;
+}
+
+export interface Netlink {
+  apply(ops: readonly Op[]): Promise<Array<WeftError | null>>;
+  listRoutes(filter: RouteFilter): Promise<RouteEntry[]>;
+  listNeighs(family: Family, dev: string): Promise<NeighEntry[]>;
+  listFdb(dev: string): Promise<FdbEntry[]>;
+  listAddrs(family: Family, dev: string): Promise<AddrEntry[]>;
+  getLink(name: string): Promise<LinkInfo | null>;
+  close(): void;
+}
+
+export const NUD_PERMANENT = 0x80;
+export const RT_TABLE_MAIN = 254;
+
+/** Runs ops and throws the first failure (for setup steps where any failure is fatal). */
+export async function applyAll(nl: Netlink, ops: readonly Op[]): Promise<void> {
+  const results = await nl.apply(ops);
+  const failed = results.find((r) => r !== null);
+  if (failed) throw failed;
+}
+
+const ERRNO_NAMES = new Map<number, string>(
+  Object.entries(constants.errno).map(([name, n]) => [n, name]),
+);
+
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES.get(errno) ?? `errno ${errno}`;
+}
+
+export function errnoOf(name: keyof typeof constants.errno): number {
+  return constants.errno[name];
+}
+
+/** iproute2-like text for an op, used in error messages and logs. */
+export function describeOp(op: Op): string {
+  switch (op.op) {
+    case 'replaceRoute':
+    case 'delRoute': {
+      const verb = op.op === 'replaceRoute' ? 'replace' : 'delete';
+      let s = `${verb} route ${op.dst}`;
+      if (op.gw) s += ` via ${op.gw}`;
+      if (op.dev) s += ` dev ${op.dev}`;
+      if (op.onlink) s += ' onlink';
+      if (op.table !== undefined && op.table !== RT_TABLE_MAIN) s += ` table ${op.table}`;
+      return s;
+    }
+    case 'replaceNeigh':
+      return `replace neigh ${op.dst} lladdr ${op.mac ?? '?'} dev ${op.dev}`;
+    case 'delNeigh':
+      return `delete neigh ${op.dst} dev ${op.dev}`;
+    case 'appendFdb':
+    case 'delFdb':
+      return `${op.op === 'appendFdb' ? 'append' : 'delete'} fdb ${op.mac} dst ${op.dst} dev ${op.dev}`;
+    case 'replaceAddr':
+    case 'delAddr':
+      return `${op.op === 'replaceAddr' ? 'replace' : 'delete'} addr ${op.addr} dev ${op.dev}`;
+    case 'setLink': {
+      let s = `set link ${op.dev}`;
+      if (op.up !== undefined) s += op.up ? ' up' : ' down';
+      if (op.mtu !== undefined) s += ` mtu ${op.mtu}`;
+      if (op.mac !== undefined) s += ` address ${op.mac}`;
+      return s;
+    }
+    case 'delLink':
+      return `delete link ${op.dev}`;
+    case 'addVxlan':
+      return `add link ${op.name} type vxlan id ${op.vni} dstport ${op.port}`;
+  }
+}
+
+/** Whether an errno on this op means "already in the wanted state" (the ops are idempotent). */
+export function isAlreadyDone(op: Op, errno: number): boolean {
+  const e = constants.errno;
+  switch (op.op) {
+    case 'delRoute':
+      return errno === e.ESRCH;
+    case 'delNeigh':
+    case 'delFdb':
+      return errno === e.ENOENT;
+    case 'delAddr':
+      return errno === e.EADDRNOTAVAIL;
+    case 'delLink':
+      return errno === e.ENODEV;
+    case 'appendFdb':
+      return errno === e.EEXIST;
+    default:
+      return false;
+  }
+}
+
+export function netlinkError(op: Op, errno: number): WeftError {
+  const name = errnoName(errno);
+  return new WeftError('WEFT_ERR_NETLINK', `${describeOp(op)}: ${name}`, {
+    details: { op: op.op, errno: name },
+  });
+}
+
+/** The device an op acts on, when it names one. */
+export function opDevice(op: Op): string | undefined {
+  if (op.op === 'addVxlan') return undefined;
+  return op.dev;
+}
