@@ -18,7 +18,7 @@
  * cache flannel wrote replays the same under weft.
  */
 import { WeftError } from '../../common/errors.js';
-import { canonical, formatCIDR, type IPNet } from '../../common/ip.js';
+import { canonical, formatCIDR, parseCIDR, sameNet, type IPNet } from '../../common/ip.js';
 import { parseSubnetEnvText, subnetEnvFromText, type SubnetEnv } from '../subnet-env.js';
 import type { CniConfig, JsonObject } from './cni-config.js';
 import { isObject } from './cni-config.js';
@@ -28,11 +28,40 @@ export const DEFAULT_DELEGATE_TYPE = 'bridge';
 export const DEFAULT_IPAM_TYPE = 'host-local';
 
 /**
+ * subnet.env as the plugin needs it. flannel lets FLANNEL_NETWORK / FLANNEL_IPV6_NETWORK hold a
+ * comma-separated list (one route each); weft's daemon writes one network, but a list is read
+ * here too, so a subnet.env written by flanneld works.
+ */
+export interface CniSubnetEnv extends SubnetEnv {
+  networks: IPNet[];
+  ipv6Networks: IPNet[];
+}
+
+const NETWORK_VARS = ['FLANNEL_NETWORK', 'FLANNEL_IPV6_NETWORK'] as const;
+
+function networkList(value: string | undefined, name: string, path: string): IPNet[] {
+  const out: IPNet[] = [];
+  for (const part of (value ?? '').split(',')) {
+    const text = part.trim();
+    if (!text) continue;
+    const net = parseCIDR(text);
+    if (!net)
+      throw new CniError(
+        CNI_ERR.SUBNET_ENV_INVALID,
+        `${path}: ${name}=${value} is not a CIDR list`,
+      );
+    const c = canonical(net);
+    if (!out.some((n) => sameNet(n, c))) out.push(c);
+  }
+  return out;
+}
+
+/**
  * Checks subnet.env's text the way flannel does (a network, a subnet, the MTU and the masq flag
  * must all be there, v4 or v6) and parses it with the daemon's own reader. Missing values mean
  * the daemon has not finished starting: code 11, so the runtime retries.
  */
-export function subnetEnvForCni(text: string, path: string): SubnetEnv {
+export function subnetEnvForCni(text: string, path: string): CniSubnetEnv {
   const vars = parseSubnetEnvText(text);
   const has = (k: string): boolean => (vars[k] ?? '') !== '';
   const missing: string[] = [];
@@ -53,8 +82,22 @@ export function subnetEnvForCni(text: string, path: string): SubnetEnv {
   if (!/^\d+$/.test(mtu) || Number(mtu) <= 0 || Number(mtu) > 0xffff) {
     throw new CniError(CNI_ERR.SUBNET_ENV_INVALID, `${path}: FLANNEL_MTU=${mtu} is not an MTU`);
   }
+  const networks = networkList(vars.FLANNEL_NETWORK, 'FLANNEL_NETWORK', path);
+  const ipv6Networks = networkList(vars.FLANNEL_IPV6_NETWORK, 'FLANNEL_IPV6_NETWORK', path);
+  // The daemon's reader takes one network per family: hand it the rest of the file.
+  const rest = text
+    .split('\n')
+    .filter((l) => !NETWORK_VARS.some((k) => l.trim().startsWith(`${k}=`)))
+    .join('\n');
   try {
-    return subnetEnvFromText(text, path);
+    const env = subnetEnvFromText(rest, path);
+    return {
+      ...env,
+      network: networks[0] ?? null,
+      ipv6Network: ipv6Networks[0] ?? null,
+      networks,
+      ipv6Networks,
+    };
   } catch (err) {
     if (err instanceof WeftError) {
       throw new CniError(CNI_ERR.SUBNET_ENV_INVALID, err.message, '', { cause: err });
@@ -67,7 +110,7 @@ function route(net: IPNet): JsonObject {
   return { dst: formatCIDR(canonical(net)) };
 }
 
-export function renderIpam(conf: CniConfig, env: SubnetEnv): JsonObject {
+export function renderIpam(conf: CniConfig, env: CniSubnetEnv): JsonObject {
   const ipam: JsonObject = { ...(conf.ipam ?? {}) };
   if (!('type' in ipam)) ipam.type = DEFAULT_IPAM_TYPE;
   const ranges: JsonObject[][] = [];
@@ -76,14 +119,12 @@ export function renderIpam(conf: CniConfig, env: SubnetEnv): JsonObject {
   }
   ipam.ranges = ranges;
   const routes: unknown[] = Array.isArray(ipam.routes) ? [...(ipam.routes as unknown[])] : [];
-  for (const nw of [env.network, env.ipv6Network]) {
-    if (nw) routes.push(route(nw));
-  }
+  for (const nw of [...env.networks, ...env.ipv6Networks]) routes.push(route(nw));
   ipam.routes = routes;
   return ipam;
 }
 
-export function renderDelegate(conf: CniConfig, env: SubnetEnv): JsonObject {
+export function renderDelegate(conf: CniConfig, env: CniSubnetEnv): JsonObject {
   const d: JsonObject = { ...(conf.delegate ?? {}) };
   if (conf.runtimeConfig) d.runtimeConfig = conf.runtimeConfig;
   d.name = conf.name;

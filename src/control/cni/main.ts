@@ -65,6 +65,18 @@ async function loadSubnetEnv(path: string) {
   return subnetEnvForCni(text, path);
 }
 
+/** The config's cniVersion, for the error object, even when the rest of the config is bad. */
+function peekVersion(text: string): string | null {
+  try {
+    const v: unknown = JSON.parse(text);
+    return isObject(v) && typeof v.cniVersion === 'string' && v.cniVersion !== ''
+      ? v.cniVersion
+      : null;
+  } catch {
+    return null;
+  }
+}
+
 /** A cached delegate config: its text and the plugin type to run. Null when unusable. */
 function cachedType(text: string): string | null {
   try {
@@ -172,8 +184,8 @@ export async function runCni(env: CniEnv, stdin: CniInput, stdout: CniOutput): P
         cause: err,
       });
     }
+    cniVersion = peekVersion(text) ?? cniVersion;
     const conf = parseCniConfig(text);
-    if (conf.cniVersion) cniVersion = conf.cniVersion;
     checkVersion(conf.cniVersion);
     switch (args.command) {
       case 'ADD':
