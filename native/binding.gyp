@@ -4,7 +4,16 @@
       "target_name": "weft",
       "sources": [
         "src/addon.cc",
-        "src/netlink.cc"
+        "src/netlink.cc",
+        "src/checksum.cc",
+        "src/packet.cc",
+        "src/peer_table.cc",
+        "src/codec.cc",
+        "src/flannel_udp.cc",
+        "src/vxlan.cc",
+        "src/tun.cc",
+        "src/udp_socket.cc",
+        "src/engine.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=9", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],

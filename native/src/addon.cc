@@ -13,6 +13,15 @@
 
 #include "netlink.h"
 
+#include <map>
+#include <mutex>
+
+#include "checksum.h"
+#include "codec.h"
+#include "engine.h"
+#include "flannel_udp.h"
+#include "vxlan.h"
+
 namespace weft {
 
 // ---- netlink bindings (src/control/netlink/native-netlink.ts is the only caller) ----
@@ -247,6 +256,255 @@ void Define(Napi::Env env, Napi::Object exports) {
 }  // namespace nlbind
 // ---- end netlink bindings ----
 
+// ---- dataplane bindings (src/dataplane/binding.ts is the only caller) ----
+namespace dpbind {
+
+Napi::Buffer<uint8_t> BufArg(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  if (info.Length() <= i || !info[i].IsBuffer()) {
+    throw Napi::TypeError::New(info.Env(), std::string("dataplane: ") + what + " must be a Buffer");
+  }
+  return info[i].As<Napi::Buffer<uint8_t>>();
+}
+
+std::unique_ptr<PeerTable> TableArg(const Napi::CallbackInfo& info, size_t i) {
+  Napi::Buffer<uint8_t> b = BufArg(info, i, "peer table");
+  std::string error;
+  std::unique_ptr<PeerTable> t = PeerTable::Build(b.Data(), b.Length(), &error);
+  if (!t) throw Napi::RangeError::New(info.Env(), "dataplane: " + error);
+  return t;
+}
+
+CodecConfig ConfigArg(const Napi::CallbackInfo& info, size_t i) {
+  CodecConfig cfg;
+  if (info.Length() <= i || !info[i].IsObject()) {
+    throw Napi::TypeError::New(info.Env(), "dataplane: codec config must be an object");
+  }
+  Napi::Object o = info[i].As<Napi::Object>();
+  cfg.vni = o.Get("vni").ToNumber().Uint32Value();
+  cfg.tun_mtu = o.Get("tunMtu").ToNumber().Uint32Value();
+  Napi::Value mac = o.Get("vtepMac");
+  if (mac.IsBuffer() && mac.As<Napi::Buffer<uint8_t>>().Length() == 6) {
+    std::memcpy(cfg.vtep_mac, mac.As<Napi::Buffer<uint8_t>>().Data(), 6);
+  }
+  return cfg;
+}
+
+bool IsVxlan(const Napi::CallbackInfo& info, size_t i) {
+  std::string f = info.Length() > i && info[i].IsString() ? info[i].As<Napi::String>().Utf8Value() : "";
+  if (f != "udp" && f != "vxlan") throw Napi::TypeError::New(info.Env(), "dataplane: format must be udp or vxlan");
+  return f == "vxlan";
+}
+
+// codecEncap(format, table, config, packet) → { drop, peer, payload, icmp }
+Napi::Value CodecEncap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool vxlan = IsVxlan(info, 0);
+  std::unique_ptr<PeerTable> table = TableArg(info, 1);
+  CodecConfig cfg = ConfigArg(info, 2);
+  Napi::Buffer<uint8_t> pkt = BufArg(info, 3, "packet");
+  std::vector<uint8_t> work(kVxlanEncapLen + pkt.Length() + 1);
+  uint8_t* p = work.data() + kVxlanEncapLen;
+  std::memcpy(p, pkt.Data(), pkt.Length());
+  std::vector<uint8_t> icmp(kIcmpReplyMax);
+  EncapResult r = vxlan ? VxlanEncap(p, pkt.Length(), *table, cfg, icmp.data(), icmp.size())
+                        : FlannelUdpEncap(p, pkt.Length(), *table, icmp.data(), icmp.size());
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("drop", kDropReasonNames[static_cast<size_t>(r.drop)]);
+  o.Set("peer", r.peer ? Napi::Value(Napi::Number::New(env, r.peer - table->records())) : env.Null());
+  if (r.drop == DropReason::kNone) {
+    const uint8_t* start = vxlan ? p - kVxlanEncapLen : p;
+    o.Set("payload", Napi::Buffer<uint8_t>::Copy(env, start, r.payload_len));
+  } else {
+    o.Set("payload", env.Null());
+  }
+  o.Set("icmp", r.icmp_len ? Napi::Value(Napi::Buffer<uint8_t>::Copy(env, icmp.data(), r.icmp_len)) : env.Null());
+  return o;
+}
+
+// codecDecap(format, table, config, outerSrc, datagram) → { drop, tun } (tun = vnet hdr + packet)
+Napi::Value CodecDecap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool vxlan = IsVxlan(info, 0);
+  std::unique_ptr<PeerTable> table = TableArg(info, 1);
+  CodecConfig cfg = ConfigArg(info, 2);
+  Napi::Buffer<uint8_t> src = BufArg(info, 3, "outer source");
+  Napi::Buffer<uint8_t> dgram = BufArg(info, 4, "datagram");
+  if (src.Length() != 4 && src.Length() != 16) throw Napi::RangeError::New(env, "dataplane: outer source must be 4 or 16 bytes");
+  std::vector<uint8_t> work(dgram.Length() + 1);
+  std::memcpy(work.data(), dgram.Data(), dgram.Length());
+  DecapResult r = vxlan ? VxlanDecap(work.data(), dgram.Length(), src.Length(), src.Data(), *table, cfg)
+                        : FlannelUdpDecap(work.data(), dgram.Length(), src.Length(), src.Data(), *table);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("drop", kDropReasonNames[static_cast<size_t>(r.drop)]);
+  if (r.drop == DropReason::kNone) {
+    uint8_t* inner = work.data() + r.inner_off;
+    VnetHdr h;
+    PrepareTunWrite(inner, r.ip, cfg.tun_mtu, &h);
+    Napi::Buffer<uint8_t> out = Napi::Buffer<uint8_t>::New(env, kVnetHdrLen + r.inner_len);
+    StoreVnetHdr(out.Data(), h);
+    std::memcpy(out.Data() + kVnetHdrLen, inner, r.inner_len);
+    o.Set("tun", out);
+  } else {
+    o.Set("tun", env.Null());
+  }
+  return o;
+}
+
+// vxlanSourcePort(packet) → port, or -1 when the packet does not parse
+Napi::Value SourcePort(const Napi::CallbackInfo& info) {
+  Napi::Buffer<uint8_t> pkt = BufArg(info, 0, "packet");
+  IpInfo ip;
+  if (ParseIp(pkt.Data(), pkt.Length(), &ip) != DropReason::kNone) return Napi::Number::New(info.Env(), -1);
+  return Napi::Number::New(info.Env(), VxlanSourcePort(pkt.Data(), ip));
+}
+
+// peerLookup(table, addr) → record index or -1
+Napi::Value PeerLookup(const Napi::CallbackInfo& info) {
+  std::unique_ptr<PeerTable> table = TableArg(info, 0);
+  Napi::Buffer<uint8_t> addr = BufArg(info, 1, "address");
+  if (addr.Length() != 4 && addr.Length() != 16) throw Napi::RangeError::New(info.Env(), "dataplane: address must be 4 or 16 bytes");
+  const PeerRecord* r = table->Lookup(addr.Length(), addr.Data());
+  return Napi::Number::New(info.Env(), r ? static_cast<double>(r - table->records()) : -1);
+}
+
+// checksum(buf) → the Internet checksum of buf
+Napi::Value InetChecksum(const Napi::CallbackInfo& info) {
+  Napi::Buffer<uint8_t> b = BufArg(info, 0, "data");
+  return Napi::Number::New(info.Env(), Checksum(b.Data(), b.Length()));
+}
+
+Napi::Value DropReasons(const Napi::CallbackInfo& info) {
+  Napi::Array a = Napi::Array::New(info.Env());
+  for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); i++) a.Set(static_cast<uint32_t>(i), kDropReasonNames[i]);
+  return a;
+}
+
+void DefineCodec(Napi::Env env, Napi::Object exports) {
+  exports.Set("codecEncap", Napi::Function::New(env, CodecEncap));
+  exports.Set("codecDecap", Napi::Function::New(env, CodecDecap));
+  exports.Set("vxlanSourcePort", Napi::Function::New(env, SourcePort));
+  exports.Set("peerLookup", Napi::Function::New(env, PeerLookup));
+  exports.Set("checksum", Napi::Function::New(env, InetChecksum));
+  exports.Set("dropReasons", Napi::Function::New(env, DropReasons));
+}
+
+// Engines are process-wide: the main thread creates one and sets its peers, worker threads
+// (each with its own addon instance) enter Run by id. shared_ptr keeps an engine (and its fds)
+// alive until the last Run returns after engineClose.
+std::mutex g_engines_mu;
+std::map<uint32_t, std::shared_ptr<Engine>> g_engines;
+uint32_t g_next_engine = 1;
+
+std::shared_ptr<Engine> EngineArg(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "dataplane: engine id");
+  uint32_t id = info[0].As<Napi::Number>().Uint32Value();
+  std::lock_guard<std::mutex> lock(g_engines_mu);
+  auto it = g_engines.find(id);
+  if (it == g_engines.end()) throw Napi::Error::New(info.Env(), "dataplane: engine " + std::to_string(id) + " is closed");
+  return it->second;
+}
+
+// engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, vni, vtepMac, tunMtu})
+Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "dataplane: engine config");
+  Napi::Object o = info[0].As<Napi::Object>();
+  EngineConfig cfg;
+  std::string format = o.Get("format").ToString().Utf8Value();
+  if (format != "udp" && format != "vxlan") throw Napi::TypeError::New(env, "dataplane: format must be udp or vxlan");
+  cfg.format = format == "vxlan" ? Format::kVxlan : Format::kUdp;
+  cfg.tun_name = o.Get("tunName").ToString().Utf8Value();
+  cfg.workers = o.Get("workers").ToNumber().Int32Value();
+  cfg.bind_ip = o.Get("bindIp").ToString().Utf8Value();
+  cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
+  if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
+  if (o.Get("offloads").IsNumber()) cfg.offloads = o.Get("offloads").ToNumber().Uint32Value();
+  cfg.codec = ConfigArg(info, 0);
+  std::string error;
+  std::unique_ptr<Engine> e = Engine::Create(cfg, &error);
+  if (!e) throw Napi::Error::New(env, "dataplane: " + error);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("tunName", e->tun_name());
+  out.Set("offloadsAccepted", e->offloads_accepted());
+  std::lock_guard<std::mutex> lock(g_engines_mu);
+  uint32_t id = g_next_engine++;
+  g_engines[id] = std::shared_ptr<Engine>(e.release());
+  out.Set("id", id);
+  return out;
+}
+
+// engineRun(id, worker) → 0 or an errno; blocks until engineStop/engineClose
+Napi::Value EngineRun(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Engine> e = EngineArg(info);
+  int w = info.Length() > 1 ? info[1].ToNumber().Int32Value() : -1;
+  int rc = e->Run(w);
+  return Napi::Number::New(info.Env(), rc);
+}
+
+Napi::Value EngineStop(const Napi::CallbackInfo& info) {
+  EngineArg(info)->Stop();
+  return info.Env().Undefined();
+}
+
+Napi::Value EngineClose(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Engine> e;
+  if (info.Length() > 0 && info[0].IsNumber()) {
+    uint32_t id = info[0].As<Napi::Number>().Uint32Value();
+    std::lock_guard<std::mutex> lock(g_engines_mu);
+    auto it = g_engines.find(id);
+    if (it != g_engines.end()) {
+      e = it->second;
+      g_engines.erase(it);
+    }
+  }
+  if (e) e->Stop();
+  return info.Env().Undefined();
+}
+
+Napi::Value EngineSetPeers(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Engine> e = EngineArg(info);
+  Napi::Buffer<uint8_t> b = BufArg(info, 1, "peer table");
+  std::string error;
+  if (!e->SetPeers(b.Data(), b.Length(), &error)) throw Napi::RangeError::New(info.Env(), "dataplane: " + error);
+  return Napi::Number::New(info.Env(), static_cast<double>(e->peer_count()));
+}
+
+// engineCounters(id) → Float64Array of workers × counterNames().length
+Napi::Value EngineCounters(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Engine> e = EngineArg(info);
+  Napi::Float64Array out = Napi::Float64Array::New(info.Env(), static_cast<size_t>(e->workers()) * kCounterCount);
+  uint64_t tmp[kCounterCount];
+  for (int w = 0; w < e->workers(); w++) {
+    e->ReadCounters(w, tmp);
+    for (uint32_t i = 0; i < kCounterCount; i++) out[w * kCounterCount + i] = static_cast<double>(tmp[i]);
+  }
+  return out;
+}
+
+Napi::Value CounterNames(const Napi::CallbackInfo& info) {
+  static const char* kNames[] = {"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "icmp_sent",
+                                 "tun_reads", "send_batches", "recv_batches", "wakeups"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kDropBase, "counter names out of step");
+  Napi::Array a = Napi::Array::New(info.Env());
+  uint32_t n = 0;
+  for (const char* s : kNames) a.Set(n++, s);
+  for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); i++) a.Set(n++, std::string("drop_") + kDropReasonNames[i]);
+  return a;
+}
+
+void DefineEngine(Napi::Env env, Napi::Object exports) {
+  exports.Set("engineCreate", Napi::Function::New(env, EngineCreate));
+  exports.Set("engineRun", Napi::Function::New(env, EngineRun));
+  exports.Set("engineStop", Napi::Function::New(env, EngineStop));
+  exports.Set("engineClose", Napi::Function::New(env, EngineClose));
+  exports.Set("engineSetPeers", Napi::Function::New(env, EngineSetPeers));
+  exports.Set("engineCounters", Napi::Function::New(env, EngineCounters));
+  exports.Set("counterNames", Napi::Function::New(env, CounterNames));
+}
+
+}  // namespace dpbind
+// ---- end dataplane bindings ----
+
 class Addon : public Napi::Addon<Addon> {
  public:
   Addon(Napi::Env env, Napi::Object exports) {
@@ -254,6 +512,8 @@ class Addon : public Napi::Addon<Addon> {
                              InstanceMethod("version", &Addon::Version),
                          });
     nlbind::Define(env, exports);
+    dpbind::DefineCodec(env, exports);
+    dpbind::DefineEngine(env, exports);
   }
 
  private:

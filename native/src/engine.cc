@@ -1,0 +1,398 @@
+#include "engine.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "checksum.h"
+#include "flannel_udp.h"
+#include "tun.h"
+#include "udp_socket.h"
+#include "vxlan.h"
+
+namespace weft {
+
+namespace {
+
+// TX slot layout: [.. headroom ..][vnet hdr 10][inner packet]; the VXLAN header goes in the
+// 22 bytes before the inner packet.
+constexpr size_t kTxPkt = 42;
+constexpr size_t kTxVnet = kTxPkt - kVnetHdrLen;
+// RX slot layout: datagram at 16, so a vnet header fits before the inner packet of either
+// format (flannel-udp: at 6; VXLAN: inner at 38, vnet header at 28).
+constexpr size_t kRxData = 16;
+
+void FillSockaddr(const PeerRecord& p, sockaddr_storage* ss, socklen_t* len) {
+  std::memset(ss, 0, sizeof(sockaddr_in6));
+  if (p.public_family == 4) {
+    auto* a = reinterpret_cast<sockaddr_in*>(ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(p.port);
+    std::memcpy(&a->sin_addr, p.public_ip, 4);
+    *len = sizeof(sockaddr_in);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(p.port);
+    std::memcpy(&a->sin6_addr, p.public_ip, 16);
+    *len = sizeof(sockaddr_in6);
+  }
+}
+
+}  // namespace
+
+// One worker's loop state: every buffer it needs, allocated once when Run starts.
+class Engine::Loop {
+ public:
+  Loop(Engine* e, Worker* w) : e_(e), w_(w), c_(w->counters) {
+    tx_.resize(kBatch * kBufSize);
+    rx_.resize(kBatch * kBufSize);
+    icmp_.resize(kVnetHdrLen + kIcmpReplyMax);
+    for (int i = 0; i < kBatch; i++) {
+      rx_iov_[i].iov_base = &rx_[i * kBufSize + kRxData];
+      rx_iov_[i].iov_len = kBufSize - kRxData;
+    }
+    sock_family_ = e->cfg_.bind_ip.find(':') == std::string::npos ? 4 : 6;
+  }
+
+  int Run() {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return errno;
+    struct epoll_event ev;
+    int fds[3] = {w_->tun_fd, w_->udp_fd, w_->event_fd};
+    for (int fd : fds) {
+      std::memset(&ev, 0, sizeof(ev));
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        int err = errno;
+        close(ep);
+        return err;
+      }
+    }
+    int rc = 0;
+    struct epoll_event events[3];
+    while (!e_->stop_.load(std::memory_order_acquire)) {
+      int n = epoll_wait(ep, events, 3, -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        rc = errno;
+        break;
+      }
+      c_.Add(kWakeups, 1);
+      for (int i = 0; i < n; i++) {
+        if (events[i].data.fd == w_->event_fd) {
+          uint64_t v;
+          while (read(w_->event_fd, &v, sizeof(v)) > 0) {
+          }
+        }
+      }
+      // Drain both directions until each returns a short batch (it hit EAGAIN).
+      bool more = true;
+      while (more && !e_->stop_.load(std::memory_order_relaxed)) {
+        const PeerTable* table = e_->AcquireTable(w_);
+        int tun = TunToUdp(*table);
+        int udp = UdpToTun(*table);
+        more = tun == kBatch || udp == kBatch;
+      }
+      w_->seen.store(0, std::memory_order_seq_cst);  // quiescent while asleep
+    }
+    w_->seen.store(0, std::memory_order_seq_cst);
+    close(ep);
+    return rc;
+  }
+
+ private:
+  bool VxlanFormat() const { return e_->cfg_.format == Format::kVxlan; }
+
+  void WriteIcmp(size_t len) {
+    std::memset(icmp_.data(), 0, kVnetHdrLen);
+    if (write(w_->tun_fd, icmp_.data(), kVnetHdrLen + len) < 0) {
+      c_.Drop(DropReason::kTunWriteError);
+    } else {
+      c_.Add(kIcmpSent, 1);
+    }
+  }
+
+  // Reads up to kBatch packets from the TUN, encapsulates them and sends them in one sendmmsg.
+  // Returns how many reads returned a packet.
+  int TunToUdp(const PeerTable& table) {
+    int reads = 0;
+    int out = 0;
+    uint64_t bytes[kBatch];
+    for (; reads < kBatch; reads++) {
+      uint8_t* slot = &tx_[out * kBufSize];
+      ssize_t n = read(w_->tun_fd, slot + kTxVnet, kBufSize - kTxVnet);
+      if (n < 0) {
+        if (errno == EINTR) {
+          reads--;
+          continue;
+        }
+        break;  // EAGAIN (or an error: the next epoll round tells)
+      }
+      c_.Add(kTunReads, 1);
+      if (static_cast<size_t>(n) < kVnetHdrLen) {
+        c_.Drop(DropReason::kTruncated);
+        continue;
+      }
+      uint8_t* pkt = slot + kTxPkt;
+      size_t len = static_cast<size_t>(n) - kVnetHdrLen;
+      VnetHdr h = LoadVnetHdr(slot + kTxVnet);
+      if (h.gso_type != kVnetGsoNone) {  // TSO is not switched on yet: never expected
+        c_.Drop(DropReason::kOversized);
+        continue;
+      }
+      if ((h.flags & kVnetFlagNeedsCsum) != 0) {
+        size_t start = h.csum_start;
+        if (start + h.csum_offset + 2u > len) {
+          c_.Drop(DropReason::kMalformed);
+          continue;
+        }
+        StoreBe16(pkt + start + h.csum_offset, Checksum(pkt + start, len - start));
+      }
+      EncapResult r = VxlanFormat()
+                          ? VxlanEncap(pkt, len, table, e_->cfg_.codec, icmp_.data() + kVnetHdrLen,
+                                       kIcmpReplyMax)
+                          : FlannelUdpEncap(pkt, len, table, icmp_.data() + kVnetHdrLen,
+                                            kIcmpReplyMax);
+      if (r.drop != DropReason::kNone) {
+        c_.Drop(r.drop);
+        if (r.icmp_len > 0) WriteIcmp(r.icmp_len);
+        continue;
+      }
+      if (r.peer->public_family != sock_family_) {
+        c_.Drop(DropReason::kNoRoute);
+        continue;
+      }
+      uint8_t* payload = VxlanFormat() ? pkt - kVxlanEncapLen : pkt;
+      tx_iov_[out].iov_base = payload;
+      tx_iov_[out].iov_len = r.payload_len;
+      bytes[out] = VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len;
+      socklen_t alen;
+      FillSockaddr(*r.peer, &tx_addr_[out], &alen);
+      std::memset(&tx_msgs_[out], 0, sizeof(tx_msgs_[out]));
+      tx_msgs_[out].msg_hdr.msg_name = &tx_addr_[out];
+      tx_msgs_[out].msg_hdr.msg_namelen = alen;
+      tx_msgs_[out].msg_hdr.msg_iov = &tx_iov_[out];
+      tx_msgs_[out].msg_hdr.msg_iovlen = 1;
+      out++;
+    }
+    Send(out, bytes);
+    return reads;
+  }
+
+  void Send(int count, const uint64_t* bytes) {
+    int done = 0;
+    bool waited = false;
+    while (done < count) {
+      int n = sendmmsg(w_->udp_fd, &tx_msgs_[done], count - done, 0);
+      if (n > 0) {
+        c_.Add(kSendBatches, 1);
+        for (int i = done; i < done + n; i++) c_.Add(kTxBytes, bytes[i]);
+        c_.Add(kTxPackets, n);
+        done += n;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
+        struct pollfd p = {w_->udp_fd, POLLOUT, 0};
+        poll(&p, 1, 10);
+        waited = true;
+        continue;
+      }
+      c_.Drop(DropReason::kSendError);  // the first message is refused: skip it
+      done++;
+    }
+  }
+
+  // Receives up to kBatch datagrams with one recvmmsg, decapsulates and writes them to the TUN.
+  int UdpToTun(const PeerTable& table) {
+    for (int i = 0; i < kBatch; i++) {
+      std::memset(&rx_msgs_[i], 0, sizeof(rx_msgs_[i]));
+      rx_msgs_[i].msg_hdr.msg_name = &rx_addr_[i];
+      rx_msgs_[i].msg_hdr.msg_namelen = sizeof(rx_addr_[i]);
+      rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
+      rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(w_->udp_fd, rx_msgs_, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) return 0;
+    c_.Add(kRecvBatches, 1);
+    for (int i = 0; i < n; i++) {
+      uint8_t* dgram = &rx_[i * kBufSize + kRxData];
+      size_t len = rx_msgs_[i].msg_len;
+      if ((rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+        c_.Drop(DropReason::kOversized);
+        continue;
+      }
+      const uint8_t* src;
+      size_t src_len;
+      if (rx_addr_[i].ss_family == AF_INET) {
+        src = reinterpret_cast<const uint8_t*>(
+            &reinterpret_cast<const sockaddr_in*>(&rx_addr_[i])->sin_addr);
+        src_len = 4;
+      } else {
+        src = reinterpret_cast<const uint8_t*>(
+            &reinterpret_cast<const sockaddr_in6*>(&rx_addr_[i])->sin6_addr);
+        src_len = 16;
+      }
+      DecapResult r = VxlanFormat()
+                          ? VxlanDecap(dgram, len, src_len, src, table, e_->cfg_.codec)
+                          : FlannelUdpDecap(dgram, len, src_len, src, table);
+      if (r.drop != DropReason::kNone) {
+        c_.Drop(r.drop);
+        continue;
+      }
+      uint8_t* inner = dgram + r.inner_off;
+      VnetHdr h;
+      PrepareTunWrite(inner, r.ip, e_->cfg_.codec.tun_mtu, &h);
+      StoreVnetHdr(inner - kVnetHdrLen, h);
+      if (write(w_->tun_fd, inner - kVnetHdrLen, kVnetHdrLen + r.inner_len) < 0) {
+        c_.Drop(DropReason::kTunWriteError);
+        continue;
+      }
+      c_.Add(kRxPackets, 1);
+      c_.Add(kRxBytes, r.inner_len);
+    }
+    return n;
+  }
+
+  Engine* e_;
+  Worker* w_;
+  WorkerCounters& c_;
+  uint8_t sock_family_ = 4;
+  std::vector<uint8_t> tx_;
+  std::vector<uint8_t> rx_;
+  std::vector<uint8_t> icmp_;
+  struct mmsghdr tx_msgs_[kBatch];
+  struct iovec tx_iov_[kBatch];
+  sockaddr_storage tx_addr_[kBatch];
+  struct mmsghdr rx_msgs_[kBatch];
+  struct iovec rx_iov_[kBatch];
+  sockaddr_storage rx_addr_[kBatch];
+};
+
+std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* error) {
+  if (cfg.workers < 1 || cfg.workers > 64) {
+    *error = "workers must be 1..64";
+    return nullptr;
+  }
+  sockaddr_storage addr;
+  socklen_t alen;
+  if (!MakeSockaddr(cfg.bind_ip, cfg.port, &addr, &alen)) {
+    *error = "bad bind address " + cfg.bind_ip;
+    return nullptr;
+  }
+  std::unique_ptr<Engine> e(new Engine());
+  e->cfg_ = cfg;
+  std::string empty_error;
+  e->table_.store(PeerTable::Build(nullptr, 0, &empty_error).release());
+  for (int i = 0; i < cfg.workers; i++) {
+    auto w = std::make_unique<Worker>();
+    std::string name;
+    w->tun_fd = OpenTunQueue(i == 0 ? cfg.tun_name : e->tun_name_, &name, error);
+    if (w->tun_fd < 0) return nullptr;  // ~Engine closes what is open
+    if (i == 0) {
+      e->tun_name_ = name;
+      e->offloads_accepted_ = ProbeTunOffloads(w->tun_fd, cfg.offloads);
+    }
+    e->workers_.push_back(std::move(w));
+    Worker* wp = e->workers_.back().get();
+    wp->udp_fd = OpenUdpSocket(addr, alen, cfg.sock_buf_bytes, error);
+    if (wp->udp_fd < 0) {
+      *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
+      return nullptr;
+    }
+    wp->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wp->event_fd < 0) {
+      *error = std::string("eventfd: ") + std::strerror(errno);
+      return nullptr;
+    }
+  }
+  return e;
+}
+
+Engine::~Engine() {
+  for (auto& w : workers_) {
+    if (w->tun_fd >= 0) close(w->tun_fd);
+    if (w->udp_fd >= 0) close(w->udp_fd);
+    if (w->event_fd >= 0) close(w->event_fd);
+  }
+  delete table_.load();
+  for (const Retired& r : retired_) delete r.table;
+}
+
+const PeerTable* Engine::AcquireTable(Worker* w) {
+  // Publish the generation we are about to read under, then confirm it did not move: a
+  // SetPeers that retires a table after this point sees `seen` and keeps the table alive.
+  for (;;) {
+    uint64_t g = gen_.load(std::memory_order_seq_cst);
+    w->seen.store(g, std::memory_order_seq_cst);
+    if (gen_.load(std::memory_order_seq_cst) == g) break;
+  }
+  return table_.load(std::memory_order_seq_cst);
+}
+
+bool Engine::SetPeers(const uint8_t* buf, size_t len, std::string* error) {
+  std::unique_ptr<PeerTable> t = PeerTable::Build(buf, len, error);
+  if (!t) return false;
+  std::lock_guard<std::mutex> lock(control_mu_);
+  const PeerTable* old = table_.exchange(t.release(), std::memory_order_seq_cst);
+  uint64_t g = gen_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  retired_.push_back({old, g});
+  ReclaimLocked();
+  return true;
+}
+
+void Engine::ReclaimLocked() {
+  size_t keep = 0;
+  for (const Retired& r : retired_) {
+    bool in_use = false;
+    for (auto& w : workers_) {
+      uint64_t s = w->seen.load(std::memory_order_seq_cst);
+      if (s != 0 && s < r.gen) in_use = true;
+    }
+    if (in_use) {
+      retired_[keep++] = r;
+    } else {
+      delete r.table;
+    }
+  }
+  retired_.resize(keep);
+}
+
+size_t Engine::peer_count() const { return table_.load()->size(); }
+
+int Engine::Run(int w) {
+  if (w < 0 || w >= workers()) return EINVAL;
+  Worker* wp = workers_[w].get();
+  bool expected = false;
+  if (!wp->running.compare_exchange_strong(expected, true)) return EBUSY;
+  int rc;
+  {
+    std::unique_ptr<Loop> loop(new Loop(this, wp));
+    rc = loop->Run();
+  }
+  wp->running.store(false);
+  return rc;
+}
+
+void Engine::Stop() {
+  stop_.store(true, std::memory_order_release);
+  for (auto& w : workers_) {
+    uint64_t one = 1;
+    ssize_t r = write(w->event_fd, &one, sizeof(one));
+    (void)r;
+  }
+}
+
+void Engine::ReadCounters(int w, uint64_t* out) const {
+  const WorkerCounters& c = workers_[w]->counters;
+  for (uint32_t i = 0; i < kCounterCount; i++) out[i] = c.v[i].load(std::memory_order_relaxed);
+}
+
+}  // namespace weft

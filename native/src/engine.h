@@ -1,0 +1,125 @@
+// The packet engine: per worker one TUN queue, one UDP socket and one eventfd, looped by
+// Run(worker) on a thread that stays in C++ until Stop(). Batch contract: a worker reads up to
+// kBatch TUN packets (each up to 64 KB behind its virtio_net_hdr, so TSO super-packets fit once
+// offloads are on) and sends them with one sendmmsg; it receives up to kBatch datagrams (64 KB
+// buffers: a same-host kernel vxlan sender delivers unsegmented ~64 KB datagrams) with one
+// recvmmsg and writes each to the TUN; it drains both until EAGAIN before sleeping in epoll.
+// Buffers belong to the worker for the whole run; nothing is allocated in the loop.
+//
+// Control (any thread): SetPeers swaps the whole peer table (readers never lock; old tables are
+// freed once every worker has passed a quiescent point), ReadCounters reads relaxed atomics,
+// Stop wakes every worker through its eventfd. The destructor closes every fd; call it only
+// after every Run has returned (the addon holds engines by shared_ptr for that).
+#ifndef WEFT_NATIVE_ENGINE_H_
+#define WEFT_NATIVE_ENGINE_H_
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "codec.h"
+#include "packet.h"
+#include "peer_table.h"
+
+namespace weft {
+
+enum class Format : uint8_t { kUdp, kVxlan };
+
+struct EngineConfig {
+  Format format = Format::kUdp;
+  std::string tun_name;
+  int workers = 1;
+  std::string bind_ip;
+  uint16_t port = 0;
+  int sock_buf_bytes = 4 << 20;
+  unsigned offloads = 0;  // TUN_F_* wanted (tun.h); none are used by the loop yet
+  CodecConfig codec;
+};
+
+// Counter indexes, a contract with src/dataplane/stats.ts (COUNTERS), followed by one counter
+// per DropReason (kDropBase + reason).
+enum Counter : uint32_t {
+  kTxPackets = 0,  // inner packets read from the TUN and sent
+  kTxBytes,        // their inner bytes
+  kRxPackets,      // inner packets received and written to the TUN
+  kRxBytes,        // their inner bytes
+  kIcmpSent,       // ICMP unreachables written back into the TUN
+  kTunReads,       // read() calls that returned a packet
+  kSendBatches,    // sendmmsg calls
+  kRecvBatches,    // recvmmsg calls that returned datagrams
+  kWakeups,        // epoll_wait returns
+  kDropBase,
+  kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
+};
+
+struct alignas(64) WorkerCounters {
+  std::atomic<uint64_t> v[kCounterCount];
+  WorkerCounters() {
+    for (auto& c : v) c.store(0, std::memory_order_relaxed);
+  }
+  void Add(uint32_t i, uint64_t n) { v[i].fetch_add(n, std::memory_order_relaxed); }
+  void Drop(DropReason r) { Add(kDropBase + static_cast<uint32_t>(r), 1); }
+};
+
+class Engine {
+ public:
+  static constexpr int kBatch = 64;
+  static constexpr size_t kBufSize = 65536 + 64;
+
+  // Opens the TUN queues, sockets and eventfds. Returns null with `error` set on failure.
+  static std::unique_ptr<Engine> Create(const EngineConfig& cfg, std::string* error);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs worker `w` until Stop(). Returns 0, or an errno for a fatal error (EBUSY when that
+  // worker already runs, EINVAL for a bad index).
+  int Run(int w);
+  void Stop();
+  bool SetPeers(const uint8_t* buf, size_t len, std::string* error);
+  // Copies worker `w`'s counters into out[0..kCounterCount).
+  void ReadCounters(int w, uint64_t* out) const;
+
+  int workers() const { return static_cast<int>(workers_.size()); }
+  const std::string& tun_name() const { return tun_name_; }
+  unsigned offloads_accepted() const { return offloads_accepted_; }
+  size_t peer_count() const;
+
+ private:
+  struct Worker {
+    int tun_fd = -1;
+    int udp_fd = -1;
+    int event_fd = -1;
+    std::atomic<bool> running{false};
+    std::atomic<uint64_t> seen{0};  // generation of the table in use; 0 = quiescent
+    WorkerCounters counters;
+  };
+  struct Retired {
+    const PeerTable* table;
+    uint64_t gen;
+  };
+  class Loop;
+
+  Engine() = default;
+  const PeerTable* AcquireTable(Worker* w);
+  void ReclaimLocked();
+
+  EngineConfig cfg_;
+  std::string tun_name_;
+  unsigned offloads_accepted_ = 0;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<bool> stop_{false};
+  std::atomic<const PeerTable*> table_{nullptr};
+  std::atomic<uint64_t> gen_{1};
+  std::mutex control_mu_;  // serialises SetPeers; never taken by a packet thread
+  std::vector<Retired> retired_;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_ENGINE_H_

@@ -1,0 +1,124 @@
+#include "packet.h"
+
+#include "checksum.h"
+
+namespace weft {
+
+namespace {
+
+inline void StoreLe16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+inline uint16_t LoadLe16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+
+}  // namespace
+
+void StoreVnetHdr(uint8_t* p, const VnetHdr& h) {
+  p[0] = h.flags;
+  p[1] = h.gso_type;
+  StoreLe16(p + 2, h.hdr_len);
+  StoreLe16(p + 4, h.gso_size);
+  StoreLe16(p + 6, h.csum_start);
+  StoreLe16(p + 8, h.csum_offset);
+}
+
+VnetHdr LoadVnetHdr(const uint8_t* p) {
+  VnetHdr h;
+  h.flags = p[0];
+  h.gso_type = p[1];
+  h.hdr_len = LoadLe16(p + 2);
+  h.gso_size = LoadLe16(p + 4);
+  h.csum_start = LoadLe16(p + 6);
+  h.csum_offset = LoadLe16(p + 8);
+  return h;
+}
+
+DropReason ParseIp(const uint8_t* p, size_t avail, IpInfo* out) {
+  if (avail < 1) return DropReason::kTruncated;
+  uint8_t version = p[0] >> 4;
+  if (version == 4) {
+    if (avail < 20) return DropReason::kTruncated;
+    uint32_t ihl = (p[0] & 0x0fu) * 4u;
+    uint32_t tot = LoadBe16(p + 2);
+    if (ihl < 20 || tot < ihl) return DropReason::kMalformed;
+    if (tot > avail) return DropReason::kTruncated;
+    out->version = 4;
+    out->proto = p[9];
+    out->l4_off = static_cast<uint16_t>(ihl);
+    out->len = tot;
+    out->src = p + 12;
+    out->dst = p + 16;
+    out->addr_len = 4;
+    return DropReason::kNone;
+  }
+  if (version == 6) {
+    if (avail < 40) return DropReason::kTruncated;
+    uint32_t tot = 40u + LoadBe16(p + 4);
+    if (tot > avail) return DropReason::kTruncated;
+    out->version = 6;
+    out->proto = p[6];
+    out->l4_off = 40;
+    out->len = tot;
+    out->src = p + 8;
+    out->dst = p + 24;
+    out->addr_len = 16;
+    return DropReason::kNone;
+  }
+  return DropReason::kMalformed;
+}
+
+bool DecrementTtl(uint8_t* p, const IpInfo& ip) {
+  if (ip.version == 4) {
+    if (p[8] <= 1) return false;
+    uint16_t old_word = LoadBe16(p + 8);
+    p[8]--;
+    uint16_t new_word = LoadBe16(p + 8);
+    StoreBe16(p + 10, ChecksumUpdate16(LoadBe16(p + 10), old_word, new_word));
+    return true;
+  }
+  if (p[7] <= 1) return false;
+  p[7]--;
+  return true;
+}
+
+void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* out) {
+  *out = VnetHdr();
+  if (ip.proto != kProtoTcp && ip.proto != kProtoUdp) return;
+  if (ip.version == 4 && (LoadBe16(pkt + 6) & 0x3fffu) != 0) return;  // a fragment
+  uint32_t l4_len = ip.len - ip.l4_off;
+  uint16_t csum_off = ip.proto == kProtoTcp ? 16 : 6;
+  if (l4_len < (ip.proto == kProtoTcp ? 20u : 8u)) return;
+  uint8_t* l4 = pkt + ip.l4_off;
+  uint16_t field = LoadBe16(l4 + csum_off);
+  if (ip.proto == kProtoUdp && ip.version == 4 && field == 0) return;  // no checksum
+  uint16_t pseudo = PseudoHeaderSum(ip.addr_len, ip.src, ip.dst, ip.proto, l4_len);
+  bool gso = ip.proto == kProtoTcp && ip.len > tun_mtu;
+  if (field != pseudo && !gso) return;  // the common case: a complete checksum
+  bool valid = ChecksumSum(l4, l4_len, pseudo) == 0xffff;
+  bool partial = field == pseudo && !valid;
+  if (gso) {
+    uint32_t thl = (l4[12] >> 4) * 4u;
+    if (thl < 20 || thl > l4_len) return;
+    if (!partial && !valid) return;  // corrupt: let the receiver's TCP reject it
+    uint32_t hdrs = ip.l4_off + thl;
+    if (tun_mtu <= hdrs) return;
+    StoreBe16(l4 + csum_off, pseudo);
+    out->flags = kVnetFlagNeedsCsum;
+    out->gso_type = ip.version == 4 ? kVnetGsoTcpV4 : kVnetGsoTcpV6;
+    out->hdr_len = static_cast<uint16_t>(hdrs);
+    out->gso_size = static_cast<uint16_t>(tun_mtu - hdrs);
+    out->csum_start = ip.l4_off;
+    out->csum_offset = csum_off;
+    return;
+  }
+  if (partial) {
+    out->flags = kVnetFlagNeedsCsum;
+    out->csum_start = ip.l4_off;
+    out->csum_offset = csum_off;
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,96 @@
+// Shared packet vocabulary for the codecs and the engine: drop reasons (a fixed set, mirrored
+// in src/dataplane/stats.ts), the virtio_net_hdr that prefixes every TUN read and write, and
+// inner IP header parsing. Plain C++, no allocation, no syscalls.
+#ifndef WEFT_NATIVE_PACKET_H_
+#define WEFT_NATIVE_PACKET_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace weft {
+
+// Why a packet was dropped. The order and names are a contract with src/dataplane/stats.ts
+// (DROP_REASONS) and the `reason` label of weft_dataplane_dropped_packets_total.
+enum class DropReason : uint8_t {
+  kNone = 0,         // not dropped
+  kTruncated,        // shorter than its headers or its IP total length
+  kOversized,        // larger than a buffer or a datagram can hold
+  kMalformed,        // bad IP version/header length, bad VXLAN flags
+  kUnknownSource,    // outer source address holds no lease
+  kSpoofedSource,    // inner source address is outside the sending peer's subnet
+  kBadVni,           // VXLAN VNI is not ours
+  kBadMac,           // inner Ethernet destination is not our VtepMAC
+  kBadEthertype,     // inner Ethernet type is neither IPv4 nor IPv6
+  kNoRoute,          // no peer subnet holds the inner destination
+  kTtlExpired,       // inner TTL / hop limit reached zero
+  kSendError,        // sendmmsg refused the datagram
+  kTunWriteError,    // the TUN refused the packet
+  kCount,
+};
+
+constexpr const char* kDropReasonNames[] = {
+    "none",          "truncated",    "oversized", "malformed",    "unknown_source",
+    "spoofed_source", "bad_vni",      "bad_mac",   "bad_ethertype", "no_route",
+    "ttl_expired",   "send_error",   "tun_write_error",
+};
+static_assert(sizeof(kDropReasonNames) / sizeof(kDropReasonNames[0]) ==
+                  static_cast<size_t>(DropReason::kCount),
+              "drop reason names out of step");
+
+// struct virtio_net_hdr (10 bytes, host byte order), as TUN reads and writes it with
+// IFF_VNET_HDR. Kept as bytes so spans can be parsed without alignment concerns.
+constexpr size_t kVnetHdrLen = 10;
+constexpr uint8_t kVnetFlagNeedsCsum = 1;
+constexpr uint8_t kVnetGsoNone = 0;
+constexpr uint8_t kVnetGsoTcpV4 = 1;
+constexpr uint8_t kVnetGsoTcpV6 = 4;
+constexpr uint8_t kVnetGsoUdpL4 = 5;  // kernel headers here are 6.1: define it ourselves
+
+struct VnetHdr {
+  uint8_t flags = 0;
+  uint8_t gso_type = kVnetGsoNone;
+  uint16_t hdr_len = 0;
+  uint16_t gso_size = 0;
+  uint16_t csum_start = 0;
+  uint16_t csum_offset = 0;
+};
+
+void StoreVnetHdr(uint8_t* p, const VnetHdr& h);
+VnetHdr LoadVnetHdr(const uint8_t* p);
+
+constexpr uint8_t kProtoIcmp = 1;
+constexpr uint8_t kProtoTcp = 6;
+constexpr uint8_t kProtoUdp = 17;
+constexpr uint8_t kProtoIcmpV6 = 58;
+
+// The parts of an inner IP header the codecs use. `len` is the IP total length (IPv6: 40 +
+// payload length); `l4_off` the offset of the upper-layer header (IPv6: 40; extension headers
+// are not walked, `proto` is then the first next-header value).
+struct IpInfo {
+  uint8_t version = 0;
+  uint8_t proto = 0;
+  uint16_t l4_off = 0;
+  uint32_t len = 0;
+  const uint8_t* src = nullptr;
+  const uint8_t* dst = nullptr;
+  size_t addr_len = 0;
+};
+
+// Parses an IP header at the start of `p` (`avail` bytes). Returns kNone, kTruncated or
+// kMalformed. The total length may be shorter than `avail` (trailing bytes are ignored).
+DropReason ParseIp(const uint8_t* p, size_t avail, IpInfo* out);
+
+// Decrements the IPv4 TTL (fixing the header checksum incrementally) or the IPv6 hop limit.
+// Returns false, leaving the packet untouched, when it would reach zero.
+bool DecrementTtl(uint8_t* p, const IpInfo& ip);
+
+// Fills the virtio_net_hdr for writing `pkt` (an inner IP packet) into the TUN. A TCP/UDP packet
+// whose checksum field holds only the pseudo-header sum (a same-host kernel vxlan sender leaves
+// it partial) gets NEEDS_CSUM; a TCP packet longer than `tun_mtu` becomes a GSO packet
+// (gso_size = tun_mtu - IP - TCP headers) with the pseudo-header sum in its checksum field.
+// Everything else gets a zeroed header. May rewrite the L4 checksum field of `pkt`.
+void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* out);
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_PACKET_H_

@@ -1,0 +1,93 @@
+// The peer table: longest-prefix match from an inner address to the peer (lease) that holds it.
+// Built once from ONE buffer of fixed-size records (the layout below is mirrored by
+// src/dataplane/peer-table.ts), immutable afterwards, so packet threads read it without locks;
+// the engine swaps whole tables atomically (engine.h).
+#ifndef WEFT_NATIVE_PEER_TABLE_H_
+#define WEFT_NATIVE_PEER_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+// One record, 64 bytes, all multi-byte fields in network byte order:
+//   0  u8      subnet family (4 | 6)
+//   1  u8      subnet prefix length
+//   2  u8      flags (bit 0: vtep_mac is set, i.e. the peer speaks VXLAN)
+//   3  u8      public address family (4 | 6)
+//   4  u16     peer UDP port
+//   6  u8[6]   peer VtepMAC
+//   12 u8[4]   reserved, zero
+//   16 u8[16]  subnet address (IPv4 in the first 4 bytes, the rest zero)
+//   32 u8[16]  peer public address (IPv4 in the first 4 bytes, the rest zero)
+//   48 u8[16]  reserved, zero
+constexpr size_t kPeerRecordSize = 64;
+constexpr uint8_t kPeerFlagVtepMac = 1;
+
+struct PeerRecord {
+  uint8_t family = 0;
+  uint8_t prefix = 0;
+  uint8_t flags = 0;
+  uint8_t public_family = 0;
+  uint16_t port = 0;  // host order
+  uint8_t vtep_mac[6] = {};
+  uint8_t subnet[16] = {};
+  uint8_t public_ip[16] = {};
+
+  size_t public_len() const { return public_family == 4 ? 4 : 16; }
+  bool has_vtep_mac() const { return (flags & kPeerFlagVtepMac) != 0; }
+};
+
+class PeerTable {
+ public:
+  // Decodes `len` bytes of records. Returns null and sets `error` (naming the record) when the
+  // length is not a multiple of the record size, a field is out of range or a subnet repeats.
+  static std::unique_ptr<PeerTable> Build(const uint8_t* buf, size_t len, std::string* error);
+
+  // The record whose subnet holds `addr` with the longest prefix; null when none does.
+  // `addr_len` is 4 or 16.
+  const PeerRecord* Lookup(size_t addr_len, const uint8_t* addr) const;
+
+  // True when some record's public address equals `addr`.
+  bool HasPublic(size_t addr_len, const uint8_t* addr) const;
+
+  size_t size() const { return records_.size(); }
+  const PeerRecord* records() const { return records_.data(); }
+
+ private:
+  struct Key {
+    uint64_t hi = 0;
+    uint64_t lo = 0;
+    uint8_t family = 0;
+    bool operator==(const Key& o) const {
+      return hi == o.hi && lo == o.lo && family == o.family;
+    }
+  };
+  // An open-addressing hash of record indices (+1; 0 = empty) keyed by masked address.
+  struct Index {
+    std::vector<uint32_t> slots;
+    uint64_t mask = 0;
+  };
+  struct Level {
+    uint8_t prefix = 0;
+    Index index;
+  };
+
+  static Key MakeKey(uint8_t family, const uint8_t* addr, uint8_t prefix);
+  static uint64_t Hash(const Key& k);
+  const PeerRecord* Probe(const Index& idx, const Key& k, bool by_public) const;
+  Key RecordKey(const PeerRecord& r, bool by_public) const;
+  static void Insert(Index* idx, uint64_t hash, uint32_t record_index);
+
+  std::vector<PeerRecord> records_;
+  std::vector<Level> levels_v4_;  // longest prefix first
+  std::vector<Level> levels_v6_;
+  Index public_index_;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_PEER_TABLE_H_

@@ -1,0 +1,65 @@
+#include "tun.h"
+
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "packet.h"
+
+namespace weft {
+
+int OpenTunQueue(const std::string& name, std::string* actual_name, std::string* error) {
+  if (name.size() >= IFNAMSIZ) {
+    *error = "tun name too long: " + name;
+    return -EINVAL;
+  }
+  int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    *error = std::string("open /dev/net/tun: ") + std::strerror(e);
+    return -e;
+  }
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  ifr.ifr_flags = IFF_TUN | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE;
+  std::memcpy(ifr.ifr_name, name.data(), name.size());
+  if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
+    int e = errno;
+    close(fd);
+    *error = "TUNSETIFF " + name + ": " + std::strerror(e);
+    return -e;
+  }
+  int hdr = static_cast<int>(kVnetHdrLen);
+  if (ioctl(fd, TUNSETVNETHDRSZ, &hdr) < 0) {
+    int e = errno;
+    close(fd);
+    *error = "TUNSETVNETHDRSZ " + name + ": " + std::strerror(e);
+    return -e;
+  }
+  *actual_name = ifr.ifr_name;
+  return fd;
+}
+
+unsigned ProbeTunOffloads(int fd, unsigned enable) {
+  static const unsigned kSets[] = {
+      kTunFCsum,
+      kTunFCsum | kTunFTso4 | kTunFTso6,
+      kTunFCsum | kTunFUso4 | kTunFUso6,
+  };
+  unsigned accepted = 0;
+  for (unsigned set : kSets) {
+    if (ioctl(fd, TUNSETOFFLOAD, static_cast<unsigned long>(set)) == 0) accepted |= set;
+  }
+  unsigned want = enable & accepted;
+  if (ioctl(fd, TUNSETOFFLOAD, static_cast<unsigned long>(want)) != 0) {
+    ioctl(fd, TUNSETOFFLOAD, 0ul);
+  }
+  return accepted;
+}
+
+}  // namespace weft

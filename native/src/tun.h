@@ -1,0 +1,28 @@
+// TUN queues: IFF_TUN | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE. Every read starts and every
+// write must start with a 10-byte virtio_net_hdr (packet.h), zeroed for a plain packet.
+#ifndef WEFT_NATIVE_TUN_H_
+#define WEFT_NATIVE_TUN_H_
+
+#include <cstdint>
+#include <string>
+
+namespace weft {
+
+constexpr unsigned kTunFCsum = 0x01;
+constexpr unsigned kTunFTso4 = 0x02;
+constexpr unsigned kTunFTso6 = 0x04;
+constexpr unsigned kTunFUso4 = 0x20;  // kernel >= 6.2; the headers here are 6.1
+constexpr unsigned kTunFUso6 = 0x40;
+
+// Opens one queue of the TUN device `name` (created by the first queue; it lives while any
+// queue is open). Non-blocking, close-on-exec. Returns the fd, or -errno with `error` set.
+// `actual_name` receives the kernel's name for the device.
+int OpenTunQueue(const std::string& name, std::string* actual_name, std::string* error);
+
+// Tries each offload set in turn on `fd` (the device's offloads are shared by its queues) and
+// returns the TUN_F_* bits the kernel accepted; leaves the device with `enable` & accepted.
+unsigned ProbeTunOffloads(int fd, unsigned enable);
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_TUN_H_

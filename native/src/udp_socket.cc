@@ -1,0 +1,68 @@
+#include "udp_socket.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace weft {
+
+bool MakeSockaddr(const std::string& ip, uint16_t port, sockaddr_storage* out, socklen_t* len) {
+  std::memset(out, 0, sizeof(*out));
+  auto* v4 = reinterpret_cast<sockaddr_in*>(out);
+  if (inet_pton(AF_INET, ip.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    *len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(out);
+  if (inet_pton(AF_INET6, ip.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    *len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, std::string* error) {
+  int family = addr.ss_family;
+  int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    int e = errno;
+    *error = std::string("socket: ") + std::strerror(e);
+    return -e;
+  }
+  int one = 1;
+  auto fail = [&](const char* what) {
+    int e = errno;
+    close(fd);
+    *error = std::string(what) + ": " + std::strerror(e);
+    return -e;
+  };
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) return fail("SO_REUSEPORT");
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf_bytes, sizeof(buf_bytes)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof(buf_bytes));
+  }
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf_bytes, sizeof(buf_bytes)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof(buf_bytes));
+  }
+  if (family == AF_INET) {
+    int pmtu = IP_PMTUDISC_DONT;
+    if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) < 0) {
+      return fail("IP_MTU_DISCOVER");
+    }
+  } else {
+    int pmtu = IPV6_PMTUDISC_DONT;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu)) < 0) {
+      return fail("IPV6_MTU_DISCOVER");
+    }
+  }
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) < 0) return fail("bind");
+  return fd;
+}
+
+}  // namespace weft

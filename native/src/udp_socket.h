@@ -1,0 +1,25 @@
+// The engine's UDP sockets: one per worker, SO_REUSEPORT on the same address and port so the
+// kernel spreads flows across workers, never connect()ed (kernel vxlan peers send from
+// flow-hashed source ports; peers are matched by source address only).
+#ifndef WEFT_NATIVE_UDP_SOCKET_H_
+#define WEFT_NATIVE_UDP_SOCKET_H_
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+
+namespace weft {
+
+// Parses an IPv4/IPv6 literal and port into `out`; false when it is not one.
+bool MakeSockaddr(const std::string& ip, uint16_t port, sockaddr_storage* out, socklen_t* len);
+
+// Opens a non-blocking UDP socket bound to `addr` with SO_REUSEPORT, receive and send buffers
+// of `buf_bytes` (SO_*BUFFORCE, falling back to SO_*BUF) and path-MTU discovery off (outer DF
+// clear, as kernel vxlan sends). Returns the fd or -errno with `error` set.
+int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, std::string* error);
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_UDP_SOCKET_H_
