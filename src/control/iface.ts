@@ -310,6 +310,8 @@ async function byCanReach(links: readonly LinkInfo[], dest: string): Promise<Can
   } catch (err) {
     throw new Rejected(`no route to ${dest} (${errorMessage(err)})`);
   }
+  // With no route, the socket may still "connect" and keep the unspecified address.
+  if (parseIP(src)?.addr === 0n) throw new Rejected(`no route to ${dest}`);
   const link = linkOwning(links, src);
   if (!link) throw new Rejected(`source address ${src} for ${dest} is on no interface`);
   return { link, preferred: { [familyOf(src)!]: src }, explicit: false };
