@@ -127,9 +127,12 @@ export function parseNetConfig(text: string): NetConfig {
   if (!enableIPv4 && !enableIPv6) {
     throw configError('EnableIPv4', 'EnableIPv4 or EnableIPv6 must be true');
   }
-  const ipv4 = enableIPv4 ? checkFamily(fields, RULES[4]) : null;
-  const ipv6 = enableIPv6 ? checkFamily(fields, RULES[6]) : null;
+  // Like Go's json.Unmarshal, malformed values fail even for a disabled family.
+  const raw4 = readFamilyFields(fields, RULES[4]);
+  const raw6 = readFamilyFields(fields, RULES[6]);
   const backend = readBackend(fields.get('Backend'));
+  const ipv4 = enableIPv4 ? checkFamily(raw4, RULES[4]) : null;
+  const ipv6 = enableIPv6 ? checkFamily(raw6, RULES[6]) : null;
   return Object.freeze({ enableIPv4, enableIPv6, ipv4, ipv6, backend, text });
 }
 
@@ -177,22 +180,32 @@ function readBool(fields: Map<Field, unknown>, field: Field, dflt: boolean): boo
   return v;
 }
 
-function readNetwork(fields: Map<Field, unknown>, r: FamilyRules): IPNet {
+/** A family's fields as written (format-checked only); 0 / null mean "not set", as in flannel. */
+interface RawFamily {
+  readonly network: IPNet | null;
+  readonly subnetLen: number;
+  readonly subnetMin: bigint;
+  readonly subnetMax: bigint;
+}
+
+function readFamilyFields(fields: Map<Field, unknown>, r: FamilyRules): RawFamily {
+  return {
+    network: readNetwork(fields, r),
+    subnetLen: readSubnetLen(fields, r),
+    subnetMin: readAddress(fields, r.minField, r.family),
+    subnetMax: readAddress(fields, r.maxField, r.family),
+  };
+}
+
+function readNetwork(fields: Map<Field, unknown>, r: FamilyRules): IPNet | null {
   const v = fields.get(r.networkField);
-  if (v === undefined) {
-    throw configError(r.networkField, `is required (e.g. "${r.example}")`);
-  }
+  if (v === undefined) return null;
   const net = typeof v === 'string' ? parseCIDR(v) : null;
   if (net === null || net.family !== r.family) {
     throw configError(r.networkField, `must be an IPv${r.family} CIDR such as "${r.example}"`);
   }
   // Go's net.ParseCIDR keeps the network, not the address as written: 10.3.5.0/16 is 10.3.0.0/16.
-  const c = canonical(net);
-  if (c.addr === 0n && c.prefix === 0) {
-    // flannel treats the zero network as unset ("please define a correct Network parameter").
-    throw configError(r.networkField, `must not be the zero network (e.g. "${r.example}")`);
-  }
-  return Object.freeze(c);
+  return Object.freeze(canonical(net));
 }
 
 function readSubnetLen(fields: Map<Field, unknown>, r: FamilyRules): number {
@@ -215,10 +228,17 @@ function readAddress(fields: Map<Field, unknown>, field: Field, family: Family):
   return ip.addr;
 }
 
-function checkFamily(fields: Map<Field, unknown>, r: FamilyRules): FamilyConfig {
-  const network = readNetwork(fields, r);
+function checkFamily(raw: RawFamily, r: FamilyRules): FamilyConfig {
+  const { network } = raw;
+  if (network === null) {
+    throw configError(r.networkField, `is required (e.g. "${r.example}")`);
+  }
+  if (network.addr === 0n && network.prefix === 0) {
+    // flannel treats the zero network as unset ("please define a correct Network parameter").
+    throw configError(r.networkField, `must not be the zero network (e.g. "${r.example}")`);
+  }
   const total = bits(r.family);
-  let subnetLen = readSubnetLen(fields, r);
+  let subnetLen = raw.subnetLen;
   if (subnetLen > 0) {
     if (subnetLen > r.maxSubnetLen) throw configError(r.lenField, `must be <= ${r.maxSubnetLen}`);
     const least = network.prefix + MIN_SUBNETS_LOG2;
@@ -247,12 +267,12 @@ function checkFamily(fields: Map<Field, unknown>, r: FamilyRules): FamilyConfig 
   const inNetwork = (addr: bigint) => containsIP(network, { family: r.family, addr });
   const mask = maskOf(r.family, subnetLen);
 
-  let subnetMin = readAddress(fields, r.minField, r.family);
+  let subnetMin = raw.subnetMin;
   if (subnetMin === 0n) subnetMin = network.addr + subnetSize;
   else if (!inNetwork(subnetMin)) {
     throw configError(r.minField, `must be inside ${r.networkField} ${formatCIDR(network)}`);
   }
-  let subnetMax = readAddress(fields, r.maxField, r.family);
+  let subnetMax = raw.subnetMax;
   if (subnetMax === 0n) subnetMax = networkEnd - subnetSize;
   else if (!inNetwork(subnetMax)) {
     throw configError(r.maxField, `must be inside ${r.networkField} ${formatCIDR(network)}`);

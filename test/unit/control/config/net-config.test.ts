@@ -199,6 +199,18 @@ describe('parseNetConfig: fields', () => {
     );
   });
 
+  it('rejects a malformed field of a disabled family, as Go json.Unmarshal does', () => {
+    rejects(
+      '{"Network":"10.1.0.0/16","IPv6Network":"not-a-cidr"}',
+      'IPv6Network: must be an IPv6 CIDR such as "fc00::/48"',
+    );
+  });
+
+  it('ignores the rules of a disabled family', () => {
+    const cfg = parseNetConfig('{"Network":"10.1.0.0/16","IPv6Network":"fc00::/127"}');
+    assert.equal(cfg.ipv6, null);
+  });
+
   it('uses the udp backend when there is no Backend block', () => {
     const cfg = parseNetConfig('{"Network":"10.1.0.0/16"}');
     assert.equal(cfg.backend.type, 'udp');
