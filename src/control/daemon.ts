@@ -17,7 +17,7 @@ import type { NetConfig } from './config/net-config.js';
 import { startHealthServer, type HealthServer } from './http.js';
 import type { SubnetManager } from './lease/manager.js';
 import { runRenewer } from './lease/renewer.js';
-import type { Lease, LeaseAttrs } from './lease/types.js';
+import type { Lease, LeaseAttrs, LeaseEvent } from './lease/types.js';
 import { createDaemonMetrics, type DaemonMetrics, type LeaseMetrics } from './metrics/metrics.js';
 import { readSubnetEnv, writeSubnetEnv } from './subnet-env.js';
 
@@ -162,7 +162,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
           /* renewals (ours or another's write) need nothing; a delete throws REVOKED */
         }
       })(),
-      be.run(sm.watchLeases(own, stop.signal), stop.signal),
+      be.run(logPeerEvents(sm.watchLeases(own, stop.signal)), stop.signal),
       ...(cfg.tasks ?? []).map((task) =>
         task({ lease: own, netConfig, extIface, metrics, signal: stop.signal }),
       ),
@@ -183,6 +183,23 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
     stop.abort(new WeftError('WEFT_ERR_ABORTED', 'daemon stopping'));
     signal.removeEventListener('abort', onOuterAbort);
     await shutdown({ backend, manager, lease, health, release: cfg.releaseLeaseOnExit });
+  }
+}
+
+/** Passes peer lease batches through, logging each event (flannel logs every subnet change). */
+async function* logPeerEvents(batches: AsyncIterable<LeaseEvent[]>): AsyncIterable<LeaseEvent[]> {
+  for await (const batch of batches) {
+    for (const e of batch) {
+      log.info(
+        {
+          key: e.lease.key,
+          publicIP: e.lease.attrs.publicIP,
+          backendType: e.lease.attrs.backendType,
+        },
+        e.type === 'added' ? 'peer lease added' : 'peer lease removed',
+      );
+    }
+    yield batch;
   }
 }
 

@@ -1,0 +1,222 @@
+/**
+ * `weft daemon` end to end on the embedded store, as real processes (bin/weft).
+ *
+ *   root namespace (nothing is created in it: the alloc backend programs no kernel state)
+ *   ┌──────────────────────────────────────────────────────────────────────┐
+ *   │  weft daemon A ──┐                                                   │
+ *   │  --iface lo      ├──► <tmp>/store  (embedded lease store, shared)     │
+ *   │  weft daemon B ──┘                                                   │
+ *   │  /healthz /readyz /metrics on 127.0.0.1:<free port>                  │
+ *   └──────────────────────────────────────────────────────────────────────┘
+ * The public IPs are only data in the leases (10.99.0.x); no packet is sent anywhere.
+ */
+import { after, afterEach, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
+import {
+  freePort,
+  httpGet,
+  runWeft,
+  startWeft,
+  stopAll,
+  type WeftProcess,
+} from '../helpers/daemon.js';
+
+let dir: string;
+const NET_CONF = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'alloc' } });
+
+before(() => {
+  dir = mkdtempSync(join(tmpdir(), 'weft-daemon-'));
+});
+afterEach(stopAll);
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+let n = 0;
+/** A fresh store with the config written through `weft config set`. */
+async function freshStore(conf = NET_CONF): Promise<string> {
+  const store = join(dir, `store-${n++}`);
+  const file = join(dir, `conf-${n}.json`);
+  writeFileSync(file, conf);
+  const r = await runWeft(['config', 'set', file, '--store-dir', store]);
+  assert.equal(r.code, 0, r.stderr);
+  return store;
+}
+
+async function startNode(
+  store: string,
+  ip: string,
+  extra: string[] = [],
+): Promise<{ p: WeftProcess; port: number; subnetFile: string }> {
+  const port = await freePort();
+  const subnetFile = join(dir, `subnet-${ip}.env`);
+  // No store flag on the command line: the embedded store is the default; its directory comes
+  // from the environment like every flag (FLANNELD_STORE_DIR), to keep the test out of /var/lib.
+  const p = startWeft(
+    [
+      'daemon',
+      '--iface',
+      'lo',
+      '--public-ip',
+      ip,
+      '--healthz-ip',
+      '127.0.0.1',
+      '--healthz-port',
+      String(port),
+      '--subnet-file',
+      subnetFile,
+      ...extra,
+    ],
+    { env: { FLANNELD_STORE_DIR: store } },
+  );
+  return { p, port, subnetFile };
+}
+
+const ready = (p: WeftProcess) => p.waitForLog((l) => l.msg === 'ready', 15_000);
+
+test('two daemons get distinct subnets and see each other within 1 s', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1');
+  const b = await startNode(store, '10.99.0.2');
+  const [ra, rb] = await Promise.all([ready(a.p), ready(b.p)]);
+  assert.notEqual(ra.key, rb.key);
+  const t0 = Date.now();
+  await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key, 1000 + 500);
+  await b.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === ra.key, 1000 + 500);
+  assert.ok(Date.now() - t0 < 1500);
+  const metrics = await httpGet(`http://127.0.0.1:${a.port}/metrics`);
+  assert.match(metrics.body, /^weft_lease_peers 1$/m);
+});
+
+test('subnet.env holds flannel variables for the acquired lease', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1', ['--ip-masq']);
+  const r = await ready(a.p);
+  const env = readFileSync(a.subnetFile, 'utf8');
+  const [net] = String(r.key).split('-');
+  const gw = net!.replace(/\.0$/, '.1');
+  assert.equal(
+    env,
+    `FLANNEL_NETWORK=10.5.0.0/16\nFLANNEL_SUBNET=${gw}/24\nFLANNEL_MTU=65536\nFLANNEL_IPMASQ=true\n`,
+  );
+});
+
+test('readyz is 503 until the config exists and the lease is held, then 200', async () => {
+  const store = join(dir, `store-${n++}`);
+  const a = await startNode(store, '10.99.0.1');
+  await a.p.waitForLog((l) => l.msg === 'waiting for the network config');
+  assert.equal((await httpGet(`http://127.0.0.1:${a.port}/healthz`)).status, 200);
+  assert.equal((await httpGet(`http://127.0.0.1:${a.port}/readyz`)).status, 503);
+  const file = join(dir, 'late.json');
+  writeFileSync(file, NET_CONF);
+  assert.equal((await runWeft(['config', 'set', file, '--store-dir', store])).code, 0);
+  await ready(a.p);
+  assert.equal((await httpGet(`http://127.0.0.1:${a.port}/readyz`)).status, 200);
+});
+
+test('SIGTERM stops within 2 s with exit 0 and leaves the lease in the store', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1');
+  const r = await ready(a.p);
+  const t0 = Date.now();
+  assert.equal(await a.p.stop('SIGTERM'), 0);
+  assert.ok(Date.now() - t0 < 2000, `took ${Date.now() - t0} ms`);
+  const list = await runWeft(['leases', '--json', '--store-dir', store]);
+  assert.deepEqual(
+    JSON.parse(list.stdout).map((l: { key: string }) => l.key),
+    [r.key],
+  );
+});
+
+test('--release-lease-on-exit deletes the lease on SIGTERM', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1', ['--release-lease-on-exit']);
+  await ready(a.p);
+  assert.equal(await a.p.stop('SIGTERM'), 0);
+  const list = await runWeft(['leases', '--json', '--store-dir', store]);
+  assert.deepEqual(JSON.parse(list.stdout), []);
+});
+
+test('after kill -9 a restarted daemon gets the same subnet back', async () => {
+  const store = await freshStore();
+  const first = await startNode(store, '10.99.0.1');
+  const r1 = await ready(first.p);
+  await first.p.stop('SIGKILL');
+  const second = await startNode(store, '10.99.0.1');
+  const r2 = await ready(second.p);
+  assert.equal(r2.key, r1.key);
+});
+
+test('deleting our lease from the store stops the daemon saying it was revoked', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1');
+  const r = await ready(a.p);
+  const reg = new EmbeddedRegistry(store);
+  await reg.deleteSubnet(String(r.key));
+  await reg.close();
+  const line = await a.p.waitForLog((l) => l.code === 'WEFT_ERR_LEASE_REVOKED', 5000);
+  assert.match(line.msg, /revoked/);
+  assert.equal(await a.p.exited, 1);
+});
+
+test('a malformed net-conf in the store makes the daemon exit 2 naming the field and rule', async () => {
+  const store = await freshStore();
+  // Written behind weft's back: `weft config set` would refuse it.
+  writeFileSync(join(store, 'config'), JSON.stringify({ Network: '10.5.0.0/16', SubnetLen: 31 }));
+  const a = await startNode(store, '10.99.0.1');
+  assert.equal(await a.p.exited, 2);
+  assert.match(a.p.stderr(), /SubnetLen: .*30/);
+});
+
+test('weft config set refuses a malformed file with exit 2 naming the field', async () => {
+  const file = join(dir, 'bad.json');
+  writeFileSync(file, JSON.stringify({ Network: '10.5.0.0/33' }));
+  const r = await runWeft(['config', 'set', file, '--store-dir', join(dir, 'never')]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /Network: /);
+});
+
+test('a malformed lease is skipped, logged once and counted while daemons keep running', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1');
+  await ready(a.p);
+  const reg = new EmbeddedRegistry(store);
+  await reg.createSubnet('10.5.200.0-24', '{"PublicIP":"not-an-ip"}', 60_000);
+  await reg.close();
+  await a.p.waitForLog((l) => l.msg === 'skipping malformed lease' && l.key === '10.5.200.0-24');
+  const b = await startNode(store, '10.99.0.2');
+  const rb = await ready(b.p);
+  assert.notEqual(rb.key, '10.5.200.0-24');
+  await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key);
+  const body = (await httpGet(`http://127.0.0.1:${a.port}/metrics`)).body;
+  assert.match(body, /^weft_lease_malformed_total\{store="embedded"\} 1$/m);
+  assert.equal(a.p.logs.filter((l) => l.msg === 'skipping malformed lease').length, 1);
+  assert.equal(a.p.proc.exitCode, null);
+});
+
+test('/metrics passes promtool check metrics', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1');
+  await ready(a.p);
+  const body = (await httpGet(`http://127.0.0.1:${a.port}/metrics`)).body;
+  const out = execFileSync('promtool', ['check', 'metrics'], { input: body, encoding: 'utf8' });
+  assert.equal(out.trim(), '');
+});
+
+test('weft leases prints a table of the store', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1');
+  const r = await ready(a.p);
+  const out = (await runWeft(['leases', '--store-dir', store])).stdout;
+  const [head, row] = out.trim().split('\n');
+  assert.match(head!, /^SUBNET\s+IPV6 SUBNET\s+PUBLIC IP\s+BACKEND\s+EXPIRES$/);
+  assert.match(
+    row!,
+    new RegExp(
+      `^${String(r.key).replace('-', '/').replace(/\./g, '\\.')}\\s+-\\s+10\\.99\\.0\\.1\\s+-\\s+\\d{4}-`,
+    ),
+  );
+});
