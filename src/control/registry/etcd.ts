@@ -1,0 +1,538 @@
+/**
+ * The etcd v3 lease store, flannel-compatible (DESIGN.md §4):
+ *   <prefix>/config          the network config JSON
+ *   <prefix>/subnets/<key>   one lease, attached to an etcd lease with the TTL (24 h)
+ * A key without an etcd lease is a reservation; updates with `ttlMs === null` keep it so.
+ *
+ * Built on the etcd3 client's raw gRPC stubs (`kv`, `leaseClient`, `watchClient`) rather than
+ * its builders and Watcher, because:
+ * - its default fault handling retries inside every call and opens a per-host circuit breaker;
+ *   here etcd3 only fails over across the endpoints once per call, and the bounded, cancellable
+ *   retry with backoff is ours (then WEFT_ERR_STORE_UNAVAILABLE);
+ * - its Watcher reconnects on its own from a revision taken from the creation header (which
+ *   can skip a backlog) and reports compaction only as an opaque "Watcher canceled" error.
+ *   Our watch owns the stream: it resumes from the last event's revision + 1, reconnects with
+ *   backoff 100 ms → 5 s, and turns compaction into a `resync` batch.
+ * Unary calls carry a deadline (default 5 s): gRPC would otherwise wait on a black-holed host.
+ */
+import { readFileSync } from 'node:fs';
+import { rootCertificates } from 'node:tls';
+import {
+  Etcd3,
+  isRecoverableError,
+  type IDuplexStream,
+  type IKeyValue,
+  type IOptions,
+  type IWatchRequest,
+  type IWatchResponse,
+} from 'etcd3';
+import { WeftError, abortError, errorMessage, isWeftError, usageError } from '../../common/errors.js';
+import { anySignal, backoffDelay, retry, sleep } from '../../common/lifecycle.js';
+import { logger } from '../../common/log.js';
+import type { Registry, RegistryEvent, StoredLease, SubnetList, WatchBatch } from './registry.js';
+
+const log = logger('registry-etcd');
+
+export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
+/** Watch reconnect backoff (flannel's). */
+const WATCH_BACKOFF = { initialMs: 100, maxMs: 5000 };
+
+export interface EtcdRegistryOptions {
+  /** `http://host:port` or `https://host:port`; all of one scheme. */
+  readonly endpoints: readonly string[];
+  /** Key prefix (default `/coreos.com/network`). */
+  readonly prefix?: string | undefined;
+  /** Client key and certificate (PEM files) for TLS client authentication. */
+  readonly keyFile?: string | undefined;
+  readonly certFile?: string | undefined;
+  /** CA bundle (PEM) to verify the servers; the system roots when absent. */
+  readonly caFile?: string | undefined;
+  readonly username?: string | undefined;
+  readonly password?: string | undefined;
+  /** Attempts per operation before WEFT_ERR_STORE_UNAVAILABLE (default 5). */
+  readonly attempts?: number;
+  /** Backoff between attempts (default 200 ms doubling to 2 s). */
+  readonly retryInitialMs?: number;
+  readonly retryMaxMs?: number;
+  /** Deadline of one unary call (default 5 s). */
+  readonly callTimeoutMs?: number;
+}
+
+type WatchStream = IDuplexStream<IWatchRequest, IWatchResponse>;
+type Policy = NonNullable<NonNullable<IOptions['faultHandling']>['global']>;
+
+/** etcd3 fault policy: try each endpoint once per call, no breaker, no waiting. */
+function tryEachHostOnce(hosts: number): Policy {
+  const noEvent = () => ({ dispose() {} });
+  const policy = {
+    onSuccess: noEvent,
+    onFailure: noEvent,
+    async execute<T>(fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T, signal?: AbortSignal) {
+      const ctx = { signal: signal ?? new AbortController().signal };
+      let last: unknown;
+      for (let i = 0; i < hosts; i++) {
+        try {
+          return await fn(ctx);
+        } catch (err) {
+          last = err;
+          if (!(err instanceof Error) || !isRecoverableError(err)) throw err;
+        }
+      }
+      throw last;
+    },
+  };
+  return policy as unknown as Policy;
+}
+
+const passThrough: Policy = tryEachHostOnce(1);
+
+function readPem(flag: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw usageError(flag, `cannot read ${path}: ${errorMessage(err)}`);
+  }
+}
+
+/** The first key after every key that starts with `prefix` (etcd's range_end for a prefix). */
+function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i]! < 0xff) {
+      end[i]! += 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0]);
+}
+
+/** A queue between a stream's callbacks and an async reader. */
+class Inbox<T> {
+  readonly #items: T[] = [];
+  #wake: (() => void) | null = null;
+
+  push(item: T): void {
+    this.#items.push(item);
+    this.#wake?.();
+  }
+
+  /** The next item, or undefined once `signal` fires. */
+  async shift(signal: AbortSignal): Promise<T | undefined> {
+    while (this.#items.length === 0) {
+      if (signal.aborted) return undefined;
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          this.#wake = null;
+          signal.removeEventListener('abort', done);
+          resolve();
+        };
+        this.#wake = done;
+        signal.addEventListener('abort', done, { once: true });
+      });
+    }
+    return signal.aborted ? undefined : this.#items.shift();
+  }
+}
+
+type WatchItem = { kind: 'data'; res: IWatchResponse } | { kind: 'error'; err: Error } | { kind: 'end' };
+
+export class EtcdRegistry implements Registry {
+  readonly kind = 'etcd';
+  readonly #client: Etcd3;
+  readonly #endpoints: readonly string[];
+  readonly #configKey: Buffer;
+  readonly #subnetsPrefix: Buffer;
+  readonly #subnetsEnd: Buffer;
+  readonly #retry: { attempts: number; initialMs: number; maxMs: number };
+  readonly #auth: boolean;
+  readonly #closeCtl = new AbortController();
+  #closed = false;
+
+  constructor(options: EtcdRegistryOptions) {
+    if (options.endpoints.length === 0) throw usageError('etcd-endpoints', 'needs at least one endpoint');
+    const prefix = (options.prefix ?? DEFAULT_ETCD_PREFIX).replace(/\/+$/, '');
+    this.#endpoints = options.endpoints;
+    this.#configKey = Buffer.from(`${prefix}/config`);
+    this.#subnetsPrefix = Buffer.from(`${prefix}/subnets/`);
+    this.#subnetsEnd = prefixEnd(this.#subnetsPrefix);
+    this.#retry = {
+      attempts: options.attempts ?? 5,
+      initialMs: options.retryInitialMs ?? 200,
+      maxMs: options.retryMaxMs ?? 2000,
+    };
+    const callTimeoutMs = options.callTimeoutMs ?? 5000;
+
+    let credentials: IOptions['credentials'];
+    const secure = options.endpoints.some((e) => e.startsWith('https:'));
+    if (secure || options.caFile || options.certFile || options.keyFile) {
+      if (Boolean(options.certFile) !== Boolean(options.keyFile)) {
+        throw usageError(options.certFile ? 'etcd-keyfile' : 'etcd-certfile', 'give both --etcd-certfile and --etcd-keyfile');
+      }
+      credentials = {
+        rootCertificate: options.caFile
+          ? readPem('etcd-cafile', options.caFile)
+          : Buffer.from(rootCertificates.join('\n')),
+        ...(options.keyFile && options.certFile
+          ? {
+              privateKey: readPem('etcd-keyfile', options.keyFile),
+              certChain: readPem('etcd-certfile', options.certFile),
+            }
+          : {}),
+      };
+    }
+    this.#auth = Boolean(options.username);
+    try {
+      this.#client = new Etcd3({
+        hosts: [...options.endpoints],
+        ...(credentials ? { credentials } : {}),
+        ...(options.username ? { auth: { username: options.username, password: options.password ?? '' } } : {}),
+        defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
+        faultHandling: {
+          global: tryEachHostOnce(options.endpoints.length),
+          host: () => passThrough,
+        },
+      });
+    } catch (err) {
+      throw usageError('etcd-endpoints', errorMessage(err));
+    }
+  }
+
+  // ---- plumbing ----
+
+  #checkOpen(signal?: AbortSignal): void {
+    if (this.#closed) throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'etcd registry closed');
+    if (signal?.aborted) throw abortError(signal);
+  }
+
+  /** One etcd operation with bounded retries on transient failures. */
+  async #call<T>(what: string, signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
+    this.#checkOpen(signal);
+    const sig = anySignal(signal, this.#closeCtl.signal);
+    try {
+      return await retry(() => raceAbort(fn(), sig), {
+        ...this.#retry,
+        signal: sig,
+        isRetriable: (err) => err instanceof Error && isRecoverableError(err),
+        onRetry: (err, attempt, delayMs) =>
+          log.debug({ op: what, attempt, delayMs, err: errorMessage(err) }, 'etcd call failed, retrying'),
+      });
+    } catch (err) {
+      if (isWeftError(err)) throw err;
+      throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `etcd ${what}: ${errorMessage(err)}`, {
+        cause: err,
+        details: { endpoints: this.#endpoints },
+      });
+    }
+  }
+
+  #subnetKey(key: string): Buffer {
+    return Buffer.concat([this.#subnetsPrefix, Buffer.from(key)]);
+  }
+
+  /** Expirations of the given etcd leases ('0' = none): null, or a Date (now when lapsed). */
+  async #expirations(leaseIds: Iterable<string>, signal?: AbortSignal): Promise<Map<string, Date | null>> {
+    const out = new Map<string, Date | null>([['0', null]]);
+    const ids = [...new Set(leaseIds)].filter((id) => id !== '0');
+    await Promise.all(
+      ids.map(async (id) => {
+        const r = await this.#call('lease timetolive', signal, () => this.#client.leaseClient.leaseTimeToLive({ ID: id }));
+        const ttl = Number(r.TTL);
+        out.set(id, new Date(Date.now() + Math.max(0, ttl) * 1000));
+      }),
+    );
+    return out;
+  }
+
+  async #toLeases(kvs: readonly IKeyValue[], signal?: AbortSignal): Promise<StoredLease[]> {
+    const exp = await this.#expirations(
+      kvs.map((kv) => kv.lease),
+      signal,
+    );
+    const now = Date.now();
+    const out: StoredLease[] = [];
+    for (const kv of kvs) {
+      const expiration = exp.get(kv.lease) ?? null;
+      if (expiration !== null && expiration.getTime() <= now) continue; // lapsed, delete pending
+      out.push({
+        key: kv.key.subarray(this.#subnetsPrefix.length).toString('utf8'),
+        value: kv.value.toString('utf8'),
+        expiration,
+        revision: Number(kv.mod_revision),
+      });
+    }
+    return out;
+  }
+
+  /** Revokes an etcd lease no key uses any more (best effort: it lapses anyway). */
+  async #dropLeaseIfUnused(id: string): Promise<void> {
+    if (id === '0') return;
+    try {
+      const r = await this.#client.leaseClient.leaseTimeToLive({ ID: id, keys: true });
+      if (Number(r.TTL) > 0 && r.keys.length === 0) await this.#client.leaseClient.leaseRevoke({ ID: id });
+    } catch (err) {
+      log.debug({ lease: id, err: errorMessage(err) }, 'could not revoke an unused etcd lease');
+    }
+  }
+
+  async #grant(ttlMs: number, signal?: AbortSignal): Promise<{ id: string; expiration: Date }> {
+    const ttl = Math.max(1, Math.ceil(ttlMs / 1000));
+    const r = await this.#call('lease grant', signal, () => this.#client.leaseClient.leaseGrant({ TTL: ttl }));
+    if (r.error) throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `etcd lease grant: ${r.error}`);
+    return { id: r.ID, expiration: new Date(Date.now() + Number(r.TTL) * 1000) };
+  }
+
+  // ---- Registry ----
+
+  async getNetworkConfig(signal?: AbortSignal): Promise<string> {
+    const r = await this.#call('get config', signal, () => this.#client.kv.range({ key: this.#configKey }));
+    const kv = r.kvs[0];
+    if (!kv) {
+      throw new WeftError('WEFT_ERR_CONFIG_NOT_FOUND', `no network config at ${this.#configKey.toString()} in etcd`, {
+        details: { key: this.#configKey.toString() },
+      });
+    }
+    return kv.value.toString('utf8');
+  }
+
+  async setNetworkConfig(text: string, signal?: AbortSignal): Promise<void> {
+    await this.#call('put config', signal, () =>
+      this.#client.kv.put({ key: this.#configKey, value: Buffer.from(text, 'utf8') }),
+    );
+  }
+
+  async listSubnets(signal?: AbortSignal): Promise<SubnetList> {
+    const r = await this.#call('list subnets', signal, () =>
+      this.#client.kv.range({ key: this.#subnetsPrefix, range_end: this.#subnetsEnd }),
+    );
+    return { leases: await this.#toLeases(r.kvs, signal), revision: Number(r.header.revision) };
+  }
+
+  async getSubnet(key: string, signal?: AbortSignal): Promise<StoredLease | null> {
+    const r = await this.#call(`get ${key}`, signal, () => this.#client.kv.range({ key: this.#subnetKey(key) }));
+    return (await this.#toLeases(r.kvs, signal))[0] ?? null;
+  }
+
+  async createSubnet(key: string, value: string, ttlMs: number, signal?: AbortSignal): Promise<Date> {
+    const k = this.#subnetKey(key);
+    const lease = await this.#grant(ttlMs, signal);
+    let won = false;
+    try {
+      const r = await this.#call(`create ${key}`, signal, () =>
+        this.#client.kv.txn({
+          compare: [{ key: k, target: 'Version', result: 'Equal', version: 0 }],
+          success: [{ request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease.id } }],
+          failure: [{ request_range: { key: k } }],
+        }),
+      );
+      // A retried txn whose first attempt landed finds the key on our own etcd lease.
+      won = r.succeeded || r.responses[0]?.response_range?.kvs[0]?.lease === lease.id;
+    } finally {
+      if (!won) {
+        await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
+      }
+    }
+    if (!won) {
+      throw new WeftError('WEFT_ERR_STORE_KEY_EXISTS', `subnet ${key} is already leased`, { details: { key } });
+    }
+    return lease.expiration;
+  }
+
+  async updateSubnet(
+    key: string,
+    value: string,
+    ttlMs: number | null,
+    signal?: AbortSignal,
+  ): Promise<Date | null> {
+    const k = this.#subnetKey(key);
+    const lease = ttlMs === null ? null : await this.#grant(ttlMs, signal);
+    let ok = false;
+    try {
+      const r = await this.#call(`update ${key}`, signal, () =>
+        this.#client.kv.txn({
+          compare: [{ key: k, target: 'Version', result: 'Greater', version: 0 }],
+          success: [
+            {
+              request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease?.id ?? 0, prev_kv: true },
+            },
+          ],
+          failure: [],
+        }),
+      );
+      ok = r.succeeded;
+      const previous = r.responses[0]?.response_put?.prev_kv?.lease ?? '0';
+      if (ok && previous !== (lease?.id ?? '0')) await this.#dropLeaseIfUnused(previous);
+    } finally {
+      if (!ok && lease) await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
+    }
+    if (!ok) throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, { details: { key } });
+    return lease?.expiration ?? null;
+  }
+
+  async deleteSubnet(key: string, signal?: AbortSignal): Promise<void> {
+    const r = await this.#call(`delete ${key}`, signal, () =>
+      this.#client.kv.deleteRange({ key: this.#subnetKey(key), prev_kv: true }),
+    );
+    if (r.deleted === '0') {
+      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, { details: { key } });
+    }
+    await this.#dropLeaseIfUnused(r.prev_kvs[0]?.lease ?? '0');
+  }
+
+  async *watchSubnets(fromRevision: number, signal: AbortSignal): AsyncIterable<WatchBatch> {
+    this.#checkOpen(signal);
+    const stop = anySignal(signal, this.#closeCtl.signal);
+    let next = fromRevision;
+    let attempt = 0;
+    log.debug({ from: fromRevision }, 'etcd watch started');
+    try {
+      while (!stop.aborted) {
+        const inbox = new Inbox<WatchItem>();
+        let stream: WatchStream;
+        try {
+          stream = await raceAbort(this.#client.watchClient.watch(), stop);
+        } catch (err) {
+          if (stop.aborted) return;
+          log.warn({ err: errorMessage(err), next }, 'etcd watch cannot open a stream');
+          await this.#watchBackoff(attempt++, stop, err);
+          continue;
+        }
+        stream.on('data', (res) => inbox.push({ kind: 'data', res }));
+        stream.on('error', (err) => inbox.push({ kind: 'error', err }));
+        stream.on('end', () => inbox.push({ kind: 'end' }));
+        const cancel = () => {
+          try {
+            stream.cancel();
+          } catch {
+            // already gone
+          }
+        };
+        stop.addEventListener('abort', cancel, { once: true });
+        let failure: unknown = null;
+        try {
+          stream.write({
+            create_request: {
+              key: this.#subnetsPrefix,
+              range_end: this.#subnetsEnd,
+              start_revision: Math.max(0, next),
+              progress_notify: true,
+            },
+          });
+          for (;;) {
+            const item = await inbox.shift(stop);
+            if (item === undefined) return;
+            if (item.kind === 'error') {
+              failure = item.err;
+              break;
+            }
+            if (item.kind === 'end') {
+              failure = new Error('watch stream ended');
+              break;
+            }
+            const res = item.res;
+            if (res.compact_revision !== '0' || /compacted/.test(res.cancel_reason)) {
+              log.warn({ next, compactRevision: res.compact_revision }, 'etcd watch fell behind compaction, re-listing');
+              const list = await this.listSubnets(stop).catch((err: unknown) => {
+                failure = err;
+                return null;
+              });
+              if (list === null) break;
+              yield { kind: 'resync', leases: list.leases, revision: list.revision };
+              next = list.revision + 1;
+              attempt = 0;
+              break;
+            }
+            if (res.canceled) {
+              failure = new Error(`watch canceled: ${res.cancel_reason || 'no reason given'}`);
+              break;
+            }
+            attempt = 0;
+            if (res.created) continue;
+            if (res.events.length === 0) {
+              // Progress notification: every change up to the header revision was sent.
+              next = Math.max(next, Number(res.header.revision) + 1);
+              continue;
+            }
+            const events = await this.#toEvents(res, stop).catch((err: unknown) => {
+              failure = err;
+              return null;
+            });
+            if (events === null) break;
+            const last = events[events.length - 1]!;
+            next = eventRevision(last) + 1;
+            yield { kind: 'events', events, revision: eventRevision(last) };
+          }
+        } finally {
+          stop.removeEventListener('abort', cancel);
+          cancel();
+        }
+        if (stop.aborted) return;
+        if (failure !== null) {
+          log.warn({ err: errorMessage(failure), next }, 'etcd watch broken, reconnecting');
+          await this.#watchBackoff(attempt++, stop, failure);
+        }
+      }
+    } finally {
+      log.debug({ next }, 'etcd watch stopped');
+    }
+  }
+
+  async #toEvents(res: IWatchResponse, signal: AbortSignal): Promise<RegistryEvent[]> {
+    const exp = await this.#expirations(
+      res.events.filter((e) => e.type === 'Put').map((e) => e.kv.lease),
+      signal,
+    );
+    return res.events.map((e): RegistryEvent => {
+      const key = e.kv.key.subarray(this.#subnetsPrefix.length).toString('utf8');
+      const revision = Number(e.kv.mod_revision);
+      if (e.type === 'Delete') return { type: 'delete', key, revision };
+      const lease: StoredLease = {
+        key,
+        value: e.kv.value.toString('utf8'),
+        expiration: exp.get(e.kv.lease) ?? null,
+        revision,
+      };
+      return { type: 'put', lease };
+    });
+  }
+
+  async #watchBackoff(attempt: number, stop: AbortSignal, err: unknown): Promise<void> {
+    await sleep(backoffDelay(attempt, WATCH_BACKOFF), stop).catch(() => {});
+    // etcd3 caches the auth token; a unary call refreshes it when etcd forgot it (restart).
+    if (this.#auth && !stop.aborted && /auth token/.test(errorMessage(err))) {
+      await this.#client.kv.range({ key: this.#configKey, count_only: true }).catch(() => {});
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#closeCtl.abort(new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'etcd registry closed'));
+    this.#client.close();
+  }
+}
+
+function eventRevision(e: RegistryEvent): number {
+  return e.type === 'put' ? e.lease.revision : e.revision;
+}
+
+/** Settles with `p`, or rejects as soon as `signal` fires (p is left to settle on its own). */
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    p.catch(() => {});
+    return Promise.reject(abortError(signal));
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(abortError(signal));
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
+}

@@ -1,0 +1,345 @@
+/**
+ * EtcdRegistry against a real etcd (Debian etcd-server) on loopback:
+ *
+ *   this process ──gRPC──▶ etcd 127.0.0.1:<random> (temp data dir)   ◀── etcdctl (checks)
+ *
+ * Plain, TLS (client certificates required) and password-auth members are started as needed.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { sleep } from '../../src/common/lifecycle.js';
+import { EtcdRegistry, type EtcdRegistryOptions } from '../../src/control/registry/etcd.js';
+import type { WatchBatch } from '../../src/control/registry/registry.js';
+import {
+  enableAuth,
+  etcdSkipReason,
+  freePort,
+  opensslSkipReason,
+  startEtcd,
+  type TestEtcd,
+} from '../helpers/etcd.js';
+import {
+  DUAL_KEY,
+  DUAL_VALUE,
+  V4_KEY,
+  V4_VALUE,
+  expectCode,
+  nextBatch,
+  registryConformance,
+} from '../helpers/registry-conformance.js';
+
+const skip = etcdSkipReason();
+const DAY_MS = 24 * 60 * 60 * 1000;
+let etcd: TestEtcd | undefined;
+let prefixes = 0;
+const registries: EtcdRegistry[] = [];
+
+before(async () => {
+  if (!skip) etcd = await startEtcd();
+});
+
+after(async () => {
+  for (const r of registries) await r.close();
+  await etcd?.stop();
+});
+
+function freshPrefix(): string {
+  return `/weft-test-${process.pid}-${++prefixes}`;
+}
+
+function open(options: Partial<EtcdRegistryOptions> = {}): EtcdRegistry {
+  const r = new EtcdRegistry({ endpoints: [etcd!.endpoint], prefix: freshPrefix(), ...options });
+  registries.push(r);
+  return r;
+}
+
+/** The etcd lease id (hex, as etcdctl prints it) a key is attached to; '0' for none. */
+function leaseOf(e: TestEtcd, key: string, auth?: { username: string; password: string }): string {
+  const out = e.ctl(['get', key, '-w', 'json'], auth);
+  const m = /"lease":(\d+)/.exec(out);
+  return m ? BigInt(m[1]!).toString(16) : '0';
+}
+
+function timeToLive(e: TestEtcd, hexId: string): { granted: number; remaining: number } | null {
+  const out = e.ctl(['lease', 'timetolive', hexId]);
+  const m = /granted with TTL\((\d+)s\), remaining\((-?\d+)s\)/.exec(out);
+  return m ? { granted: Number(m[1]), remaining: Number(m[2]) } : null;
+}
+
+async function collect(it: AsyncIterator<WatchBatch>, until: (b: WatchBatch[]) => boolean, ms: number) {
+  const got: WatchBatch[] = [];
+  const deadline = Date.now() + ms;
+  while (!until(got)) got.push(await nextBatch(it, Math.max(1, deadline - Date.now())));
+  return got;
+}
+
+registryConformance('etcd', {
+  skip,
+  open: async () => {
+    const prefix = freshPrefix();
+    const registry = new EtcdRegistry({ endpoints: [etcd!.endpoint], prefix });
+    return {
+      registry,
+      reserve: async (key, value) => {
+        etcd!.ctl(['put', `${prefix}/subnets/${key}`, value]);
+      },
+    };
+  },
+  // etcd's minimum lease TTL is 2 s with the default election timeout (1.5 s rounded up).
+  shortTtlMs: 2000,
+  expirySlackMs: 1500,
+  expirationToleranceMs: 1500,
+});
+
+describe('EtcdRegistry on a real etcd', { skip }, () => {
+  it('uses the flannel layout under the default prefix', async () => {
+    const r = new EtcdRegistry({ endpoints: [etcd!.endpoint] });
+    registries.push(r);
+    try {
+      await r.setNetworkConfig('{"Network":"10.5.0.0/16"}');
+      await r.createSubnet(DUAL_KEY, DUAL_VALUE, 60_000);
+      assert.equal(
+        etcd!.ctl(['get', '/coreos.com/network/config', '--print-value-only']),
+        '{"Network":"10.5.0.0/16"}\n',
+      );
+      assert.equal(
+        etcd!.ctl(['get', `/coreos.com/network/subnets/${DUAL_KEY}`, '--print-value-only']),
+        `${DUAL_VALUE}\n`,
+      );
+    } finally {
+      etcd!.ctl(['del', '/coreos.com/network/', '--prefix']);
+    }
+  });
+
+  it('attaches a 24 h lease to the key with an etcd lease of TTL 86400 s', async () => {
+    const prefix = freshPrefix();
+    const r = open({ prefix });
+    const before = Date.now();
+    const exp = await r.createSubnet(V4_KEY, V4_VALUE, DAY_MS);
+    assert.ok(Math.abs(exp.getTime() - before - DAY_MS) < 2000);
+    const ttl = timeToLive(etcd!, leaseOf(etcd!, `${prefix}/subnets/${V4_KEY}`));
+    assert.ok(ttl, 'the key has an etcd lease');
+    assert.equal(ttl.granted, 86400);
+    assert.ok(ttl.remaining >= 86390, `remaining ${ttl.remaining}`);
+  });
+
+  it('renews on a new etcd lease and revokes the old one', async () => {
+    const prefix = freshPrefix();
+    const r = open({ prefix });
+    await r.createSubnet(V4_KEY, V4_VALUE, DAY_MS);
+    const first = leaseOf(etcd!, `${prefix}/subnets/${V4_KEY}`);
+    await r.updateSubnet(V4_KEY, DUAL_VALUE, DAY_MS);
+    const second = leaseOf(etcd!, `${prefix}/subnets/${V4_KEY}`);
+    assert.notEqual(second, first);
+    assert.equal(timeToLive(etcd!, second)?.granted, 86400);
+    assert.match(etcd!.ctl(['lease', 'timetolive', first]), /already expired/);
+  });
+
+  it('writes a reservation update without any etcd lease', async () => {
+    const prefix = freshPrefix();
+    const r = open({ prefix });
+    await r.createSubnet(V4_KEY, V4_VALUE, DAY_MS);
+    const first = leaseOf(etcd!, `${prefix}/subnets/${V4_KEY}`);
+    assert.equal(await r.updateSubnet(V4_KEY, V4_VALUE, null), null);
+    assert.equal(leaseOf(etcd!, `${prefix}/subnets/${V4_KEY}`), '0');
+    assert.match(etcd!.ctl(['lease', 'timetolive', first]), /already expired/);
+  });
+
+  it('revokes the etcd lease of a lost create', async () => {
+    const prefix = freshPrefix();
+    const r = open({ prefix });
+    const leasesBefore = etcd!.ctl(['lease', 'list']);
+    await r.createSubnet(V4_KEY, V4_VALUE, DAY_MS);
+    await expectCode(r.createSubnet(V4_KEY, DUAL_VALUE, DAY_MS), 'WEFT_ERR_STORE_KEY_EXISTS');
+    const count = (s: string) => Number(/found (\d+) leases/.exec(s)?.[1] ?? 0);
+    assert.equal(count(etcd!.ctl(['lease', 'list'])), count(leasesBefore) + 1);
+  });
+
+  it('resyncs a watch whose start revision was compacted, then follows from the list', async () => {
+    const r = open();
+    const start = (await r.listSubnets()).revision + 1;
+    await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+    await r.createSubnet(DUAL_KEY, DUAL_VALUE, 60_000);
+    await r.deleteSubnet(V4_KEY);
+    const rev = (await r.listSubnets()).revision;
+    etcd!.ctl(['compact', String(rev)]);
+    const ac = new AbortController();
+    const it = r.watchSubnets(start, ac.signal)[Symbol.asyncIterator]();
+    try {
+      const b = await nextBatch(it, 5000);
+      assert.equal(b.kind, 'resync');
+      if (b.kind === 'resync') {
+        assert.deepEqual(
+          b.leases.map((l) => [l.key, l.value]),
+          [[DUAL_KEY, DUAL_VALUE]],
+        );
+        assert.ok(b.revision >= rev);
+      }
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      const next = await nextBatch(it, 5000);
+      assert.equal(next.kind, 'events');
+      if (next.kind === 'events') {
+        assert.deepEqual(
+          next.events.map((e) => (e.type === 'put' ? ['put', e.lease.key] : ['delete', e.key])),
+          [['put', V4_KEY]],
+        );
+      }
+    } finally {
+      ac.abort();
+      await it.return?.();
+    }
+  });
+
+  it('resumes a watch across an etcd restart without losing a change', async () => {
+    const prefix = freshPrefix();
+    const r = open({ prefix });
+    const ac = new AbortController();
+    const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
+    try {
+      await r.createSubnet(V4_KEY, V4_VALUE, 600_000);
+      const first = await nextBatch(it, 5000);
+      assert.equal(first.kind, 'events');
+      await etcd!.restart();
+      // Written by etcdctl right after the restart, while our watch is still reconnecting.
+      etcd!.ctl(['put', `${prefix}/subnets/${DUAL_KEY}`, DUAL_VALUE]);
+      const got = await collect(
+        it,
+        (bs) => bs.some((b) => b.kind === 'events' && b.events.some((e) => e.type === 'put' && e.lease.key === DUAL_KEY)),
+        15_000,
+      );
+      assert.ok(got.every((b) => b.kind === 'events'), 'no resync: the revision was still available');
+      // Unary calls work again too.
+      assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
+    } finally {
+      ac.abort();
+      await it.return?.();
+    }
+  });
+
+  it('fails over to the live endpoint when another is down', async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const r = open({ endpoints: [dead, etcd!.endpoint] });
+    for (let i = 0; i < 8; i++) await r.listSubnets();
+  });
+
+  it('gives up on an unreachable store with WEFT_ERR_STORE_UNAVAILABLE', async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const r = open({ endpoints: [dead], attempts: 3, retryInitialMs: 50, retryMaxMs: 100 });
+    const t0 = Date.now();
+    await expectCode(r.listSubnets(), 'WEFT_ERR_STORE_UNAVAILABLE');
+    await expectCode(r.createSubnet(V4_KEY, V4_VALUE, 60_000), 'WEFT_ERR_STORE_UNAVAILABLE');
+    assert.ok(Date.now() - t0 < 10_000, `took ${Date.now() - t0} ms`);
+  });
+
+  it('rejects a call whose signal fires with WEFT_ERR_ABORTED', async () => {
+    const r = open();
+    const ac = new AbortController();
+    ac.abort();
+    await expectCode(r.listSubnets(ac.signal), 'WEFT_ERR_ABORTED');
+  });
+});
+
+describe('EtcdRegistry over TLS with client certificates', { skip: skip ?? opensslSkipReason() }, () => {
+  let tlsEtcd: TestEtcd | undefined;
+  before(async () => {
+    tlsEtcd = await startEtcd({ tls: true });
+  });
+  after(async () => {
+    await tlsEtcd?.stop();
+  });
+
+  it('connects with the CA, certificate and key files and watches', async () => {
+    const { caFile, certFile, keyFile } = tlsEtcd!.tls!;
+    const r = new EtcdRegistry({ endpoints: [tlsEtcd!.endpoint], caFile, certFile, keyFile, prefix: freshPrefix() });
+    const ac = new AbortController();
+    try {
+      const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
+      const b = await nextBatch(it, 5000);
+      assert.equal(b.kind, 'events');
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await r.close();
+    }
+  });
+
+  it('is refused without a client certificate', async () => {
+    const r = new EtcdRegistry({
+      endpoints: [tlsEtcd!.endpoint],
+      caFile: tlsEtcd!.tls!.caFile,
+      attempts: 2,
+      retryInitialMs: 50,
+    });
+    try {
+      await expectCode(r.listSubnets(), 'WEFT_ERR_STORE_UNAVAILABLE');
+    } finally {
+      await r.close();
+    }
+  });
+});
+
+describe('EtcdRegistry with username and password', { skip }, () => {
+  let authEtcd: TestEtcd | undefined;
+  let creds: { username: string; password: string };
+  before(async () => {
+    authEtcd = await startEtcd();
+    creds = enableAuth(authEtcd, 'weft-secret');
+  });
+  after(async () => {
+    await authEtcd?.stop();
+  });
+
+  it('reads and writes with the right password', async () => {
+    const prefix = freshPrefix();
+    const r = new EtcdRegistry({ endpoints: [authEtcd!.endpoint], prefix, ...creds });
+    const ac = new AbortController();
+    try {
+      const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      assert.equal(
+        authEtcd!.ctl(['get', `${prefix}/subnets/${V4_KEY}`, '--print-value-only'], creds),
+        `${V4_VALUE}\n`,
+      );
+      const b = await nextBatch(it, 5000);
+      assert.equal(b.kind, 'events');
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await r.close();
+    }
+  });
+
+  it('is refused with a wrong password or none', async () => {
+    for (const extra of [{ username: 'root', password: 'wrong' }, {}]) {
+      const r = new EtcdRegistry({ endpoints: [authEtcd!.endpoint], attempts: 2, retryInitialMs: 50, ...extra });
+      try {
+        await expectCode(r.listSubnets(), 'WEFT_ERR_STORE_UNAVAILABLE');
+      } finally {
+        await r.close();
+      }
+    }
+  });
+
+  it('keeps a watch working across a restart, when etcd forgets the auth token', async () => {
+    const prefix = freshPrefix();
+    const r = new EtcdRegistry({ endpoints: [authEtcd!.endpoint], prefix, ...creds });
+    const ac = new AbortController();
+    try {
+      const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
+      await authEtcd!.restart();
+      await sleep(200);
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      const b = await nextBatch(it, 15_000);
+      assert.equal(b.kind, 'events');
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await r.close();
+    }
+  });
+});
