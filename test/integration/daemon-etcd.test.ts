@@ -1,0 +1,189 @@
+/**
+ * `weft daemon` end to end on a real etcd (Debian etcd-server), as real processes.
+ *
+ *   root namespace (nothing is created in it: the alloc backend programs no kernel state)
+ *   ┌─────────────────────────────────────────────────────────────────────┐
+ *   │  weft daemon A ──┐                                                  │
+ *   │  --iface lo      ├──► etcd 127.0.0.1:<free port>, temp data dir      │
+ *   │  weft daemon B ──┘    (prefix /coreos.com/network, flannel's keys)  │
+ *   └─────────────────────────────────────────────────────────────────────┘
+ * The public IPs are only data in the leases (10.99.0.x); no packet is sent anywhere.
+ */
+import { after, afterEach, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  freePort,
+  httpGet,
+  runWeft,
+  startWeft,
+  stopAll,
+  type WeftProcess,
+} from '../helpers/daemon.js';
+import { etcdSkipReason, opensslSkipReason, startEtcd, type TestEtcd } from '../helpers/etcd.js';
+
+const PREFIX = '/coreos.com/network';
+const NET_CONF = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'alloc' } });
+const skip = etcdSkipReason();
+
+describe('daemon on etcd', { skip }, () => {
+  let etcd: TestEtcd;
+  let dir: string;
+
+  before(async () => {
+    etcd = await startEtcd();
+    dir = mkdtempSync(join(tmpdir(), 'weft-etcd-daemon-'));
+    const file = join(dir, 'net-conf.json');
+    writeFileSync(file, NET_CONF);
+    const r = await runWeft(['config', 'set', file, '--etcd-endpoints', etcd.endpoint]);
+    assert.equal(r.code, 0, r.stderr);
+  });
+  afterEach(async () => {
+    await stopAll();
+    etcd.ctl(['del', '--prefix', `${PREFIX}/subnets/`]);
+  });
+  after(async () => {
+    await etcd?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function startNode(ip: string, extra: string[] = [], endpoint = etcd.endpoint) {
+    const port = await freePort();
+    const p = startWeft([
+      'daemon',
+      `--etcd-endpoints=${endpoint}`,
+      '-iface=lo',
+      `-public-ip=${ip}`,
+      '--healthz-ip=127.0.0.1',
+      `--healthz-port=${port}`,
+      `--subnet-file=${join(dir, `subnet-${ip}.env`)}`,
+      ...extra,
+    ]);
+    return { p, port };
+  }
+  const ready = (p: WeftProcess) => p.waitForLog((l) => l.msg === 'ready', 15_000);
+
+  test('config get returns what config set stored', async () => {
+    const r = await runWeft(['config', 'get', '--etcd-endpoints', etcd.endpoint]);
+    assert.equal(r.stdout.trim(), NET_CONF);
+    assert.equal(etcd.ctl(['get', '--print-value-only', `${PREFIX}/config`]).trim(), NET_CONF);
+  });
+
+  test('two daemons get distinct subnets, see each other within 1 s, and write flannel keys with a 24 h TTL', async () => {
+    const a = await startNode('10.99.0.1');
+    const b = await startNode('10.99.0.2');
+    const [ra, rb] = await Promise.all([ready(a.p), ready(b.p)]);
+    assert.notEqual(ra.key, rb.key);
+    await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key, 1000);
+    await b.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === ra.key, 1000);
+
+    const lines = etcd
+      .ctl(['get', '--prefix', `${PREFIX}/subnets/`])
+      .trim()
+      .split('\n');
+    const pairs = new Map<string, string>();
+    for (let i = 0; i < lines.length; i += 2) pairs.set(lines[i]!, lines[i + 1]!);
+    for (const [r, ip] of [
+      [ra, '10.99.0.1'],
+      [rb, '10.99.0.2'],
+    ] as const) {
+      assert.match(String(r.key), /^10\.5\.\d+\.0-24$/);
+      assert.equal(
+        pairs.get(`${PREFIX}/subnets/${String(r.key)}`),
+        `{"PublicIP":"${ip}","PublicIPv6":null}`,
+      );
+      // The lease id is an int64: read it from the JSON text, not through a JS number.
+      const raw = etcd.ctl(['get', `${PREFIX}/subnets/${String(r.key)}`, '-w', 'json']);
+      const leaseId = BigInt(/"lease":(\d+)/.exec(raw)![1]!).toString(16);
+      assert.match(etcd.ctl(['lease', 'timetolive', leaseId]), /granted with TTL\(86400s\)/);
+    }
+  });
+
+  test('after kill -9 a restarted daemon gets the same subnet back', async () => {
+    const first = await startNode('10.99.0.1');
+    const r1 = await ready(first.p);
+    await first.p.stop('SIGKILL');
+    const second = await startNode('10.99.0.1');
+    assert.equal((await ready(second.p)).key, r1.key);
+  });
+
+  test('deleting our key in etcd stops the daemon saying the lease was revoked', async () => {
+    const a = await startNode('10.99.0.1');
+    const r = await ready(a.p);
+    etcd.ctl(['del', `${PREFIX}/subnets/${String(r.key)}`]);
+    const line = await a.p.waitForLog((l) => l.code === 'WEFT_ERR_LEASE_REVOKED', 5000);
+    assert.match(line.msg, /revoked/);
+    assert.equal(await a.p.exited, 1);
+  });
+
+  test('a malformed lease put by hand is skipped, logged once and counted', async () => {
+    const a = await startNode('10.99.0.1');
+    await ready(a.p);
+    etcd.ctl(['put', `${PREFIX}/subnets/10.5.201.0-24`, '{"PublicIP":']);
+    etcd.ctl(['put', `${PREFIX}/subnets/garbage-key`, '{}']);
+    await a.p.waitForLog((l) => l.msg === 'skipping malformed lease' && l.key === 'garbage-key');
+    const b = await startNode('10.99.0.2');
+    const rb = await ready(b.p);
+    await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key);
+    const body = (await httpGet(`http://127.0.0.1:${a.port}/metrics`)).body;
+    assert.match(body, /^weft_lease_malformed_total\{store="etcd"\} 2$/m);
+    assert.equal(a.p.logs.filter((l) => l.msg === 'skipping malformed lease').length, 2);
+    assert.equal(a.p.proc.exitCode, null);
+    assert.equal(b.p.proc.exitCode, null);
+  });
+
+  test('weft leases --json lists the leases in etcd', async () => {
+    const a = await startNode('10.99.0.1');
+    const r = await ready(a.p);
+    const out = await runWeft(['leases', '--json', '--etcd-endpoints', etcd.endpoint]);
+    const leases = JSON.parse(out.stdout) as Array<{
+      key: string;
+      publicIP: string;
+      expiration: string;
+    }>;
+    assert.deepEqual(
+      leases.map((l) => [l.key, l.publicIP]),
+      [[r.key, '10.99.0.1']],
+    );
+    const ttl = Date.parse(leases[0]!.expiration) - Date.now();
+    assert.ok(ttl > 86_300_000 && ttl <= 86_400_000, `ttl ${ttl}`);
+  });
+});
+
+describe('daemon on etcd with TLS', { skip: skip ?? opensslSkipReason() }, () => {
+  let etcd: TestEtcd;
+  let dir: string;
+  before(async () => {
+    etcd = await startEtcd({ tls: true });
+    dir = mkdtempSync(join(tmpdir(), 'weft-etcd-tls-'));
+  });
+  after(async () => {
+    await stopAll();
+    await etcd?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('the daemon connects with --etcd-cafile/--etcd-certfile/--etcd-keyfile', async () => {
+    const tls = etcd.tls!;
+    const flags = [
+      `--etcd-endpoints=${etcd.endpoint}`,
+      `--etcd-cafile=${tls.caFile}`,
+      `--etcd-certfile=${tls.certFile}`,
+      `--etcd-keyfile=${tls.keyFile}`,
+    ];
+    const file = join(dir, 'net-conf.json');
+    writeFileSync(file, NET_CONF);
+    assert.equal((await runWeft(['config', 'set', file, ...flags])).code, 0);
+    const p = startWeft([
+      'daemon',
+      ...flags,
+      '--iface=lo',
+      '--public-ip=10.99.0.1',
+      `--subnet-file=${join(dir, 'subnet.env')}`,
+    ]);
+    const r = await p.waitForLog((l) => l.msg === 'ready', 15_000);
+    assert.match(String(r.key), /^10\.5\.\d+\.0-24$/);
+  });
+});
