@@ -8,7 +8,16 @@
  * CI (`CI=true`) it throws instead: CI must run these tests.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, mkdtempSync, openSync, closeSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  accessSync,
+  constants,
+  mkdtempSync,
+  openSync,
+  closeSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -84,25 +93,69 @@ export interface TestEtcd {
 function run(cmd: string, args: string[], cwd?: string): string {
   const r = spawnSync(cmd, args, { cwd, encoding: 'utf8' });
   if (r.status !== 0) {
-    throw new Error(`${cmd} ${args.join(' ')} failed (${r.status ?? r.signal}): ${r.stderr || r.error?.message}`);
+    throw new Error(
+      `${cmd} ${args.join(' ')} failed (${r.status ?? r.signal}): ${r.stderr || r.error?.message}`,
+    );
   }
   return r.stdout;
 }
 
 /** A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files in `dir`. */
-function makeCertificates(dir: string): { ca: string; serverCert: string; serverKey: string } & EtcdTls {
+function makeCertificates(
+  dir: string,
+): { ca: string; serverCert: string; serverKey: string } & EtcdTls {
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  run('openssl', ['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=weft-test-ca'], dir);
+  run(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      ...ec,
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.crt',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=weft-test-ca',
+    ],
+    dir,
+  );
   const sign = (name: string, cn: string, ext: string) => {
     writeFileSync(join(dir, `${name}.ext`), ext);
-    run('openssl', ['req', ...ec, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${cn}`], dir);
     run(
       'openssl',
-      ['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', `${name}.crt`, '-days', '2', '-extfile', `${name}.ext`],
+      ['req', ...ec, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${cn}`],
+      dir,
+    );
+    run(
+      'openssl',
+      [
+        'x509',
+        '-req',
+        '-in',
+        `${name}.csr`,
+        '-CA',
+        'ca.crt',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-out',
+        `${name}.crt`,
+        '-days',
+        '2',
+        '-extfile',
+        `${name}.ext`,
+      ],
       dir,
     );
   };
-  sign('server', '127.0.0.1', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n');
+  sign(
+    'server',
+    '127.0.0.1',
+    'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n',
+  );
   sign('client', 'weft-client', 'extendedKeyUsage=clientAuth\n');
   return {
     ca: join(dir, 'ca.crt'),
@@ -150,10 +203,17 @@ export async function startEtcd(options: { tls?: boolean } = {}): Promise<TestEt
       '--logger=zap',
       '--log-level=warn',
       ...(certs
-        ? [`--cert-file=${certs.serverCert}`, `--key-file=${certs.serverKey}`, `--trusted-ca-file=${certs.ca}`, '--client-cert-auth']
+        ? [
+            `--cert-file=${certs.serverCert}`,
+            `--key-file=${certs.serverKey}`,
+            `--trusted-ca-file=${certs.ca}`,
+            '--client-cert-auth',
+          ]
         : []),
     ];
-    const tls: EtcdTls | null = certs ? { caFile: certs.caFile, certFile: certs.certFile, keyFile: certs.keyFile } : null;
+    const tls: EtcdTls | null = certs
+      ? { caFile: certs.caFile, certFile: certs.certFile, keyFile: certs.keyFile }
+      : null;
     const ctlBase = [
       `--endpoints=${endpoint}`,
       '--dial-timeout=2s',
@@ -163,11 +223,16 @@ export async function startEtcd(options: { tls?: boolean } = {}): Promise<TestEt
     let defaultAuth: { username: string; password: string } | null = null;
     const ctl = (a: string[], given?: { username: string; password: string }): string => {
       const auth = given ?? defaultAuth;
-      const r = spawnSync(ETCDCTL_BIN, [...ctlBase, ...(auth ? [`--user=${auth.username}:${auth.password}`] : []), ...a], {
-        encoding: 'utf8',
-        env: { ...process.env, ETCDCTL_API: '3' },
-      });
-      if (r.status !== 0) throw new Error(`etcdctl ${a.join(' ')}: ${r.stderr || r.error?.message}`);
+      const r = spawnSync(
+        ETCDCTL_BIN,
+        [...ctlBase, ...(auth ? [`--user=${auth.username}:${auth.password}`] : []), ...a],
+        {
+          encoding: 'utf8',
+          env: { ...process.env, ETCDCTL_API: '3' },
+        },
+      );
+      if (r.status !== 0)
+        throw new Error(`etcdctl ${a.join(' ')}: ${r.stderr || r.error?.message}`);
       return r.stdout;
     };
 
@@ -179,13 +244,16 @@ export async function startEtcd(options: { tls?: boolean } = {}): Promise<TestEt
       closeSync(fd);
       const deadline = Date.now() + 15_000;
       for (;;) {
-        if (p.exitCode !== null) throw new Error(`etcd exited ${p.exitCode}:\n${readFileSync(logFile, 'utf8')}`);
+        if (p.exitCode !== null)
+          throw new Error(`etcd exited ${p.exitCode}:\n${readFileSync(logFile, 'utf8')}`);
         try {
           ctl(['endpoint', 'health']);
           return;
         } catch (err) {
           if (Date.now() > deadline) {
-            throw new Error(`etcd not healthy within 15 s: ${(err as Error).message}\n${readFileSync(logFile, 'utf8')}`);
+            throw new Error(
+              `etcd not healthy within 15 s: ${(err as Error).message}\n${readFileSync(logFile, 'utf8')}`,
+            );
           }
         }
         await new Promise((r) => setTimeout(r, 100));
@@ -227,7 +295,10 @@ export async function startEtcd(options: { tls?: boolean } = {}): Promise<TestEt
 }
 
 /** Adds user `root` with `password` and turns authentication on. */
-export function enableAuth(etcd: TestEtcd, password: string): { username: string; password: string } {
+export function enableAuth(
+  etcd: TestEtcd,
+  password: string,
+): { username: string; password: string } {
   etcd.ctl(['user', 'add', `root:${password}`, '--interactive=false']);
   try {
     etcd.ctl(['user', 'grant-role', 'root', 'root']);

@@ -7,7 +7,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isWeftError, type ErrorCode } from '../../src/common/errors.js';
 import { sleep } from '../../src/common/lifecycle.js';
-import type { Registry, RegistryEvent, StoredLease, WatchBatch } from '../../src/control/registry/registry.js';
+import type {
+  Registry,
+  RegistryEvent,
+  StoredLease,
+  WatchBatch,
+} from '../../src/control/registry/registry.js';
 
 export interface RegistryFixture {
   readonly registry: Registry;
@@ -148,7 +153,13 @@ export function registryConformance(name: string, o: ConformanceOptions): void {
         await r.createSubnet(DUAL_KEY, DUAL_VALUE, 60_000);
         const list = await r.listSubnets();
         const byKey = new Map(list.leases.map((l) => [l.key, l.value]));
-        assert.deepEqual(byKey, new Map([[V4_KEY, V4_VALUE], [DUAL_KEY, DUAL_VALUE]]));
+        assert.deepEqual(
+          byKey,
+          new Map([
+            [V4_KEY, V4_VALUE],
+            [DUAL_KEY, DUAL_VALUE],
+          ]),
+        );
         for (const l of list.leases) assert.ok(list.revision >= l.revision);
       }));
 
@@ -247,7 +258,8 @@ export function registryConformance(name: string, o: ConformanceOptions): void {
           const seen = await watchUntil(it, state, (s) => !s.has(V4_KEY), watchMs);
           const del = seen.flatMap((b) => (b.kind === 'events' ? b.events : []));
           assert.ok(
-            del.some((e) => e.type === 'delete' && e.key === V4_KEY) || seen.some((b) => b.kind === 'resync'),
+            del.some((e) => e.type === 'delete' && e.key === V4_KEY) ||
+              seen.some((b) => b.kind === 'resync'),
           );
         } finally {
           ac.abort();

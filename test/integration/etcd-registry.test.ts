@@ -66,7 +66,11 @@ function timeToLive(e: TestEtcd, hexId: string): { granted: number; remaining: n
   return m ? { granted: Number(m[1]), remaining: Number(m[2]) } : null;
 }
 
-async function collect(it: AsyncIterator<WatchBatch>, until: (b: WatchBatch[]) => boolean, ms: number) {
+async function collect(
+  it: AsyncIterator<WatchBatch>,
+  until: (b: WatchBatch[]) => boolean,
+  ms: number,
+) {
   const got: WatchBatch[] = [];
   const deadline = Date.now() + ms;
   while (!until(got)) got.push(await nextBatch(it, Math.max(1, deadline - Date.now())));
@@ -194,7 +198,9 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     const prefix = freshPrefix();
     const r = open({ prefix });
     const ac = new AbortController();
-    const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
+    const it = r
+      .watchSubnets((await r.listSubnets()).revision + 1, ac.signal)
+      [Symbol.asyncIterator]();
     try {
       await r.createSubnet(V4_KEY, V4_VALUE, 600_000);
       const first = await nextBatch(it, 5000);
@@ -204,10 +210,18 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
       etcd!.ctl(['put', `${prefix}/subnets/${DUAL_KEY}`, DUAL_VALUE]);
       const got = await collect(
         it,
-        (bs) => bs.some((b) => b.kind === 'events' && b.events.some((e) => e.type === 'put' && e.lease.key === DUAL_KEY)),
+        (bs) =>
+          bs.some(
+            (b) =>
+              b.kind === 'events' &&
+              b.events.some((e) => e.type === 'put' && e.lease.key === DUAL_KEY),
+          ),
         15_000,
       );
-      assert.ok(got.every((b) => b.kind === 'events'), 'no resync: the revision was still available');
+      assert.ok(
+        got.every((b) => b.kind === 'events'),
+        'no resync: the revision was still available',
+      );
       // Unary calls work again too.
       assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
     } finally {
@@ -239,47 +253,59 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
   });
 });
 
-describe('EtcdRegistry over TLS with client certificates', { skip: skip ?? opensslSkipReason() }, () => {
-  let tlsEtcd: TestEtcd | undefined;
-  before(async () => {
-    tlsEtcd = await startEtcd({ tls: true });
-  });
-  after(async () => {
-    await tlsEtcd?.stop();
-  });
-
-  it('connects with the CA, certificate and key files and watches', async () => {
-    const { caFile, certFile, keyFile } = tlsEtcd!.tls!;
-    const r = new EtcdRegistry({ endpoints: [tlsEtcd!.endpoint], caFile, certFile, keyFile, prefix: freshPrefix() });
-    const ac = new AbortController();
-    try {
-      const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
-      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
-      assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
-      const b = await nextBatch(it, 5000);
-      assert.equal(b.kind, 'events');
-      ac.abort();
-      await it.return?.();
-    } finally {
-      ac.abort();
-      await r.close();
-    }
-  });
-
-  it('is refused without a client certificate', async () => {
-    const r = new EtcdRegistry({
-      endpoints: [tlsEtcd!.endpoint],
-      caFile: tlsEtcd!.tls!.caFile,
-      attempts: 2,
-      retryInitialMs: 50,
+describe(
+  'EtcdRegistry over TLS with client certificates',
+  { skip: skip ?? opensslSkipReason() },
+  () => {
+    let tlsEtcd: TestEtcd | undefined;
+    before(async () => {
+      tlsEtcd = await startEtcd({ tls: true });
     });
-    try {
-      await expectCode(r.listSubnets(), 'WEFT_ERR_STORE_UNAVAILABLE');
-    } finally {
-      await r.close();
-    }
-  });
-});
+    after(async () => {
+      await tlsEtcd?.stop();
+    });
+
+    it('connects with the CA, certificate and key files and watches', async () => {
+      const { caFile, certFile, keyFile } = tlsEtcd!.tls!;
+      const r = new EtcdRegistry({
+        endpoints: [tlsEtcd!.endpoint],
+        caFile,
+        certFile,
+        keyFile,
+        prefix: freshPrefix(),
+      });
+      const ac = new AbortController();
+      try {
+        const it = r
+          .watchSubnets((await r.listSubnets()).revision + 1, ac.signal)
+          [Symbol.asyncIterator]();
+        await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+        assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
+        const b = await nextBatch(it, 5000);
+        assert.equal(b.kind, 'events');
+        ac.abort();
+        await it.return?.();
+      } finally {
+        ac.abort();
+        await r.close();
+      }
+    });
+
+    it('is refused without a client certificate', async () => {
+      const r = new EtcdRegistry({
+        endpoints: [tlsEtcd!.endpoint],
+        caFile: tlsEtcd!.tls!.caFile,
+        attempts: 2,
+        retryInitialMs: 50,
+      });
+      try {
+        await expectCode(r.listSubnets(), 'WEFT_ERR_STORE_UNAVAILABLE');
+      } finally {
+        await r.close();
+      }
+    });
+  },
+);
 
 describe('EtcdRegistry with username and password', { skip }, () => {
   let authEtcd: TestEtcd | undefined;
@@ -297,7 +323,9 @@ describe('EtcdRegistry with username and password', { skip }, () => {
     const r = new EtcdRegistry({ endpoints: [authEtcd!.endpoint], prefix, ...creds });
     const ac = new AbortController();
     try {
-      const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
+      const it = r
+        .watchSubnets((await r.listSubnets()).revision + 1, ac.signal)
+        [Symbol.asyncIterator]();
       await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
       assert.equal(
         authEtcd!.ctl(['get', `${prefix}/subnets/${V4_KEY}`, '--print-value-only'], creds),
@@ -315,7 +343,12 @@ describe('EtcdRegistry with username and password', { skip }, () => {
 
   it('is refused with a wrong password or none', async () => {
     for (const extra of [{ username: 'root', password: 'wrong' }, {}]) {
-      const r = new EtcdRegistry({ endpoints: [authEtcd!.endpoint], attempts: 2, retryInitialMs: 50, ...extra });
+      const r = new EtcdRegistry({
+        endpoints: [authEtcd!.endpoint],
+        attempts: 2,
+        retryInitialMs: 50,
+        ...extra,
+      });
       try {
         await expectCode(r.listSubnets(), 'WEFT_ERR_STORE_UNAVAILABLE');
       } finally {
@@ -329,7 +362,9 @@ describe('EtcdRegistry with username and password', { skip }, () => {
     const r = new EtcdRegistry({ endpoints: [authEtcd!.endpoint], prefix, ...creds });
     const ac = new AbortController();
     try {
-      const it = r.watchSubnets((await r.listSubnets()).revision + 1, ac.signal)[Symbol.asyncIterator]();
+      const it = r
+        .watchSubnets((await r.listSubnets()).revision + 1, ac.signal)
+        [Symbol.asyncIterator]();
       await authEtcd!.restart();
       await sleep(200);
       await r.createSubnet(V4_KEY, V4_VALUE, 60_000);

@@ -116,9 +116,13 @@ export async function acquireDirLock(path: string, o: DirLockOptions): Promise<H
       }
       if (await breakIfStale(path, o.tmpDir, o.onBreak)) continue;
       if (Date.now() >= deadline) {
-        throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `lock ${path} held too long by another process`, {
-          details: { path },
-        });
+        throw new WeftError(
+          'WEFT_ERR_STORE_UNAVAILABLE',
+          `lock ${path} held too long by another process`,
+          {
+            details: { path },
+          },
+        );
       }
       await sleep(delay + Math.random() * delay, o.signal);
       delay = Math.min(delay * 2, 20);

@@ -72,7 +72,10 @@ export class EmbeddedRegistry implements Registry {
 
   constructor(dir: string, options: EmbeddedRegistryOptions = {}) {
     this.#dir = dir;
-    this.#opts = { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, pollMs: options.pollMs ?? POLL_MS };
+    this.#opts = {
+      lockTimeoutMs: options.lockTimeoutMs ?? 10_000,
+      pollMs: options.pollMs ?? POLL_MS,
+    };
   }
 
   get dir(): string {
@@ -136,7 +139,10 @@ export class EmbeddedRegistry implements Registry {
         revision?: unknown;
         expiration?: unknown;
       };
-      if (typeof h.revision !== 'number' || !(h.expiration === null || typeof h.expiration === 'number')) {
+      if (
+        typeof h.revision !== 'number' ||
+        !(h.expiration === null || typeof h.expiration === 'number')
+      ) {
         throw new Error('bad header');
       }
       const value = buf.subarray(nl + 1).toString('utf8');
@@ -229,7 +235,10 @@ export class EmbeddedRegistry implements Registry {
           nextRevision: () => ++rev,
           writeLease: async (key, value, expiration, create) => {
             const r = ++rev;
-            const header = JSON.stringify({ revision: r, expiration: expiration?.getTime() ?? null });
+            const header = JSON.stringify({
+              revision: r,
+              expiration: expiration?.getTime() ?? null,
+            });
             const data = Buffer.concat([Buffer.from(`${header}\n`), Buffer.from(value, 'utf8')]);
             if (create) {
               const tmp = await this.#temp(data);
@@ -314,7 +323,10 @@ export class EmbeddedRegistry implements Registry {
       return await readFile(this.#path('config'), 'utf8');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
-        throw new WeftError('WEFT_ERR_CONFIG_NOT_FOUND', `no network config at ${this.#path('config')}`);
+        throw new WeftError(
+          'WEFT_ERR_CONFIG_NOT_FOUND',
+          `no network config at ${this.#path('config')}`,
+        );
       }
       throw storeError('read the network config', err);
     }
@@ -352,7 +364,12 @@ export class EmbeddedRegistry implements Registry {
     return l && !lapsed(l, Date.now()) ? l : null;
   }
 
-  async createSubnet(key: string, value: string, ttlMs: number, signal?: AbortSignal): Promise<Date> {
+  async createSubnet(
+    key: string,
+    value: string,
+    ttlMs: number,
+    signal?: AbortSignal,
+  ): Promise<Date> {
     checkKey(key);
     return this.#mutate(signal, async (tx) => {
       if (tx.snap.live.has(key)) throw keyExists(key);
@@ -409,7 +426,12 @@ export class EmbeddedRegistry implements Registry {
           snap = await this.#snapshot();
         } catch (err) {
           log.warn({ err: errorMessage(err) }, 'embedded watch read failed');
-          await this.#waitFor(this.#opts.pollMs, stop, (w) => (wake = w), () => dirty);
+          await this.#waitFor(
+            this.#opts.pollMs,
+            stop,
+            (w) => (wake = w),
+            () => dirty,
+          );
           continue;
         }
         if (stop.aborted) return;
@@ -439,7 +461,12 @@ export class EmbeddedRegistry implements Registry {
           continue;
         }
         const waitMs = Math.max(0, Math.min(this.#opts.pollMs, soonest - now + 1));
-        await this.#waitFor(waitMs, stop, (w) => (wake = w), () => dirty);
+        await this.#waitFor(
+          waitMs,
+          stop,
+          (w) => (wake = w),
+          () => dirty,
+        );
       }
     } finally {
       watcher?.close();
@@ -477,7 +504,12 @@ interface Tx {
   readonly snap: Snapshot;
   readonly now: number;
   nextRevision(): number;
-  writeLease(key: string, value: string, expiration: Date | null, create: boolean): Promise<StoredLease>;
+  writeLease(
+    key: string,
+    value: string,
+    expiration: Date | null,
+    create: boolean,
+  ): Promise<StoredLease>;
   removeLease(key: string): Promise<void>;
 }
 
@@ -493,10 +525,12 @@ function visible(snap: Snapshot, now: number): StoredLease[] {
 function diffEvents(snap: Snapshot, from: number, to: number, now: number): RegistryEvent[] {
   const events: RegistryEvent[] = [];
   for (const l of snap.live.values()) {
-    if (l.revision >= from && l.revision <= to && !lapsed(l, now)) events.push({ type: 'put', lease: l });
+    if (l.revision >= from && l.revision <= to && !lapsed(l, now))
+      events.push({ type: 'put', lease: l });
   }
   for (const [key, t] of snap.tombs) {
-    if (t.revision >= from && t.revision <= to) events.push({ type: 'delete', key, revision: t.revision });
+    if (t.revision >= from && t.revision <= to)
+      events.push({ type: 'delete', key, revision: t.revision });
   }
   return events.sort((a, b) => rev(a) - rev(b));
 }
@@ -514,7 +548,9 @@ function checkKey(key: string): void {
 }
 
 function keyExists(key: string): WeftError {
-  return new WeftError('WEFT_ERR_STORE_KEY_EXISTS', `subnet ${key} is already leased`, { details: { key } });
+  return new WeftError('WEFT_ERR_STORE_KEY_EXISTS', `subnet ${key} is already leased`, {
+    details: { key },
+  });
 }
 
 function notFound(key: string): WeftError {
@@ -523,5 +559,7 @@ function notFound(key: string): WeftError {
 
 function storeError(what: string, err: unknown): WeftError {
   if (isWeftError(err)) return err;
-  return new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `${what}: ${errorMessage(err)}`, { cause: err });
+  return new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `${what}: ${errorMessage(err)}`, {
+    cause: err,
+  });
 }

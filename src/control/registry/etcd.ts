@@ -26,7 +26,13 @@ import {
   type IWatchRequest,
   type IWatchResponse,
 } from 'etcd3';
-import { WeftError, abortError, errorMessage, isWeftError, usageError } from '../../common/errors.js';
+import {
+  WeftError,
+  abortError,
+  errorMessage,
+  isWeftError,
+  usageError,
+} from '../../common/errors.js';
 import { anySignal, backoffDelay, retry, sleep } from '../../common/lifecycle.js';
 import { logger } from '../../common/log.js';
 import type { Registry, RegistryEvent, StoredLease, SubnetList, WatchBatch } from './registry.js';
@@ -67,7 +73,10 @@ function tryEachHostOnce(hosts: number): Policy {
   const policy = {
     onSuccess: noEvent,
     onFailure: noEvent,
-    async execute<T>(fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T, signal?: AbortSignal) {
+    async execute<T>(
+      fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T,
+      signal?: AbortSignal,
+    ) {
       const ctx = { signal: signal ?? new AbortController().signal };
       let last: unknown;
       for (let i = 0; i < hosts; i++) {
@@ -134,7 +143,8 @@ class Inbox<T> {
   }
 }
 
-type WatchItem = { kind: 'data'; res: IWatchResponse } | { kind: 'error'; err: Error } | { kind: 'end' };
+type WatchItem =
+  { kind: 'data'; res: IWatchResponse } | { kind: 'error'; err: Error } | { kind: 'end' };
 
 export class EtcdRegistry implements Registry {
   readonly kind = 'etcd';
@@ -149,7 +159,8 @@ export class EtcdRegistry implements Registry {
   #closed = false;
 
   constructor(options: EtcdRegistryOptions) {
-    if (options.endpoints.length === 0) throw usageError('etcd-endpoints', 'needs at least one endpoint');
+    if (options.endpoints.length === 0)
+      throw usageError('etcd-endpoints', 'needs at least one endpoint');
     const prefix = (options.prefix ?? DEFAULT_ETCD_PREFIX).replace(/\/+$/, '');
     this.#endpoints = options.endpoints;
     this.#configKey = Buffer.from(`${prefix}/config`);
@@ -166,7 +177,10 @@ export class EtcdRegistry implements Registry {
     const secure = options.endpoints.some((e) => e.startsWith('https:'));
     if (secure || options.caFile || options.certFile || options.keyFile) {
       if (Boolean(options.certFile) !== Boolean(options.keyFile)) {
-        throw usageError(options.certFile ? 'etcd-keyfile' : 'etcd-certfile', 'give both --etcd-certfile and --etcd-keyfile');
+        throw usageError(
+          options.certFile ? 'etcd-keyfile' : 'etcd-certfile',
+          'give both --etcd-certfile and --etcd-keyfile',
+        );
       }
       credentials = {
         rootCertificate: options.caFile
@@ -185,7 +199,9 @@ export class EtcdRegistry implements Registry {
       this.#client = new Etcd3({
         hosts: [...options.endpoints],
         ...(credentials ? { credentials } : {}),
-        ...(options.username ? { auth: { username: options.username, password: options.password ?? '' } } : {}),
+        ...(options.username
+          ? { auth: { username: options.username, password: options.password ?? '' } }
+          : {}),
         defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
         faultHandling: {
           global: tryEachHostOnce(options.endpoints.length),
@@ -214,7 +230,10 @@ export class EtcdRegistry implements Registry {
         signal: sig,
         isRetriable: (err) => err instanceof Error && isRecoverableError(err),
         onRetry: (err, attempt, delayMs) =>
-          log.debug({ op: what, attempt, delayMs, err: errorMessage(err) }, 'etcd call failed, retrying'),
+          log.debug(
+            { op: what, attempt, delayMs, err: errorMessage(err) },
+            'etcd call failed, retrying',
+          ),
       });
     } catch (err) {
       if (isWeftError(err)) throw err;
@@ -230,12 +249,17 @@ export class EtcdRegistry implements Registry {
   }
 
   /** Expirations of the given etcd leases ('0' = none): null, or a Date (now when lapsed). */
-  async #expirations(leaseIds: Iterable<string>, signal?: AbortSignal): Promise<Map<string, Date | null>> {
+  async #expirations(
+    leaseIds: Iterable<string>,
+    signal?: AbortSignal,
+  ): Promise<Map<string, Date | null>> {
     const out = new Map<string, Date | null>([['0', null]]);
     const ids = [...new Set(leaseIds)].filter((id) => id !== '0');
     await Promise.all(
       ids.map(async (id) => {
-        const r = await this.#call('lease timetolive', signal, () => this.#client.leaseClient.leaseTimeToLive({ ID: id }));
+        const r = await this.#call('lease timetolive', signal, () =>
+          this.#client.leaseClient.leaseTimeToLive({ ID: id }),
+        );
         const ttl = Number(r.TTL);
         out.set(id, new Date(Date.now() + Math.max(0, ttl) * 1000));
       }),
@@ -268,7 +292,8 @@ export class EtcdRegistry implements Registry {
     if (id === '0') return;
     try {
       const r = await this.#client.leaseClient.leaseTimeToLive({ ID: id, keys: true });
-      if (Number(r.TTL) > 0 && r.keys.length === 0) await this.#client.leaseClient.leaseRevoke({ ID: id });
+      if (Number(r.TTL) > 0 && r.keys.length === 0)
+        await this.#client.leaseClient.leaseRevoke({ ID: id });
     } catch (err) {
       log.debug({ lease: id, err: errorMessage(err) }, 'could not revoke an unused etcd lease');
     }
@@ -276,7 +301,9 @@ export class EtcdRegistry implements Registry {
 
   async #grant(ttlMs: number, signal?: AbortSignal): Promise<{ id: string; expiration: Date }> {
     const ttl = Math.max(1, Math.ceil(ttlMs / 1000));
-    const r = await this.#call('lease grant', signal, () => this.#client.leaseClient.leaseGrant({ TTL: ttl }));
+    const r = await this.#call('lease grant', signal, () =>
+      this.#client.leaseClient.leaseGrant({ TTL: ttl }),
+    );
     if (r.error) throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `etcd lease grant: ${r.error}`);
     return { id: r.ID, expiration: new Date(Date.now() + Number(r.TTL) * 1000) };
   }
@@ -284,12 +311,18 @@ export class EtcdRegistry implements Registry {
   // ---- Registry ----
 
   async getNetworkConfig(signal?: AbortSignal): Promise<string> {
-    const r = await this.#call('get config', signal, () => this.#client.kv.range({ key: this.#configKey }));
+    const r = await this.#call('get config', signal, () =>
+      this.#client.kv.range({ key: this.#configKey }),
+    );
     const kv = r.kvs[0];
     if (!kv) {
-      throw new WeftError('WEFT_ERR_CONFIG_NOT_FOUND', `no network config at ${this.#configKey.toString()} in etcd`, {
-        details: { key: this.#configKey.toString() },
-      });
+      throw new WeftError(
+        'WEFT_ERR_CONFIG_NOT_FOUND',
+        `no network config at ${this.#configKey.toString()} in etcd`,
+        {
+          details: { key: this.#configKey.toString() },
+        },
+      );
     }
     return kv.value.toString('utf8');
   }
@@ -308,11 +341,18 @@ export class EtcdRegistry implements Registry {
   }
 
   async getSubnet(key: string, signal?: AbortSignal): Promise<StoredLease | null> {
-    const r = await this.#call(`get ${key}`, signal, () => this.#client.kv.range({ key: this.#subnetKey(key) }));
+    const r = await this.#call(`get ${key}`, signal, () =>
+      this.#client.kv.range({ key: this.#subnetKey(key) }),
+    );
     return (await this.#toLeases(r.kvs, signal))[0] ?? null;
   }
 
-  async createSubnet(key: string, value: string, ttlMs: number, signal?: AbortSignal): Promise<Date> {
+  async createSubnet(
+    key: string,
+    value: string,
+    ttlMs: number,
+    signal?: AbortSignal,
+  ): Promise<Date> {
     const k = this.#subnetKey(key);
     const lease = await this.#grant(ttlMs, signal);
     let won = false;
@@ -320,7 +360,9 @@ export class EtcdRegistry implements Registry {
       const r = await this.#call(`create ${key}`, signal, () =>
         this.#client.kv.txn({
           compare: [{ key: k, target: 'Version', result: 'Equal', version: 0 }],
-          success: [{ request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease.id } }],
+          success: [
+            { request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease.id } },
+          ],
           failure: [{ request_range: { key: k } }],
         }),
       );
@@ -332,7 +374,9 @@ export class EtcdRegistry implements Registry {
       }
     }
     if (!won) {
-      throw new WeftError('WEFT_ERR_STORE_KEY_EXISTS', `subnet ${key} is already leased`, { details: { key } });
+      throw new WeftError('WEFT_ERR_STORE_KEY_EXISTS', `subnet ${key} is already leased`, {
+        details: { key },
+      });
     }
     return lease.expiration;
   }
@@ -352,7 +396,12 @@ export class EtcdRegistry implements Registry {
           compare: [{ key: k, target: 'Version', result: 'Greater', version: 0 }],
           success: [
             {
-              request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease?.id ?? 0, prev_kv: true },
+              request_put: {
+                key: k,
+                value: Buffer.from(value, 'utf8'),
+                lease: lease?.id ?? 0,
+                prev_kv: true,
+              },
             },
           ],
           failure: [],
@@ -362,9 +411,13 @@ export class EtcdRegistry implements Registry {
       const previous = r.responses[0]?.response_put?.prev_kv?.lease ?? '0';
       if (ok && previous !== (lease?.id ?? '0')) await this.#dropLeaseIfUnused(previous);
     } finally {
-      if (!ok && lease) await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
+      if (!ok && lease)
+        await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
     }
-    if (!ok) throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, { details: { key } });
+    if (!ok)
+      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, {
+        details: { key },
+      });
     return lease?.expiration ?? null;
   }
 
@@ -373,7 +426,9 @@ export class EtcdRegistry implements Registry {
       this.#client.kv.deleteRange({ key: this.#subnetKey(key), prev_kv: true }),
     );
     if (r.deleted === '0') {
-      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, { details: { key } });
+      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, {
+        details: { key },
+      });
     }
     await this.#dropLeaseIfUnused(r.prev_kvs[0]?.lease ?? '0');
   }
@@ -430,7 +485,10 @@ export class EtcdRegistry implements Registry {
             }
             const res = item.res;
             if (res.compact_revision !== '0' || /compacted/.test(res.cancel_reason)) {
-              log.warn({ next, compactRevision: res.compact_revision }, 'etcd watch fell behind compaction, re-listing');
+              log.warn(
+                { next, compactRevision: res.compact_revision },
+                'etcd watch fell behind compaction, re-listing',
+              );
               const list = await this.listSubnets(stop).catch((err: unknown) => {
                 failure = err;
                 return null;

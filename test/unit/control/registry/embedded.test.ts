@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, existsSync, mkdirSync } from 'node:fs';
+import {
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  existsSync,
+  mkdirSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -91,7 +99,9 @@ describe('EmbeddedRegistry', () => {
     const barrier = join(dir, '..', 'barrier');
     mkdirSync(barrier);
     const rounds = 50;
-    const [a, b] = ['a', 'b'].map((id) => childOutput(runChild(['race', dir, id, String(rounds), barrier])));
+    const [a, b] = ['a', 'b'].map((id) =>
+      childOutput(runChild(['race', dir, id, String(rounds), barrier])),
+    );
     const results = (await Promise.all([a!, b!])).map(
       (out) => JSON.parse(out.trim()) as { id: string; won: number[] },
     );
@@ -104,7 +114,10 @@ describe('EmbeddedRegistry', () => {
         assert.equal(stored?.value, `{"PublicIP":"child-${winners[0]}"}`);
       }
       // Both children won some rounds: the race was real, not one child running ahead.
-      assert.ok(results.every((x) => x.won.length > 0), JSON.stringify(results.map((x) => x.won.length)));
+      assert.ok(
+        results.every((x) => x.won.length > 0),
+        JSON.stringify(results.map((x) => x.won.length)),
+      );
     } finally {
       await r.close();
     }
@@ -127,7 +140,8 @@ describe('EmbeddedRegistry', () => {
         const b = await nextBatch(it, 1000);
         latencies.push(performance.now() - t0);
         assert.equal(b.kind, 'events');
-        if (b.kind === 'events') assert.equal(b.events[0]?.type === 'put' && b.events[0].lease.key, key);
+        if (b.kind === 'events')
+          assert.equal(b.events[0]?.type === 'put' && b.events[0].lease.key, key);
       }
       const worst = Math.max(...latencies);
       assert.ok(worst < 250, `watch latencies ${latencies.map((x) => x.toFixed(1)).join(', ')} ms`);
@@ -167,7 +181,9 @@ describe('EmbeddedRegistry', () => {
       await r.listSubnets();
       const holder = runChild(['hold-lock', dir]);
       assert.equal(await firstLine(holder), 'locked');
-      await assert.rejects(r.createSubnet(V4_KEY, V4_VALUE, 60_000), { code: 'WEFT_ERR_STORE_UNAVAILABLE' });
+      await assert.rejects(r.createSubnet(V4_KEY, V4_VALUE, 60_000), {
+        code: 'WEFT_ERR_STORE_UNAVAILABLE',
+      });
       holder.kill('SIGKILL');
     } finally {
       await r.close();
@@ -217,7 +233,11 @@ describe('EmbeddedRegistry', () => {
       const it = r.watchSubnets(start, ac.signal)[Symbol.asyncIterator]();
       const b = await nextBatch(it, 2000);
       assert.equal(b.kind, 'resync');
-      if (b.kind === 'resync') assert.deepEqual(b.leases.map((l) => l.key), [DUAL_KEY]);
+      if (b.kind === 'resync')
+        assert.deepEqual(
+          b.leases.map((l) => l.key),
+          [DUAL_KEY],
+        );
       ac.abort();
       await it.return?.();
     } finally {
