@@ -15,8 +15,21 @@ export function nodeGypPath() {
   if (fromNpm && existsSync(fromNpm)) return fromNpm;
   const npmCli = process.env.npm_execpath;
   const candidates = [];
-  if (npmCli) candidates.push(join(dirname(npmCli), '..', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'));
-  candidates.push(join(dirname(process.execPath), '..', 'lib', 'node_modules', 'npm', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'));
+  if (npmCli)
+    candidates.push(join(dirname(npmCli), '..', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'));
+  candidates.push(
+    join(
+      dirname(process.execPath),
+      '..',
+      'lib',
+      'node_modules',
+      'npm',
+      'node_modules',
+      'node-gyp',
+      'bin',
+      'node-gyp.js',
+    ),
+  );
   for (const c of candidates) if (existsSync(c)) return c;
   return null;
 }

@@ -110,7 +110,11 @@ function ensureDist() {
   const out = join(root, 'dist', 'control', 'main.js');
   if (existsSync(out) && newestMtime(join(root, 'dist')) >= newestMtime(join(root, 'src'))) return;
   say('compiling TypeScript (dist/)');
-  run(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json']);
+  run(process.execPath, [
+    join(root, 'node_modules', 'typescript', 'bin', 'tsc'),
+    '-p',
+    'tsconfig.build.json',
+  ]);
 }
 
 ensurePackages();

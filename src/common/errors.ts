@@ -18,9 +18,17 @@ export const ERROR_CODES = {
   WEFT_ERR_STORE_KEY_EXISTS: { exit: 1, summary: 'a create-if-absent found the key taken' },
   WEFT_ERR_STORE_NOT_FOUND: { exit: 1, summary: 'the key is not in the store' },
   WEFT_ERR_STORE_COMPACTED: { exit: 1, summary: 'a watch revision was compacted away' },
+  WEFT_ERR_KUBE_NODE: { exit: 1, summary: 'this Kubernetes node cannot be found or named' },
+  WEFT_ERR_KUBE_POD_CIDR: {
+    exit: 1,
+    summary: "the node's podCIDR is unassigned or outside the network",
+  },
   WEFT_ERR_SUBNET_ENV: { exit: 1, summary: 'subnet.env cannot be written or read' },
   WEFT_ERR_IFACE: { exit: 2, summary: 'no usable external interface or address' },
-  WEFT_ERR_BACKEND_UNSUPPORTED: { exit: 2, summary: 'the Backend block names an unknown type or option' },
+  WEFT_ERR_BACKEND_UNSUPPORTED: {
+    exit: 2,
+    summary: 'the Backend block names an unknown type or option',
+  },
   WEFT_ERR_BACKEND: { exit: 1, summary: 'a backend failed to start or to program a peer' },
   WEFT_ERR_NETLINK: { exit: 1, summary: 'a kernel (rtnetlink) operation failed' },
   WEFT_ERR_IPTABLES: { exit: 1, summary: 'iptables-restore or iptables-save failed' },

@@ -68,7 +68,7 @@ export function formatIP(family: Family, addr: bigint): string {
   for (let i = 7; i >= 0; i--) groups.push(Number((addr >> BigInt(i * 16)) & 0xffffn));
   let bestStart = -1;
   let bestLen = 0;
-  for (let i = 0; i < 8; ) {
+  for (let i = 0; i < 8;) {
     if (groups[i] !== 0) {
       i++;
       continue;
@@ -115,7 +115,11 @@ export function maskOf(family: Family, prefix: number): bigint {
 
 /** The prefix with host bits cleared. */
 export function canonical(net: IPNet): IPNet {
-  return { family: net.family, addr: net.addr & maskOf(net.family, net.prefix), prefix: net.prefix };
+  return {
+    family: net.family,
+    addr: net.addr & maskOf(net.family, net.prefix),
+    prefix: net.prefix,
+  };
 }
 
 export function isAligned(net: IPNet): boolean {

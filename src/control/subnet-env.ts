@@ -12,7 +12,14 @@
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
 import { WeftError } from '../common/errors.js';
-import { canonical, formatCIDR, formatIP, nthAddress, parseCIDR, type IPNet } from '../common/ip.js';
+import {
+  canonical,
+  formatCIDR,
+  formatIP,
+  nthAddress,
+  parseCIDR,
+  type IPNet,
+} from '../common/ip.js';
 
 export interface SubnetEnv {
   network: IPNet | null;

@@ -90,7 +90,12 @@ export class MemoryRegistry implements Registry {
     return lease;
   }
 
-  async createSubnet(key: string, value: string, ttlMs: number, signal?: AbortSignal): Promise<Date> {
+  async createSubnet(
+    key: string,
+    value: string,
+    ttlMs: number,
+    signal?: AbortSignal,
+  ): Promise<Date> {
     this.#check(signal);
     if (this.#subnets.has(key)) {
       throw new WeftError('WEFT_ERR_STORE_KEY_EXISTS', `subnet ${key} is already leased`, {
@@ -108,7 +113,9 @@ export class MemoryRegistry implements Registry {
   ): Promise<Date | null> {
     this.#check(signal);
     if (!this.#subnets.has(key)) {
-      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, { details: { key } });
+      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, {
+        details: { key },
+      });
     }
     return this.#put(key, value, ttlMs).expiration;
   }
@@ -121,7 +128,9 @@ export class MemoryRegistry implements Registry {
   async deleteSubnet(key: string, signal?: AbortSignal): Promise<void> {
     this.#check(signal);
     if (!this.#subnets.delete(key)) {
-      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, { details: { key } });
+      throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, {
+        details: { key },
+      });
     }
     this.#record({ type: 'delete', key, revision: ++this.#revision });
   }

@@ -30,7 +30,11 @@ export type RegistryEvent =
   | { readonly type: 'delete'; readonly key: string; readonly revision: number };
 
 export type WatchBatch =
-  | { readonly kind: 'events'; readonly events: readonly RegistryEvent[]; readonly revision: number }
+  | {
+      readonly kind: 'events';
+      readonly events: readonly RegistryEvent[];
+      readonly revision: number;
+    }
   | { readonly kind: 'resync'; readonly leases: readonly StoredLease[]; readonly revision: number };
 
 export interface SubnetList {
