@@ -2,13 +2,17 @@
  * The CNI plugin with the real Debian plugins (/usr/lib/cni: bridge, host-local, loopback), run
  * as a child process inside a "node" namespace the way a container runtime runs it on a node.
  *
- *   ┌──────────── node: weft-<pid>-0 (subnet.env: 10.5.38.1/24 of 10.5.0.0/16) ────────────┐
- *   │  cni0 bridge 10.5.38.1/24 (made by bridge)                                            │
- *   │    ├─ veth ─── eth0 10.5.38.x ── pod A: weft-<pid>-1   (ADD via the source entry)     │
- *   │    └─ veth ─── eth0 10.5.38.y ── pod B: weft-<pid>-2   (ADD via a copy of             │
- *   │                                                        bin/weft-cni named `flannel`)  │
- *   └───────────────────────────────────────────────────────────────────────────────────────┘
+ *   ┌──────────── node: weft-<pid>-0 (subnet.env: 10.5.38.1/24 of 10.5.0.0/16) ───────────┐
+ *   │  cni0 bridge 10.5.38.1/24 (made by bridge)                                           │
+ *   │    ├─ veth ── eth0 10.5.38.x ── pod A: weft-<pid>-1  (plugin run from source via tsx) │
+ *   │    ├─ veth ── eth0 10.5.38.y ── pod B: weft-<pid>-2  (a copy of bin/weft-cni named   │
+ *   │    │                                                  `flannel`, "type": "flannel")  │
+ *   │    └─ veth ── eth0 10.5.38.z ── pod C: weft-<pid>-3  (FLANNEL_IPMASQ=false: bridge    │
+ *   │                                                       masquerades, iptables in node) │
+ *   └──────────────────────────────────────────────────────────────────────────────────────┘
  *
+ * The launcher runs from a temp package built from source (tsc of the plugin's closure), as a
+ * symlink `weft` and a plain copy `flannel` in a temp CNI bin dir.
  * The plugin, and so bridge and host-local, only ever run inside the node namespace (the bridge
  * plugin creates cni0 in the namespace it runs in); host-local keeps its leases in a temp dir.
  * Pods on two nodes through a running weft daemon are the demo's job (issue 6 §2).
@@ -50,10 +54,13 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
   let node = '';
   let podA = '';
   let podB = '';
+  let podC = '';
   let dataDir = '';
   let ipamDir = '';
   let subnetFile = '';
-  let pkgBin = '';
+  let weftLink = '';
+  let flannelCopy = '';
+  let pkgDir = '';
   let resultA: Record<string, unknown> = {};
   let resultB: Record<string, unknown> = {};
 
@@ -78,6 +85,7 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
     id: string,
     conf: unknown,
     bin: string | null = null,
+    extraEnv: Record<string, string> = {},
   ): Run {
     const cmd = bin
       ? [bin]
@@ -94,6 +102,7 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
         CNI_NETNS: `/var/run/netns/${pod}`,
         CNI_IFNAME: 'eth0',
         CNI_PATH: CNI_BIN,
+        ...extraEnv,
       },
       timeout: 60_000,
     });
@@ -151,19 +160,18 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
     copyFileSync(join(REPO, 'bin/weft-cni'), join(pkg, 'bin/weft-cni'));
     const cniBin = join(tmp, 'cni-bin');
     mkdirSync(cniBin);
-    pkgBin = join(cniBin, 'flannel');
-    copyFileSync(join(REPO, 'bin/weft-cni'), pkgBin);
-    // The copy finds the package through WEFT_PACKAGE_DIR; written into a wrapper env below.
-    writeFileSync(
-      join(cniBin, 'weft'),
-      `#!/bin/sh\nWEFT_PACKAGE_DIR=${pkg} exec ${pkgBin} "$@"\n`,
-      { mode: 0o755 },
-    );
-    pkgBin = join(cniBin, 'weft');
+    // `weft`: a symlink to the installed launcher (found by its real path);
+    // `flannel`: a plain copy (found through WEFT_PACKAGE_DIR).
+    weftLink = join(cniBin, 'weft');
+    symlinkSync(join(pkg, 'bin/weft-cni'), weftLink);
+    flannelCopy = join(cniBin, 'flannel');
+    copyFileSync(join(REPO, 'bin/weft-cni'), flannelCopy);
+    pkgDir = pkg;
 
     node = scope.add();
     podA = scope.add();
     podB = scope.add();
+    podC = scope.add();
   });
 
   after(async () => {
@@ -209,16 +217,53 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
   });
 
   test('a copy of bin/weft-cni named for `"type": "flannel"` adds pod B the same way', () => {
-    const r = cni('ADD', podB, 'pod-b', config({ type: 'flannel' }), pkgBin);
+    const r = cni('ADD', podB, 'pod-b', config({ type: 'flannel' }), flannelCopy, {
+      WEFT_PACKAGE_DIR: pkgDir,
+    });
     assert.equal(r.status, 0, r.stdout + r.stderr);
     resultB = r.json;
     assert.match(podAddress(resultB), /^10\.5\.38\.\d+$/);
     assert.notEqual(podAddress(resultB), podAddress(resultA));
   });
 
+  test('a symlinked launcher finds its package; a bare copy says what is missing (code 103)', () => {
+    const v = cni('VERSION', podB, 'x', '{}', weftLink);
+    assert.equal(v.status, 0, v.stdout + v.stderr);
+    assert.deepEqual(v.json.supportedVersions, ['0.3.0', '0.3.1', '0.4.0', '1.0.0']);
+    for (const d of [
+      '/usr/local/lib/node_modules/weft',
+      '/usr/lib/node_modules/weft',
+      '/opt/weft',
+    ]) {
+      assert.equal(existsSync(d), false, `precondition: no weft installed at ${d}`);
+    }
+    const bare = cni('VERSION', podB, 'x', '{}', flannelCopy);
+    assert.equal(bare.status, 1);
+    assert.equal(bare.json.code, 103);
+    assert.match(String(bare.json.msg), /cannot find the weft package/);
+  });
+
   test('the two pods ping each other', () => {
     nsExec(podA, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', podAddress(resultB)]);
     nsExec(podB, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', podAddress(resultA)]);
+  });
+
+  test('FLANNEL_IPMASQ=false makes bridge masquerade the pod (iptables in the node namespace); DEL undoes it', () => {
+    const masqEnv = join(tmp, 'subnet-masq.env');
+    writeFileSync(
+      masqEnv,
+      readFileSync(subnetFile, 'utf8').replace('FLANNEL_IPMASQ=true', 'FLANNEL_IPMASQ=false'),
+    );
+    const add = cni('ADD', podC, 'pod-c', config({ subnetFile: masqEnv }), weftLink);
+    assert.equal(add.status, 0, add.stdout + add.stderr);
+    const addr = podAddress(add.json).replace(/\./g, '\\.');
+    assert.match(
+      nsExec(node, 'iptables', ['-t', 'nat', '-S', 'POSTROUTING']),
+      new RegExp(`-s ${addr}(/32)? .*pod-c.* -j CNI-`),
+    );
+    const del = cni('DEL', podC, 'pod-c', config({ subnetFile: masqEnv }), weftLink);
+    assert.equal(del.status, 0, del.stdout + del.stderr);
+    assert.doesNotMatch(nsExec(node, 'iptables', ['-t', 'nat', '-S', 'POSTROUTING']), /pod-c/);
   });
 
   test('CHECK passes the recorded result to bridge, which confirms the pod', () => {
@@ -252,7 +297,7 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
       [config({ subnetFile: join(tmp, 'absent.env') }), 11],
     ];
     for (const [conf, code] of cases) {
-      const r = cni('ADD', podA, 'pod-bad', conf);
+      const r = cni('ADD', podA, 'pod-bad', conf, weftLink);
       assert.equal(r.status, 1, JSON.stringify(conf));
       assert.equal(r.json.code, code, r.stdout);
       assert.equal(typeof r.json.msg, 'string');
@@ -281,7 +326,7 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
 
   test('DEL replays the cached delegate even after subnet.env is gone', () => {
     rmSync(subnetFile);
-    const r = cni('DEL', podB, 'pod-b', config({ type: 'flannel' }), pkgBin);
+    const r = cni('DEL', podB, 'pod-b', config(), weftLink);
     assert.equal(r.status, 0, r.stdout + r.stderr);
     assert.equal(readdirSync(join(ipamDir, NETWORK)).includes(podAddress(resultB)), false);
     assert.equal(existsSync(join(dataDir, 'pod-b')), false);
