@@ -2,8 +2,14 @@
 import { WeftError } from '../../common/errors.js';
 import type { BackendFactory } from './backend.js';
 import { createAllocBackend } from './alloc.js';
+import { createHostGwBackend } from './host-gw.js';
+import { createVxlanBackend } from './vxlan.js';
 
-const factories = new Map<string, BackendFactory>([['alloc', createAllocBackend]]);
+const factories = new Map<string, BackendFactory>([
+  ['alloc', createAllocBackend],
+  ['host-gw', (ctx) => createHostGwBackend(ctx)],
+  ['vxlan', (ctx) => createVxlanBackend(ctx)],
+]);
 
 export function registerBackend(type: string, factory: BackendFactory): void {
   factories.set(type, factory);

@@ -1,0 +1,63 @@
+/**
+ * Small pieces shared by the kernel backends (host-gw, vxlan): a lease's per-family fields,
+ * the families a config enables, and the NAT check.
+ */
+import { WeftError } from '../../common/errors.js';
+import { type Family, type IPNet, formatCIDR, formatIP } from '../../common/ip.js';
+import type { NetConfig } from '../config/net-config.js';
+import type { Lease } from '../lease/types.js';
+import type { ExternalInterface } from './backend.js';
+
+export function leaseSubnet(lease: Lease, family: Family): IPNet | null {
+  return family === 4 ? lease.subnet : lease.ipv6Subnet;
+}
+
+/** The lease's public address of `family`, or null (flannel writes 0.0.0.0 for "none"). */
+export function leasePublicIP(lease: Lease, family: Family): string | null {
+  const v = family === 4 ? lease.attrs.publicIP : lease.attrs.publicIPv6;
+  if (!v || v === '0.0.0.0') return null;
+  return v;
+}
+
+export function subnetCIDR(net: IPNet): string {
+  return formatCIDR(net);
+}
+
+/** The subnet's network address (the VXLAN gateway address of a peer, e.g. 10.5.34.0). */
+export function subnetAddress(net: IPNet): string {
+  return formatIP(net.family, net.addr);
+}
+
+export function enabledFamilies(cfg: NetConfig): Family[] {
+  const out: Family[] = [];
+  if (cfg.enableIPv4 && cfg.ipv4) out.push(4);
+  if (cfg.enableIPv6 && cfg.ipv6) out.push(6);
+  return out;
+}
+
+export function clusterNetwork(cfg: NetConfig, family: Family): IPNet | null {
+  return (family === 4 ? cfg.ipv4 : cfg.ipv6)?.network ?? null;
+}
+
+/**
+ * Refuses a node whose published address is not its interface's own (NAT): peers could not
+ * route to it directly. host-gw needs this; flannel refuses the same way.
+ */
+export function assertNoNAT(
+  backend: string,
+  ext: ExternalInterface,
+  families: readonly Family[],
+): void {
+  for (const f of families) {
+    const pub = f === 4 ? ext.publicIP : ext.publicIPv6;
+    const own = f === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
+    if (pub !== null && own !== null && pub !== own) {
+      throw new WeftError(
+        'WEFT_ERR_BACKEND',
+        `${backend}: the public IP ${pub} is not the address of ${ext.name} (${own}); ` +
+          `${backend} cannot work behind NAT (use vxlan, or drop --public-ip)`,
+        { details: { publicIP: pub, ifaceAddr: own, iface: ext.name } },
+      );
+    }
+  }
+}

@@ -1,0 +1,412 @@
+/**
+ * The one reconcile loop of the kernel backends (flannel's route_network loop, done once).
+ * Backends supply pure plans (lease event → ops); this file owns applying them:
+ *
+ * - `update(key, ops)`: the ops a plan produced for one peer and family. Add ops (replace/append)
+ *   become that peer's desired state; del ops are applied as given; entries desired before but
+ *   no longer (a peer that changed its MAC or public IP) are deleted. A peer's ops are a group:
+ *   applied in order, and when one fails the group's earlier adds are rolled back (reverse order)
+ *   and the group is retried with bounded backoff.
+ * - `flush()` applies every pending group in ONE Netlink batch (a snapshot of 5,000 peers is one
+ *   pass), then the rollbacks of failed groups in a second one.
+ * - `resync()` lists the kernel entries this backend owns (the `Ownership` scopes: routes on a
+ *   device inside the cluster network, permanent neighbours and FDB entries on the VXLAN device),
+ *   restores what is missing or different and deletes what no peer wants — including entries left
+ *   by an earlier run (flannel issue #2554). `run()` does it every `resyncMs` (10 s).
+ *
+ * One writer: every kernel change goes through the internal queue, so flush, retries and
+ * resyncs never interleave.
+ */
+import type { Logger } from '../../common/log.js';
+import { LogOnce } from '../../common/log.js';
+import { type Family, type IPNet, containsNet, parseCIDR } from '../../common/ip.js';
+import { backoffDelay, sleep } from '../../common/lifecycle.js';
+import { errorMessage } from '../../common/errors.js';
+import {
+  type FdbSpec,
+  type NeighSpec,
+  type Netlink,
+  type Op,
+  type RouteSpec,
+  NUD_PERMANENT,
+  describeOp,
+} from '../netlink/netlink.js';
+import type { LeaseEvent } from '../lease/types.js';
+
+/** Kernel entries a backend owns, per family: what resync may delete when nobody wants it. */
+export interface Ownership {
+  readonly family: Family;
+  /** Main-table routes inside `within` on `dev` (and, with `viaGateway`, only routes with a gateway). */
+  readonly routes: ReadonlyArray<{ dev: string; within: IPNet; viaGateway?: boolean }>;
+  /** Permanent neighbours on this device. */
+  readonly neighDev?: string;
+  /** FDB entries on this device (family 4 scope only, FDB is per device). */
+  readonly fdbDev?: string;
+}
+
+export interface ReconcilerOptions {
+  readonly netlink: Netlink;
+  readonly log: Logger;
+  readonly ownership: readonly Ownership[];
+  /** Periodic re-check interval (default 10 s). */
+  readonly resyncMs?: number;
+  /** Retry backoff for failed peers (defaults 100 ms → 5 s, 6 attempts before resync takes over). */
+  readonly retry?: { initialMs: number; maxMs: number; attempts: number };
+  /** Counts applied ops and failures (metrics hook). */
+  readonly onApplied?: (result: { ops: number; failed: number }) => void;
+}
+
+/** The ops that create an entry (the rest delete or change devices). */
+export type AddOp =
+  | ({ readonly op: 'replaceRoute' } & RouteSpec)
+  | ({ readonly op: 'replaceNeigh' } & NeighSpec)
+  | ({ readonly op: 'appendFdb' } & FdbSpec)
+  | { readonly op: 'replaceAddr'; readonly addr: string; readonly dev: string };
+
+const ADD_KINDS = new Set<Op['op']>(['replaceRoute', 'replaceNeigh', 'appendFdb', 'replaceAddr']);
+
+export function isAddOp(op: Op): op is AddOp {
+  return ADD_KINDS.has(op.op);
+}
+
+/** The kernel identity of an entry: two ops with the same identity act on the same entry. */
+export function identity(op: Op): string {
+  switch (op.op) {
+    case 'replaceRoute':
+    case 'delRoute':
+      return `route|${op.table ?? 254}|${op.dst}`;
+    case 'replaceNeigh':
+    case 'delNeigh':
+      return `neigh|${op.dev}|${op.dst}`;
+    case 'appendFdb':
+    case 'delFdb':
+      return `fdb|${op.dev}|${op.mac}|${op.dst}`;
+    case 'replaceAddr':
+    case 'delAddr':
+      return `addr|${op.dev}|${op.addr}`;
+    case 'setLink':
+    case 'delLink':
+      return `link|${op.dev}`;
+    case 'addVxlan':
+      return `link|${op.name}`;
+  }
+}
+
+/** The op that removes what `op` adds. */
+export function inverse(op: AddOp): Op {
+  switch (op.op) {
+    case 'replaceRoute':
+      return { ...op, op: 'delRoute' };
+    case 'replaceNeigh':
+      return { op: 'delNeigh', dst: op.dst, dev: op.dev };
+    case 'appendFdb':
+      return { ...op, op: 'delFdb' };
+    case 'replaceAddr':
+      return { ...op, op: 'delAddr' };
+  }
+}
+
+interface PeerState {
+  /** Desired adds, in apply order. */
+  desired: AddOp[];
+  /** Ops waiting for the next flush (null when nothing is pending). */
+  pending: Op[] | null;
+  attempt: number;
+  retryAt: number;
+}
+
+export class Reconciler {
+  readonly #nl: Netlink;
+  readonly #log: Logger;
+  readonly #ownership: readonly Ownership[];
+  readonly #resyncMs: number;
+  readonly #retry: { initialMs: number; maxMs: number; attempts: number };
+  readonly #onApplied: ReconcilerOptions['onApplied'];
+  readonly #peers = new Map<string, PeerState>();
+  readonly #once = new LogOnce();
+  #queue: Promise<unknown> = Promise.resolve();
+  #retryTimer: NodeJS.Timeout | undefined;
+
+  constructor(o: ReconcilerOptions) {
+    this.#nl = o.netlink;
+    this.#log = o.log;
+    this.#ownership = o.ownership;
+    this.#resyncMs = o.resyncMs ?? 10_000;
+    this.#retry = o.retry ?? { initialMs: 100, maxMs: 5_000, attempts: 6 };
+    this.#onApplied = o.onApplied;
+  }
+
+  /** Records a peer's planned ops (applied at the next flush). */
+  update(key: string, ops: readonly Op[]): void {
+    const prev = this.#peers.get(key);
+    const desired = ops.filter(isAddOp);
+    const dels = ops.filter((op) => !isAddOp(op));
+    const keep = new Set(desired.map(identity));
+    const covered = new Set(dels.map(identity));
+    // Entries wanted before but not now are removed (routes first: reverse of the add order).
+    const stale = (prev?.desired ?? [])
+      .filter((op) => !keep.has(identity(op)) && !covered.has(identity(op)))
+      .reverse()
+      .map(inverse);
+    const pending = [...dels, ...stale, ...desired];
+    if (desired.length === 0 && pending.length === 0) {
+      this.#peers.delete(key);
+      return;
+    }
+    this.#peers.set(key, { desired, pending, attempt: 0, retryAt: 0 });
+  }
+
+  /** The desired entries of every peer (for tests and metrics). */
+  desiredCount(): number {
+    let n = 0;
+    for (const p of this.#peers.values()) n += p.desired.length;
+    return n;
+  }
+
+  /** Applies every pending group now; resolves when the kernel answered. */
+  flush(): Promise<void> {
+    return this.#serial(() => this.#flush(false));
+  }
+
+  /** Re-checks the kernel against the desired state and repairs it. */
+  resync(): Promise<void> {
+    return this.#serial(() => this.#resync());
+  }
+
+  /** Periodic resync until `signal` fires. */
+  async run(signal: AbortSignal): Promise<void> {
+    this.#log.debug({ everyMs: this.#resyncMs }, 'reconcile loop started');
+    try {
+      while (!signal.aborted) {
+        await sleep(this.#resyncMs, signal).catch(() => undefined);
+        if (signal.aborted) break;
+        await this.resync().catch((err: unknown) => {
+          if (this.#once.first(`resync:${errorMessage(err)}`)) {
+            this.#log.warn({ err: errorMessage(err) }, 'resync failed');
+          }
+        });
+      }
+    } finally {
+      clearTimeout(this.#retryTimer);
+      this.#log.debug('reconcile loop stopped');
+    }
+  }
+
+  close(): void {
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
+  }
+
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.#queue.then(fn, fn);
+    this.#queue = p.catch(() => undefined);
+    return p;
+  }
+
+  async #flush(retriesOnly: boolean): Promise<void> {
+    const now = Date.now();
+    const groups: Array<{ key: string; peer: PeerState; ops: Op[]; start: number }> = [];
+    const batch: Op[] = [];
+    for (const [key, peer] of this.#peers) {
+      if (!peer.pending) continue;
+      if (retriesOnly && peer.retryAt > now) continue;
+      groups.push({ key, peer, ops: peer.pending, start: batch.length });
+      batch.push(...peer.pending);
+      peer.pending = null;
+    }
+    if (batch.length === 0) return;
+    const results = await this.#nl.apply(batch);
+    const rollback: Op[] = [];
+    let failed = 0;
+    for (const g of groups) {
+      const res = results.slice(g.start, g.start + g.ops.length);
+      const firstErr = res.findIndex((r) => r !== null);
+      if (firstErr < 0) {
+        g.peer.attempt = 0;
+        if (g.peer.desired.length === 0) this.#peers.delete(g.key);
+        continue;
+      }
+      failed++;
+      const err = res[firstErr]!;
+      // Undo this group's adds that went through, newest first, so a peer is all or nothing.
+      for (let i = g.ops.length - 1; i >= 0; i--) {
+        const op = g.ops[i]!;
+        if (res[i] === null && isAddOp(op)) rollback.push(inverse(op));
+      }
+      this.#scheduleRetry(g.key, g.peer, g.ops, err);
+    }
+    this.#onApplied?.({ ops: batch.length, failed });
+    if (rollback.length > 0) {
+      const rb = await this.#nl.apply(rollback);
+      rb.forEach((r, i) => {
+        if (r && this.#once.first(`rollback:${r.message}`)) {
+          this.#log.warn({ op: describeOp(rollback[i]!), err: r.message }, 'rollback failed');
+        }
+      });
+    }
+  }
+
+  #scheduleRetry(key: string, peer: PeerState, ops: Op[], err: Error): void {
+    if (peer.attempt >= this.#retry.attempts) {
+      // Out of quick retries: the periodic resync keeps restoring it.
+      this.#log.warn({ peer: key, err: err.message }, 'peer not programmed; left to resync');
+      peer.attempt = 0;
+      return;
+    }
+    const delay = backoffDelay(peer.attempt, this.#retry);
+    peer.attempt++;
+    peer.pending = ops;
+    peer.retryAt = Date.now() + delay;
+    if (this.#once.first(`peer:${key}:${err.message}`)) {
+      this.#log.warn({ peer: key, err: err.message, retryInMs: delay }, 'peer programming failed');
+    }
+    this.#armRetry(delay);
+  }
+
+  #armRetry(delay: number): void {
+    if (this.#retryTimer) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      void this.#serial(() => this.#flush(true)).then(() => {
+        let next = Infinity;
+        for (const p of this.#peers.values()) if (p.pending) next = Math.min(next, p.retryAt);
+        if (next !== Infinity) this.#armRetry(Math.max(0, next - Date.now()));
+      });
+    }, delay);
+    this.#retryTimer.unref();
+  }
+
+  async #resync(): Promise<void> {
+    // What every peer wants, by identity.
+    const want = new Map<string, { key: string; op: AddOp }>();
+    for (const [key, p] of this.#peers)
+      for (const op of p.desired) want.set(identity(op), { key, op });
+    const seen = new Set<string>();
+    const dirty = new Set<string>();
+    const dels: Op[] = [];
+    const check = (id: string, matches: (op: AddOp) => boolean, del: Op) => {
+      const w = want.get(id);
+      if (!w) {
+        dels.push(del);
+        return;
+      }
+      seen.add(id);
+      if (!matches(w.op)) dirty.add(w.key);
+    };
+    for (const own of this.#ownership) {
+      for (const scope of own.routes) {
+        for (const r of await this.#nl.listRoutes({ family: own.family, dev: scope.dev })) {
+          const net = parseCIDR(r.dst);
+          if (!net || !containsNet(scope.within, net)) continue;
+          if (scope.viaGateway && r.gw === null) continue;
+          const id = `route|${r.table}|${r.dst}`;
+          check(
+            id,
+            (op) =>
+              op.op === 'replaceRoute' && (op.gw ?? null) === r.gw && (op.dev ?? null) === r.dev,
+            { op: 'delRoute', dst: r.dst, dev: scope.dev, ...(r.gw ? { gw: r.gw } : {}) },
+          );
+        }
+      }
+      if (own.neighDev) {
+        for (const n of await this.#nl.listNeighs(own.family, own.neighDev)) {
+          if ((n.state & NUD_PERMANENT) === 0) continue;
+          check(`neigh|${n.dev}|${n.dst}`, (op) => op.op === 'replaceNeigh' && op.mac === n.mac, {
+            op: 'delNeigh',
+            dst: n.dst,
+            dev: n.dev,
+          });
+        }
+      }
+      if (own.fdbDev) {
+        for (const f of await this.#nl.listFdb(own.fdbDev)) {
+          if (f.dst === null) continue;
+          check(`fdb|${f.dev}|${f.mac}|${f.dst}`, () => true, {
+            op: 'delFdb',
+            mac: f.mac,
+            dst: f.dst,
+            dev: f.dev,
+          });
+        }
+      }
+    }
+    // Wanted but absent (only kinds that ownership scopes cover are checked).
+    for (const [id, w] of want) {
+      if (!seen.has(id) && this.#covers(w.op)) dirty.add(w.key);
+    }
+    if (dels.length > 0) {
+      this.#log.info({ count: dels.length }, 'removing stale entries');
+      const res = await this.#nl.apply(dels);
+      res.forEach((r) => {
+        if (r && this.#once.first(`stale:${r.message}`)) {
+          this.#log.warn({ err: r.message }, 'stale entry not removed');
+        }
+      });
+    }
+    if (dirty.size > 0) {
+      this.#log.info({ peers: dirty.size }, 'restoring missing entries');
+      for (const key of dirty) {
+        const p = this.#peers.get(key);
+        if (p) p.pending = [...p.desired];
+      }
+      await this.#flush(false);
+    }
+  }
+
+  /** Whether resync can see this kind of entry (so its absence means it was removed). */
+  #covers(op: AddOp): boolean {
+    if (op.op === 'replaceRoute') {
+      const net = parseCIDR(op.dst);
+      return this.#ownership.some((o) =>
+        o.routes.some(
+          (s) =>
+            s.dev === op.dev &&
+            net !== null &&
+            containsNet(s.within, net) &&
+            (!s.viaGateway || !!op.gw),
+        ),
+      );
+    }
+    if (op.op === 'replaceNeigh') return this.#ownership.some((o) => o.neighDev === op.dev);
+    if (op.op === 'appendFdb') return this.#ownership.some((o) => o.fdbDev === op.dev);
+    return false;
+  }
+}
+
+/** A backend's pure plan: one lease event, one family → kernel ops (empty: nothing to do). */
+export type Planner = (event: LeaseEvent, family: Family) => Op[];
+
+/**
+ * The run() of a kernel backend: each batch of lease events is planned per family, applied as
+ * one Netlink batch, and the first batch (the snapshot of every lease) is followed by a resync
+ * that removes what an earlier run left behind. Then the periodic resync runs until `signal`.
+ */
+export async function runPlanned(
+  events: AsyncIterable<LeaseEvent[]>,
+  signal: AbortSignal,
+  o: { reconciler: Reconciler; families: readonly Family[]; plan: Planner },
+): Promise<void> {
+  const loop = new AbortController();
+  const stop = () => loop.abort();
+  signal.addEventListener('abort', stop, { once: true });
+  let periodic: Promise<void> | undefined;
+  try {
+    for await (const batch of events) {
+      for (const ev of batch) {
+        for (const family of o.families)
+          o.reconciler.update(`${ev.lease.key}|${family}`, o.plan(ev, family));
+      }
+      await o.reconciler.flush();
+      if (!periodic) {
+        await o.reconciler.resync();
+        periodic = o.reconciler.run(loop.signal);
+      }
+      if (signal.aborted) break;
+    }
+  } finally {
+    loop.abort();
+    signal.removeEventListener('abort', stop);
+    await periodic;
+    o.reconciler.close();
+  }
+}

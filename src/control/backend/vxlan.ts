@@ -1,0 +1,451 @@
+/**
+ * vxlan with the kernel dataplane, as flannel (DESIGN §5):
+ *
+ *   device   flannel.<VNI> (IPv6: flannel-v6.<VNI>), vxlan id VNI dstport Port nolearning
+ *            local <iface addr> dev <ext iface>, MTU = iface MTU − 50 (IPv6 underlay − 70),
+ *            address = own subnet's network address /32 (/128), MAC random locally-administered
+ *            and kept across restarts (read back from the device, else from the MAC file)
+ *   per peer (BackendType vxlan), in this order:
+ *            neigh <peer subnet addr> lladdr <peer VtepMAC> PERMANENT
+ *            fdb   <peer VtepMAC> dst <peer PublicIP> self permanent
+ *            route <peer subnet> via <peer subnet addr> dev flannel.<VNI> onlink
+ *            removal deletes all three (reverse order); DirectRouting: a peer on our L2 segment
+ *            gets `<peer subnet> via <peer PublicIP> dev <ext iface>` instead
+ *   lease    BackendType "vxlan", BackendData {"VNI":1,"VtepMAC":"…"} (BackendV6Data for IPv6)
+ *
+ * Backend option `Dataplane`: "kernel" (this file), "userspace" (delegated to the backend
+ * registered as `vxlan-userspace`), "auto" (kernel, or userspace when the kernel has no vxlan).
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { WeftError, configError, errorMessage, isWeftError } from '../../common/errors.js';
+import {
+  type Family,
+  type IPNet,
+  canonical,
+  containsIP,
+  parseCIDR,
+  parseIP,
+} from '../../common/ip.js';
+import { LogOnce, logger } from '../../common/log.js';
+import type { Lease, LeaseEvent } from '../lease/types.js';
+import { NativeNetlink } from '../netlink/native-netlink.js';
+import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
+import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import type { KernelBackendDeps } from './host-gw.js';
+import {
+  clusterNetwork,
+  enabledFamilies,
+  leasePublicIP,
+  leaseSubnet,
+  subnetAddress,
+  subnetCIDR,
+} from './kernel-common.js';
+import { type Ownership, Reconciler, runPlanned } from './reconcile.js';
+import { backendFactory, knownBackends } from './registry.js';
+
+export const VXLAN = 'vxlan';
+/** The name the userspace VXLAN dataplane registers under (registerBackend). */
+export const VXLAN_USERSPACE = 'vxlan-userspace';
+export const DEFAULT_VNI = 1;
+export const DEFAULT_VXLAN_PORT = 8472;
+/** Outer IPv4 (20) + UDP (8) + VXLAN (8) + inner Ethernet (14). */
+export const VXLAN_OVERHEAD_V4 = 50;
+export const VXLAN_OVERHEAD_V6 = 70;
+
+export type Dataplane = 'kernel' | 'userspace' | 'auto';
+
+export interface VxlanConfig {
+  readonly vni: number;
+  readonly port: number;
+  readonly directRouting: boolean;
+  readonly dataplane: Dataplane;
+}
+
+function pick(obj: Readonly<Record<string, unknown>>, name: string): unknown {
+  const lower = name.toLowerCase();
+  let found: unknown;
+  for (const [k, v] of Object.entries(obj)) {
+    if (k === name) return v;
+    if (k.toLowerCase() === lower) found = v;
+  }
+  return found;
+}
+
+/** Parses the vxlan Backend block (names matched case-insensitively, as Go's JSON does). */
+export function parseVxlanConfig(raw: Readonly<Record<string, unknown>>): VxlanConfig {
+  const int = (name: string, def: number, min: number, max: number): number => {
+    const v = pick(raw, name);
+    if (v === undefined || v === null) return def;
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+      throw configError(`Backend.${name}`, `must be an integer in ${min}..${max}`);
+    }
+    return v;
+  };
+  const vni = int('VNI', DEFAULT_VNI, 0, 0xffffff);
+  const port = int('Port', 0, 0, 65535) || DEFAULT_VXLAN_PORT;
+  const dr = pick(raw, 'DirectRouting') ?? false;
+  if (typeof dr !== 'boolean') throw configError('Backend.DirectRouting', 'must be true or false');
+  const gbp = pick(raw, 'GBP') ?? false;
+  if (gbp !== false) {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND_UNSUPPORTED',
+      'Backend.GBP: group-based policy is not supported',
+    );
+  }
+  const dp = pick(raw, 'Dataplane') ?? 'kernel';
+  if (dp !== 'kernel' && dp !== 'userspace' && dp !== 'auto') {
+    throw configError('Backend.Dataplane', 'must be "kernel", "userspace" or "auto"');
+  }
+  return { vni, port, directRouting: dr, dataplane: dp };
+}
+
+export function vxlanDeviceName(family: Family, vni: number): string {
+  return family === 4 ? `flannel.${vni}` : `flannel-v6.${vni}`;
+}
+
+const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/i;
+
+/** A random unicast, locally administered MAC. */
+export function randomVtepMAC(): string {
+  const b = randomBytes(6);
+  b[0] = (b[0]! & 0xfe) | 0x02;
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+}
+
+function usableMAC(mac: string | null | undefined): mac is string {
+  if (!mac || !MAC_RE.test(mac)) return false;
+  const first = parseInt(mac.slice(0, 2), 16);
+  return (first & 1) === 0 && mac !== '00:00:00:00:00:00';
+}
+
+/** The peer's VtepMAC from its BackendData, or a reason it is unusable. */
+export function peerVtepMAC(data: unknown): { mac: string } | { reason: string } {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+    return { reason: 'BackendData is not an object' };
+  }
+  const mac = pick(data as Record<string, unknown>, 'VtepMAC');
+  if (typeof mac !== 'string' || !MAC_RE.test(mac)) {
+    return { reason: `VtepMAC ${JSON.stringify(mac)} is not a MAC address` };
+  }
+  return { mac: mac.toLowerCase() };
+}
+
+export interface VxlanPlanContext {
+  /** flannel.<VNI> (or flannel-v6.<VNI>) for this family. */
+  readonly dev: string;
+  readonly extDev: string;
+  readonly directRouting: boolean;
+  /** The on-link networks of the external interface (for DirectRouting), this family. */
+  readonly extNets: readonly IPNet[];
+  /** Told why a lease was skipped (the caller logs once and counts). */
+  readonly onSkip?: (lease: Lease, reason: string) => void;
+}
+
+/** Pure: the ops one peer lease event needs for one family. */
+export function planVxlan(event: LeaseEvent, family: Family, ctx: VxlanPlanContext): Op[] {
+  const lease = event.lease;
+  if (lease.attrs.backendType !== VXLAN) return [];
+  const subnet = leaseSubnet(lease, family);
+  const publicIP = leasePublicIP(lease, family);
+  if (!subnet || !publicIP) return [];
+  const dst = subnetCIDR(subnet);
+  const pub = parseIP(publicIP);
+  const direct = ctx.directRouting && pub !== null && ctx.extNets.some((n) => containsIP(n, pub));
+  const add = event.type === 'added';
+  if (direct) {
+    const route = { dst, gw: publicIP, dev: ctx.extDev };
+    return [add ? { op: 'replaceRoute', ...route } : { op: 'delRoute', ...route }];
+  }
+  const data = family === 4 ? lease.attrs.backendData : lease.attrs.backendV6Data;
+  const vtep = peerVtepMAC(data);
+  if ('reason' in vtep) {
+    if (add) ctx.onSkip?.(lease, vtep.reason);
+    return [];
+  }
+  const gw = subnetAddress(subnet);
+  const neigh = { dst: gw, mac: vtep.mac, dev: ctx.dev };
+  const fdb = { mac: vtep.mac, dst: publicIP, dev: ctx.dev };
+  const route = { dst, gw, dev: ctx.dev, onlink: true };
+  if (add) {
+    return [
+      { op: 'replaceNeigh', ...neigh },
+      { op: 'appendFdb', ...fdb },
+      { op: 'replaceRoute', ...route },
+    ];
+  }
+  return [
+    { op: 'delRoute', ...route },
+    { op: 'delFdb', ...fdb },
+    { op: 'delNeigh', dst: gw, dev: ctx.dev },
+  ];
+}
+
+interface DeviceWanted {
+  readonly name: string;
+  readonly vni: number;
+  readonly port: number;
+  readonly local: string | null;
+  /** The external interface (name for the op, index for the comparison). */
+  readonly link: string;
+  readonly linkIndex: number;
+  readonly mtu: number;
+}
+
+/** Whether an existing link is the vxlan device we would create (then it is reused as is). */
+export function isCompatibleDevice(l: LinkInfo, w: DeviceWanted): boolean {
+  return (
+    l.kind === 'vxlan' &&
+    l.vxlan !== null &&
+    l.vxlan.vni === w.vni &&
+    l.vxlan.port === w.port &&
+    (l.vxlan.local ?? null) === w.local &&
+    l.vxlan.link === w.linkIndex &&
+    !l.vxlan.learning
+  );
+}
+
+async function readMacFile(path: string | null): Promise<string | null> {
+  if (!path) return null;
+  try {
+    const text = (await readFile(path, 'utf8')).trim().toLowerCase();
+    return usableMAC(text) ? text : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Creates the device or reuses a compatible one; returns its MAC. The MAC survives restarts: an
+ * existing device's MAC is kept (even when the device must be recreated), else the MAC file's,
+ * else a new random one; the result is written to the MAC file.
+ */
+export async function ensureVxlanDevice(
+  nl: Netlink,
+  w: DeviceWanted,
+  macFile: string | null,
+  log: BackendContext['log'],
+): Promise<string> {
+  const existing = await nl.getLink(w.name);
+  let mac: string | null = usableMAC(existing?.mac) ? existing!.mac : null;
+  if (existing && isCompatibleDevice(existing, w)) {
+    if (existing.mtu !== w.mtu) await applyAll(nl, [{ op: 'setLink', dev: w.name, mtu: w.mtu }]);
+    log.info({ dev: w.name, mac: existing.mac }, 'reusing vxlan device');
+  } else {
+    if (existing) {
+      log.warn(
+        { dev: w.name, kind: existing.kind, vxlan: existing.vxlan },
+        'recreating incompatible device',
+      );
+      await applyAll(nl, [{ op: 'delLink', dev: w.name }]);
+    }
+    mac ??= (await readMacFile(macFile)) ?? randomVtepMAC();
+    await applyAll(nl, [
+      {
+        op: 'addVxlan',
+        name: w.name,
+        vni: w.vni,
+        port: w.port,
+        ...(w.local ? { local: w.local } : {}),
+        link: w.link,
+        learning: false,
+        mtu: w.mtu,
+        mac,
+      },
+    ]);
+    log.info({ dev: w.name, mac, vni: w.vni, port: w.port }, 'created vxlan device');
+  }
+  const finalMac = mac ?? existing!.mac!;
+  if (macFile) {
+    await mkdir(dirname(macFile), { recursive: true }).catch(() => undefined);
+    await writeFile(macFile, finalMac + '\n', { mode: 0o644 }).catch((err: unknown) =>
+      log.warn({ file: macFile, err: errorMessage(err) }, 'cannot persist the VtepMAC'),
+    );
+  }
+  return finalMac;
+}
+
+/** Where the VtepMAC of `dev` is kept between runs (beside subnet.env), or null. */
+function macFilePath(options: Readonly<Record<string, unknown>>, dev: string): string | null {
+  const explicit = options.vtepMacDir;
+  if (typeof explicit === 'string' && explicit) return join(explicit, `${dev}.vtep-mac`);
+  const subnetFile = options.subnetFile;
+  if (typeof subnetFile === 'string' && subnetFile)
+    return join(dirname(subnetFile), `weft-${dev}.vtep-mac`);
+  return null;
+}
+
+function isNoKernelVxlan(err: unknown): boolean {
+  if (!isWeftError(err, 'WEFT_ERR_NETLINK')) return false;
+  const errno = err.details.errno;
+  return errno === 'EOPNOTSUPP' || errno === 'EAFNOSUPPORT' || errno === 'EPROTONOSUPPORT';
+}
+
+function userspaceBackend(ctx: BackendContext): Backend {
+  if (!knownBackends().includes(VXLAN_USERSPACE)) {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND_UNSUPPORTED',
+      `Backend.Dataplane: "userspace" needs the ${VXLAN_USERSPACE} backend, which is not available in this build`,
+    );
+  }
+  return backendFactory(VXLAN_USERSPACE)(ctx);
+}
+
+/**
+ * The vxlan backend factory (registered as `vxlan`). With Dataplane "userspace" it hands over to
+ * the `vxlan-userspace` factory; with "auto" it tries the kernel device and hands over when the
+ * kernel has no vxlan link type.
+ */
+export function createVxlanBackend(ctx: BackendContext, deps: KernelBackendDeps = {}): Backend {
+  const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
+  if (cfg.dataplane === 'userspace') return userspaceBackend(ctx);
+  const kernel = createKernelVxlan(ctx, cfg, deps);
+  if (cfg.dataplane === 'kernel') return kernel;
+  let impl: Backend = kernel;
+  return {
+    type: VXLAN,
+    async prepare() {
+      try {
+        return await kernel.prepare();
+      } catch (err) {
+        if (!isNoKernelVxlan(err)) throw err;
+        ctx.log.warn({ err: errorMessage(err) }, 'no kernel vxlan; using the userspace dataplane');
+        await kernel.close();
+        impl = userspaceBackend(ctx);
+        return impl.prepare();
+      }
+    },
+    start: (lease) => impl.start(lease),
+    run: (events, signal) => impl.run(events, signal),
+    close: () => impl.close(),
+  };
+}
+
+interface FamilyDevice {
+  readonly family: Family;
+  readonly dev: string;
+  readonly mac: string;
+  readonly network: IPNet;
+}
+
+function createKernelVxlan(
+  ctx: BackendContext,
+  cfg: VxlanConfig,
+  deps: KernelBackendDeps,
+): Backend {
+  const log = ctx.log ?? logger('vxlan');
+  const families = enabledFamilies(ctx.netConfig);
+  const ext = ctx.extIface;
+  const devices: FamilyDevice[] = [];
+  const skipped = new LogOnce();
+  let nl: Netlink | undefined;
+  return {
+    type: VXLAN,
+    async prepare(): Promise<PreparedBackend> {
+      nl = (deps.openNetlink ?? (() => new NativeNetlink()))();
+      let backendData: unknown;
+      let backendV6Data: unknown;
+      let mtu = 0;
+      for (const family of families) {
+        const dev = vxlanDeviceName(family, cfg.vni);
+        const local = family === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
+        const devMtu = ext.mtu - (family === 4 ? VXLAN_OVERHEAD_V4 : VXLAN_OVERHEAD_V6);
+        const mac = await ensureVxlanDevice(
+          nl,
+          {
+            name: dev,
+            vni: cfg.vni,
+            port: cfg.port,
+            local,
+            link: ext.name,
+            linkIndex: ext.index,
+            mtu: devMtu,
+          },
+          macFilePath(ctx.options, dev),
+          log,
+        );
+        devices.push({ family, dev, mac, network: clusterNetwork(ctx.netConfig, family)! });
+        const data = { VNI: cfg.vni, VtepMAC: mac };
+        if (family === 4) backendData = data;
+        else backendV6Data = data;
+        if (mtu === 0) mtu = devMtu;
+      }
+      return {
+        attrs: {
+          backendType: VXLAN,
+          ...(backendData === undefined ? {} : { backendData }),
+          ...(backendV6Data === undefined ? {} : { backendV6Data }),
+        },
+        mtu,
+      };
+    },
+    async start(lease: Lease) {
+      if (!nl) throw new Error('vxlan: start before prepare');
+      for (const d of devices) {
+        const subnet = leaseSubnet(lease, d.family);
+        if (!subnet) continue;
+        const addr = `${subnetAddress(subnet)}/${d.family === 4 ? 32 : 128}`;
+        // Only our /32 stays on the device: addresses inside the cluster network from an
+        // earlier subnet are removed (flannel's ensureV4AddressOnLink).
+        const ops: Op[] = [];
+        for (const a of await nl.listAddrs(d.family, d.dev)) {
+          const net = parseCIDR(a.addr);
+          if (a.addr !== addr && net && containsIP(d.network, net)) {
+            ops.push({ op: 'delAddr', addr: a.addr, dev: d.dev });
+          }
+        }
+        ops.push({ op: 'replaceAddr', addr, dev: d.dev }, { op: 'setLink', dev: d.dev, up: true });
+        await applyAll(nl, ops);
+        log.info({ dev: d.dev, addr }, 'vxlan device up');
+      }
+    },
+    async run(events, signal) {
+      if (!nl) throw new Error('vxlan: run before prepare');
+      const netlink = nl;
+      const extNets = new Map<Family, IPNet[]>();
+      for (const d of devices) {
+        const nets = (await netlink.listAddrs(d.family, ext.name))
+          .map((a) => parseCIDR(a.addr))
+          .filter((n): n is IPNet => n !== null)
+          .map(canonical);
+        extNets.set(d.family, nets);
+      }
+      const ownership: Ownership[] = devices.map((d) => ({
+        family: d.family,
+        routes: [
+          { dev: d.dev, within: d.network },
+          ...(cfg.directRouting ? [{ dev: ext.name, within: d.network, viaGateway: true }] : []),
+        ],
+        neighDev: d.dev,
+        fdbDev: d.dev,
+      }));
+      const byFamily = new Map(devices.map((d) => [d.family, d]));
+      const reconciler = new Reconciler({
+        netlink,
+        log,
+        ownership,
+        ...(deps.resyncMs === undefined ? {} : { resyncMs: deps.resyncMs }),
+      });
+      await runPlanned(events, signal, {
+        reconciler,
+        families: devices.map((d) => d.family),
+        plan: (ev, family) =>
+          planVxlan(ev, family, {
+            dev: byFamily.get(family)!.dev,
+            extDev: ext.name,
+            directRouting: cfg.directRouting,
+            extNets: extNets.get(family) ?? [],
+            onSkip: (lease, reason) => {
+              if (skipped.first(`${lease.key}:${reason}`))
+                log.warn({ lease: lease.key, reason }, 'skipping peer lease');
+            },
+          }),
+      });
+    },
+    async close() {
+      nl?.close();
+      nl = undefined;
+    },
+  };
+}

@@ -1,0 +1,141 @@
+import assert from 'node:assert/strict';
+import { constants } from 'node:os';
+import { describe, test } from 'node:test';
+import { parseCIDR } from '../../../../src/common/ip.js';
+import { logger } from '../../../../src/common/log.js';
+import { Reconciler } from '../../../../src/control/backend/reconcile.js';
+import { planVxlan } from '../../../../src/control/backend/vxlan.js';
+import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
+import type { Op } from '../../../../src/control/netlink/netlink.js';
+import { FAM, FAMILIES, peerLease } from './fixtures.js';
+
+const log = logger('test');
+log.level = 'silent';
+
+for (const family of FAMILIES) {
+  const F = FAM[family];
+  const ctx = { dev: F.dev, extDev: 'eth0', directRouting: false, extNets: [] };
+  /** Peer i: its own subnets, public addresses and VtepMACs. */
+  const peer = (i: number) => {
+    const hex = (n: number) => n.toString(16).padStart(2, '0');
+    const mac = `aa:bb:cc:00:${hex(i >> 8)}:${hex(i & 255)}`;
+    return peerLease(
+      {
+        publicIP: `192.168.${i >> 8}.${i & 255}`,
+        publicIPv6: `2001:db8::${i.toString(16)}`,
+        backendData: { VNI: 1, VtepMAC: mac },
+        backendV6Data: { VNI: 1, VtepMAC: mac },
+      },
+      { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
+    );
+  };
+  const setup = (opts: { retry?: { initialMs: number; maxMs: number; attempts: number } } = {}) => {
+    const nl = new FakeNetlink();
+    nl.addLink('eth0');
+    nl.addLink(F.dev, { kind: 'vxlan' });
+    const network = parseCIDR(family === 4 ? '10.0.0.0/8' : 'fc00::/16')!;
+    const rec = new Reconciler({
+      netlink: nl,
+      log,
+      ownership: [
+        { family, routes: [{ dev: F.dev, within: network }], neighDev: F.dev, fdbDev: F.dev },
+      ],
+      ...(opts.retry ? { retry: opts.retry } : {}),
+    });
+    const add = (i: number) =>
+      rec.update(`p${i}`, planVxlan({ type: 'added', lease: peer(i) }, family, ctx));
+    return { nl, rec, add };
+  };
+
+  describe(`Reconciler, IPv${family}`, () => {
+    test('a snapshot of 5,000 peers is applied in one batch', async () => {
+      const { nl, rec, add } = setup();
+      for (let i = 0; i < 5000; i++) add(i);
+      await rec.flush();
+      assert.equal(nl.calls.length, 1);
+      assert.equal(nl.calls[0]!.length, 15_000);
+      assert.equal(nl.routes.size, 5000);
+      assert.equal(nl.neighs.size, 5000);
+      assert.equal(nl.fdb.size, 5000);
+    });
+
+    test('a failing op rolls back the peer’s earlier ops and the peer is retried', async () => {
+      const { nl, rec, add } = setup({ retry: { initialMs: 5, maxMs: 10, attempts: 3 } });
+      nl.failWith((op) => op.op === 'replaceRoute', constants.errno.ENETUNREACH, 1);
+      add(1);
+      await rec.flush();
+      // neigh and FDB went in, then were rolled back (route failed)
+      assert.deepEqual(
+        nl.calls[1]!.map((o) => o.op),
+        ['delFdb', 'delNeigh'],
+      );
+      assert.equal(nl.neighs.size + nl.fdb.size + nl.routes.size, 0);
+      await new Promise((r) => setTimeout(r, 50));
+      await rec.flush();
+      assert.equal(nl.neighs.size + nl.fdb.size + nl.routes.size, 3);
+    });
+
+    test('resync restores a deleted route, neighbour and FDB entry', async () => {
+      const { nl, rec, add } = setup();
+      add(1);
+      add(2);
+      await rec.flush();
+      const before = { r: [...nl.routes.keys()], n: [...nl.neighs.keys()], f: [...nl.fdb.keys()] };
+      nl.routes.delete(before.r[0]!);
+      nl.neighs.delete(before.n[1]!);
+      nl.fdb.delete(before.f[0]!);
+      await rec.resync();
+      assert.deepEqual([...nl.routes.keys()].sort(), before.r.sort());
+      assert.deepEqual([...nl.neighs.keys()].sort(), before.n.sort());
+      assert.deepEqual([...nl.fdb.keys()].sort(), before.f.sort());
+    });
+
+    test('resync removes owned entries nobody wants (an earlier run’s) and keeps the rest', async () => {
+      const { nl, rec, add } = setup();
+      // left from an earlier run: a peer that is gone
+      await nl.apply(planVxlan({ type: 'added', lease: peer(9) }, family, ctx));
+      // not ours: a route outside the owned scope
+      const foreign: Op = {
+        op: 'replaceRoute',
+        dst: family === 4 ? '192.0.2.0/24' : '2001:db8:99::/64',
+        dev: 'eth0',
+      };
+      await nl.apply([foreign]);
+      add(1);
+      await rec.flush();
+      await rec.resync();
+      assert.equal(nl.routes.size, 2); // peer 1 + foreign
+      assert.equal(nl.neighs.size, 1);
+      assert.equal(nl.fdb.size, 1);
+      assert.ok([...nl.routes.values()].some((r) => r.dev === 'eth0'));
+    });
+
+    test('a peer whose VtepMAC changed loses its old FDB entry', async () => {
+      const { nl, rec } = setup();
+      rec.update('p', planVxlan({ type: 'added', lease: peerLease() }, family, ctx));
+      await rec.flush();
+      const newMac = { VNI: 1, VtepMAC: 'aa:bb:cc:00:00:09' };
+      const changed = peerLease(family === 4 ? { backendData: newMac } : { backendV6Data: newMac });
+      rec.update('p', planVxlan({ type: 'added', lease: changed }, family, ctx));
+      await rec.flush();
+      assert.deepEqual(
+        [...nl.fdb.values()].map((f) => f.mac),
+        ['aa:bb:cc:00:00:09'],
+      );
+      assert.deepEqual(
+        [...nl.neighs.values()].map((n) => n.mac),
+        ['aa:bb:cc:00:00:09'],
+      );
+    });
+
+    test('a removed peer’s three entries are deleted', async () => {
+      const { nl, rec, add } = setup();
+      add(1);
+      await rec.flush();
+      rec.update('p1', planVxlan({ type: 'removed', lease: peer(1) }, family, ctx));
+      await rec.flush();
+      assert.equal(nl.routes.size + nl.neighs.size + nl.fdb.size, 0);
+      assert.equal(rec.desiredCount(), 0);
+    });
+  });
+}

@@ -1,0 +1,215 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { isWeftError } from '../../../../src/common/errors.js';
+import type { Backend } from '../../../../src/control/backend/backend.js';
+import { createHostGwBackend } from '../../../../src/control/backend/host-gw.js';
+import { backendFactory, registerBackend } from '../../../../src/control/backend/registry.js';
+import { createVxlanBackend, parseVxlanConfig } from '../../../../src/control/backend/vxlan.js';
+import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
+import { EXT, FAM, backendContext, ownLease } from './fixtures.js';
+
+function fakeWithExt(): FakeNetlink {
+  const nl = new FakeNetlink();
+  nl.addLink('lo');
+  nl.addLink('eth0', { mtu: 1500 });
+  return nl;
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'weft-vxlan-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('vxlan backend (kernel) over the fake netlink', () => {
+  test('prepare creates flannel.1 and flannel-v6.1 as DESIGN §5 and publishes the VtepMACs', async () => {
+    const nl = fakeWithExt();
+    const b = createVxlanBackend(backendContext({ Type: 'vxlan' }), { openNetlink: () => nl });
+    const p = await b.prepare();
+    const v4 = nl.links.get('flannel.1')!;
+    const v6 = nl.links.get('flannel-v6.1')!;
+    assert.deepEqual(v4.vxlan, {
+      vni: 1,
+      port: 8472,
+      local: EXT.ifaceAddr,
+      link: 2,
+      learning: false,
+    });
+    assert.equal(v4.mtu, 1450);
+    assert.equal(v6.vxlan?.local, EXT.ifaceAddrV6);
+    assert.equal(p.mtu, 1450);
+    assert.equal(p.attrs.backendType, 'vxlan');
+    assert.deepEqual(p.attrs.backendData, { VNI: 1, VtepMAC: v4.mac });
+    assert.deepEqual(p.attrs.backendV6Data, { VNI: 1, VtepMAC: v6.mac });
+    // locally administered unicast
+    assert.equal(parseInt(v4.mac.slice(0, 2), 16) & 3, 2);
+  });
+
+  test('a restart reuses the compatible device and its MAC', async () => {
+    const nl = fakeWithExt();
+    const ctx = backendContext({ Type: 'vxlan' });
+    await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
+    const mac = nl.links.get('flannel.1')!.mac;
+    const index = nl.links.get('flannel.1')!.index;
+    const p = await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
+    assert.equal(nl.links.get('flannel.1')!.index, index);
+    assert.deepEqual(p.attrs.backendData, { VNI: 1, VtepMAC: mac });
+  });
+
+  test('an incompatible device is recreated with the same MAC', async () => {
+    const nl = fakeWithExt();
+    nl.addLink('flannel.1', {
+      kind: 'vxlan',
+      mac: '0a:00:00:00:00:07',
+      vxlan: { vni: 1, port: 4789, local: EXT.ifaceAddr, link: 2, learning: true },
+    });
+    await createVxlanBackend(backendContext({ Type: 'vxlan' }), {
+      openNetlink: () => nl,
+    }).prepare();
+    const l = nl.links.get('flannel.1')!;
+    assert.equal(l.vxlan?.port, 8472);
+    assert.equal(l.vxlan?.learning, false);
+    assert.equal(l.mac, '0a:00:00:00:00:07');
+  });
+
+  test('the VtepMAC is persisted and reused when the device is gone', async () => {
+    const nl = fakeWithExt();
+    const ctx = backendContext(
+      { Type: 'vxlan' },
+      { options: { subnetFile: join(dir, 'subnet.env') } },
+    );
+    await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
+    const mac = nl.links.get('flannel.1')!.mac;
+    assert.equal(readFileSync(join(dir, 'weft-flannel.1.vtep-mac'), 'utf8').trim(), mac);
+    const fresh = fakeWithExt();
+    await createVxlanBackend(ctx, { openNetlink: () => fresh }).prepare();
+    assert.equal(fresh.links.get('flannel.1')!.mac, mac);
+  });
+
+  test('a corrupt MAC file is ignored (a new MAC is made)', async () => {
+    const nl = fakeWithExt();
+    const sub = mkdtempSync(join(dir, 'c-'));
+    writeFileSync(join(sub, 'weft-flannel.1.vtep-mac'), 'garbage\n');
+    const ctx = backendContext(
+      { Type: 'vxlan' },
+      { options: { subnetFile: join(sub, 'subnet.env') } },
+    );
+    await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
+    assert.match(nl.links.get('flannel.1')!.mac, /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
+  });
+
+  test('start puts only our subnet address on the device and brings it up', async () => {
+    const nl = fakeWithExt();
+    const b = createVxlanBackend(backendContext({ Type: 'vxlan' }), { openNetlink: () => nl });
+    await b.prepare();
+    await nl.apply([{ op: 'replaceAddr', addr: '10.5.99.0/32', dev: 'flannel.1' }]);
+    await b.start(ownLease());
+    assert.deepEqual(
+      (await nl.listAddrs(4, 'flannel.1')).map((a) => a.addr),
+      [FAM[4].ownAddr],
+    );
+    assert.deepEqual(
+      (await nl.listAddrs(6, 'flannel-v6.1')).map((a) => a.addr),
+      [FAM[6].ownAddr],
+    );
+    assert.equal(nl.links.get('flannel.1')!.up, true);
+  });
+});
+
+describe('vxlan backend options', () => {
+  test('defaults: VNI 1, port 8472, no DirectRouting, kernel dataplane', () => {
+    assert.deepEqual(parseVxlanConfig({ Type: 'vxlan' }), {
+      vni: 1,
+      port: 8472,
+      directRouting: false,
+      dataplane: 'kernel',
+    });
+  });
+
+  test('a bad Dataplane names the field', () => {
+    assert.throws(
+      () => parseVxlanConfig({ Type: 'vxlan', Dataplane: 'dpdk' }),
+      (e: unknown) =>
+        isWeftError(e, 'WEFT_ERR_CONFIG_INVALID') && /Backend\.Dataplane/.test(e.message),
+    );
+  });
+
+  test('Dataplane userspace without a registered implementation is unsupported', () => {
+    assert.throws(
+      () => createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'userspace' })),
+      (e: unknown) => isWeftError(e, 'WEFT_ERR_BACKEND_UNSUPPORTED'),
+    );
+  });
+
+  test('Dataplane userspace delegates to the vxlan-userspace factory', () => {
+    const marker: Backend = {
+      type: 'vxlan',
+      prepare: async () => ({ attrs: { backendType: 'vxlan' }, mtu: 1 }),
+      start: async () => {},
+      run: async () => {},
+      close: async () => {},
+    };
+    registerBackend('vxlan-userspace', () => marker);
+    assert.equal(
+      createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'userspace' })),
+      marker,
+    );
+  });
+
+  test('vxlan and host-gw are registered by name', () => {
+    assert.equal(typeof backendFactory('vxlan'), 'function');
+    assert.equal(typeof backendFactory('host-gw'), 'function');
+  });
+});
+
+describe('host-gw backend', () => {
+  test('refuses to start behind NAT (public IP is not the interface address)', async () => {
+    const ctx = backendContext(
+      { Type: 'host-gw' },
+      { extIface: { ...EXT, publicIP: '203.0.113.5' } },
+    );
+    const b = createHostGwBackend(ctx, { openNetlink: fakeWithExt });
+    await assert.rejects(
+      b.prepare(),
+      (e: unknown) => isWeftError(e, 'WEFT_ERR_BACKEND') && /NAT/.test(e.message),
+    );
+  });
+
+  test('publishes BackendType host-gw and the interface MTU', async () => {
+    const b = createHostGwBackend(backendContext({ Type: 'host-gw' }), {
+      openNetlink: fakeWithExt,
+    });
+    assert.deepEqual(await b.prepare(), { attrs: { backendType: 'host-gw' }, mtu: 1500 });
+  });
+});
+
+describe('kernel backend run loop', () => {
+  test('the first batch is applied and an earlier run’s stale route is removed', async () => {
+    const nl = fakeWithExt();
+    await nl.apply([{ op: 'replaceRoute', dst: '10.5.77.0/24', gw: '192.168.1.77', dev: 'eth0' }]);
+    const b = createHostGwBackend(backendContext({ Type: 'host-gw' }), { openNetlink: () => nl });
+    await b.prepare();
+    await b.start(ownLease());
+    const ac = new AbortController();
+    const peer = { ...ownLease(), key: 'peer' };
+    const hg = {
+      ...peer,
+      attrs: { ...peer.attrs, backendType: 'host-gw', publicIP: '192.168.1.12' },
+    };
+    async function* events() {
+      yield [
+        {
+          type: 'added' as const,
+          lease: { ...hg, subnet: { family: 4 as const, addr: 0x0a052200n, prefix: 24 } },
+        },
+      ];
+      ac.abort();
+    }
+    await b.run(events(), ac.signal);
+    assert.deepEqual(
+      [...nl.routes.values()].filter((r) => r.dst.includes('.')).map((r) => `${r.dst} via ${r.gw}`),
+      ['10.5.34.0/24 via 192.168.1.12'],
+    );
+    await b.close();
+  });
+});
