@@ -12,6 +12,7 @@
  * (6), the config checked (7) and its version (1); every failure is a CNI error object on
  * stdout and exit 1. Nothing else is ever written to stdout; logs go to stderr.
  */
+import { readFile } from 'node:fs/promises';
 import { errorMessage } from '../../common/errors.js';
 import { logger } from '../../common/log.js';
 import { readCniArgs, type CniArgs, type CniEnv } from './cni-args.js';
@@ -26,9 +27,13 @@ import {
 } from './cni-config.js';
 import { CNI_ERR, CniError, isCniError } from './cni-error.js';
 import { loadDelegate, removeDelegate, saveDelegate } from './cache.js';
-import { renderDelegate, serializeDelegate, subnetEnvForCni } from './delegate.js';
+import {
+  renderDelegate,
+  serializeDelegate,
+  subnetEnvForCni,
+  type CniSubnetEnv,
+} from './delegate.js';
 import { invokeDelegate } from './invoke.js';
-import { readFile } from 'node:fs/promises';
 
 const log = logger('cni');
 
@@ -46,7 +51,7 @@ async function readAll(input: CniInput): Promise<string> {
   return Buffer.concat(parts).toString('utf8');
 }
 
-async function loadSubnetEnv(path: string) {
+async function loadSubnetEnv(path: string): Promise<CniSubnetEnv> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
