@@ -1,0 +1,330 @@
+/**
+ * The slice of the Kubernetes API the kube subnet manager uses, over plain HTTP(S): get a node
+ * or a pod, list nodes, watch nodes (the chunked stream of newline-delimited JSON events), patch
+ * a node's status. `@kubernetes/client-node` supplies only the connection: the kubeconfig file,
+ * the in-cluster service account, TLS material and auth headers (`applyToHTTPSOptions`). The
+ * requests themselves are ours, so a watch is one readable stream we parse and cancel.
+ *
+ * Errors: every call rejects with a WeftError carrying the HTTP status and the Status reason in
+ * `details`: 404 → WEFT_ERR_STORE_NOT_FOUND, 410 (a too-old resourceVersion, as an HTTP status
+ * or as a watch ERROR event) → WEFT_ERR_STORE_COMPACTED, anything else (401/403/5xx, refused,
+ * reset, a torn stream) → WEFT_ERR_STORE_UNAVAILABLE, `signal` fired → WEFT_ERR_ABORTED.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import { KubeConfig } from '@kubernetes/client-node';
+import { WeftError, abortError, errorMessage } from '../../common/errors.js';
+
+/** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
+export interface KubeNode {
+  readonly apiVersion?: string;
+  readonly kind?: string;
+  readonly metadata: {
+    readonly name: string;
+    readonly resourceVersion?: string;
+    readonly annotations?: Readonly<Record<string, string>>;
+    readonly [k: string]: unknown;
+  };
+  readonly spec?: { readonly podCIDR?: string; readonly podCIDRs?: readonly string[] };
+  readonly status?: {
+    readonly conditions?: ReadonlyArray<Readonly<Record<string, unknown>>>;
+    readonly [k: string]: unknown;
+  };
+}
+
+export interface KubePod {
+  readonly metadata: { readonly name: string; readonly namespace?: string };
+  readonly spec?: { readonly nodeName?: string };
+}
+
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+
+export interface WatchEvent<T> {
+  readonly type: WatchEventType;
+  readonly object: T;
+}
+
+/** A `Status` object, as the API server sends with every error. */
+export interface KubeStatus {
+  readonly kind?: 'Status';
+  readonly code?: number;
+  readonly reason?: string;
+  readonly message?: string;
+}
+
+export type PatchType = 'strategic' | 'merge' | 'json';
+
+export const PATCH_CONTENT_TYPES: Readonly<Record<PatchType, string>> = {
+  strategic: 'application/strategic-merge-patch+json',
+  merge: 'application/merge-patch+json',
+  json: 'application/json-patch+json',
+};
+
+export interface KubeConnectionOptions {
+  /** --kube-api-url: overrides the kubeconfig's server, or alone (no auth) when no kubeconfig. */
+  readonly apiUrl?: string;
+  /** --kubeconfig-file. Neither set: the in-cluster service account. */
+  readonly kubeconfigFile?: string;
+  readonly env?: Readonly<Record<string, string | undefined>>;
+}
+
+/** flannel's BuildConfigFromFlags(apiUrl, kubeconfig): the three ways to reach the API server. */
+export function loadKubeConfig(o: KubeConnectionOptions): KubeConfig {
+  const kc = new KubeConfig();
+  const env = o.env ?? process.env;
+  try {
+    if (o.kubeconfigFile) {
+      kc.loadFromFile(o.kubeconfigFile);
+    } else if (o.apiUrl) {
+      kc.loadFromClusterAndUser(
+        { name: 'weft', server: o.apiUrl, skipTLSVerify: false },
+        {
+          name: 'weft',
+        },
+      );
+    } else if (env.KUBERNETES_SERVICE_HOST && env.KUBERNETES_SERVICE_PORT) {
+      kc.loadFromCluster();
+    } else {
+      throw new Error(
+        'no API server: give --kube-api-url or --kubeconfig-file, or run in a pod ' +
+          '(KUBERNETES_SERVICE_HOST is unset)',
+      );
+    }
+  } catch (err) {
+    throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `kubernetes config: ${errorMessage(err)}`, {
+      cause: err,
+      details: { kubeconfigFile: o.kubeconfigFile, apiUrl: o.apiUrl },
+    });
+  }
+  const cluster = kc.getCurrentCluster();
+  const user = kc.getCurrentUser() ?? { name: 'weft' };
+  if (!cluster) {
+    throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'kubernetes config: no current cluster', {
+      details: { kubeconfigFile: o.kubeconfigFile },
+    });
+  }
+  const server = o.apiUrl || cluster.server;
+  // Plain http has no TLS to verify; client-node refuses it unless told so.
+  const skipTLSVerify = server.startsWith('http:') ? true : cluster.skipTLSVerify;
+  if (server !== cluster.server || skipTLSVerify !== cluster.skipTLSVerify) {
+    kc.loadFromClusterAndUser({ ...cluster, server, skipTLSVerify }, user);
+  }
+  return kc;
+}
+
+interface RequestOptions {
+  readonly body?: unknown;
+  readonly contentType?: string;
+  readonly query?: Readonly<Record<string, string>>;
+  readonly signal?: AbortSignal;
+}
+
+export class KubeApi {
+  readonly #kc: KubeConfig;
+  readonly #server: URL;
+
+  constructor(kc: KubeConfig) {
+    this.#kc = kc;
+    const cluster = kc.getCurrentCluster();
+    if (!cluster) throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'kubernetes: no cluster');
+    this.#server = new URL(cluster.server);
+  }
+
+  get server(): string {
+    return this.#server.toString();
+  }
+
+  getNode(name: string, signal?: AbortSignal): Promise<KubeNode> {
+    return this.#json('GET', `/api/v1/nodes/${encodeURIComponent(name)}`, { signal });
+  }
+
+  getPod(namespace: string, name: string, signal?: AbortSignal): Promise<KubePod> {
+    return this.#json(
+      'GET',
+      `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`,
+      { signal },
+    );
+  }
+
+  async listNodes(signal?: AbortSignal): Promise<{ items: KubeNode[]; resourceVersion: string }> {
+    const list = await this.#json<{ items?: KubeNode[]; metadata?: { resourceVersion?: string } }>(
+      'GET',
+      '/api/v1/nodes',
+      { signal },
+    );
+    return { items: list.items ?? [], resourceVersion: list.metadata?.resourceVersion ?? '' };
+  }
+
+  patchNodeStatus(
+    name: string,
+    patch: unknown,
+    type: PatchType,
+    signal?: AbortSignal,
+  ): Promise<KubeNode> {
+    return this.#json('PATCH', `/api/v1/nodes/${encodeURIComponent(name)}/status`, {
+      body: patch,
+      contentType: PATCH_CONTENT_TYPES[type],
+      signal,
+    });
+  }
+
+  /**
+   * Watches nodes from `resourceVersion`, yielding the events of each received chunk as one
+   * batch. Ends when the server closes the stream (timeoutSeconds); a 410 (as status or as an
+   * ERROR event) rejects WEFT_ERR_STORE_COMPACTED, any other ERROR event or a torn stream
+   * WEFT_ERR_STORE_UNAVAILABLE.
+   */
+  async *watchNodes(
+    resourceVersion: string,
+    signal: AbortSignal,
+    timeoutSeconds = 300,
+  ): AsyncIterable<Array<WatchEvent<KubeNode>>> {
+    const res = await this.#send('GET', '/api/v1/nodes', {
+      query: {
+        watch: 'true',
+        resourceVersion,
+        allowWatchBookmarks: 'true',
+        timeoutSeconds: String(timeoutSeconds),
+      },
+      signal,
+    });
+    if (res.statusCode !== 200) throw statusError(res.statusCode ?? 0, await readAll(res), 'watch');
+    res.setEncoding('utf8');
+    let buf = '';
+    try {
+      for await (const chunk of res as AsyncIterable<string>) {
+        buf += chunk;
+        const lines = buf.split('\n');
+        buf = lines.pop() ?? '';
+        const batch: Array<WatchEvent<KubeNode>> = [];
+        for (const line of lines) {
+          if (line.trim() === '') continue;
+          const ev = parseWatchLine(line);
+          if (ev.type === 'ERROR') {
+            if (batch.length > 0) yield batch.splice(0);
+            throw statusError((ev.object as KubeStatus).code ?? 500, ev.object, 'watch');
+          }
+          batch.push(ev);
+        }
+        if (batch.length > 0) yield batch;
+      }
+    } catch (err) {
+      if (signal.aborted) throw abortError(signal);
+      if (err instanceof WeftError) throw err;
+      throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `kubernetes watch: ${errorMessage(err)}`, {
+        cause: err,
+      });
+    } finally {
+      res.destroy();
+    }
+    if (signal.aborted) throw abortError(signal);
+  }
+
+  async #json<T>(method: string, path: string, o: RequestOptions): Promise<T> {
+    const res = await this.#send(method, path, o);
+    const text = await readAll(res).catch((err: unknown) => {
+      if (o.signal?.aborted) throw abortError(o.signal);
+      throw new WeftError(
+        'WEFT_ERR_STORE_UNAVAILABLE',
+        `kubernetes ${method} ${path}: ${errorMessage(err)}`,
+        {
+          cause: err,
+        },
+      );
+    });
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status >= 300) throw statusError(status, text, `${method} ${path}`);
+    try {
+      return JSON.parse(text) as T;
+    } catch (err) {
+      throw new WeftError(
+        'WEFT_ERR_STORE_UNAVAILABLE',
+        `kubernetes ${method} ${path}: response is not JSON`,
+        { cause: err },
+      );
+    }
+  }
+
+  async #send(method: string, path: string, o: RequestOptions): Promise<http.IncomingMessage> {
+    if (o.signal?.aborted) throw abortError(o.signal);
+    const url = new URL(this.#server.pathname.replace(/\/$/, '') + path, this.#server);
+    for (const [k, v] of Object.entries(o.query ?? {})) url.searchParams.set(k, v);
+    const body = o.body === undefined ? undefined : JSON.stringify(o.body);
+    const opts: https.RequestOptions = {
+      method,
+      headers: {
+        Accept: 'application/json',
+        'User-Agent': 'weft',
+        ...(body !== undefined
+          ? {
+              'Content-Type': o.contentType ?? 'application/json',
+              'Content-Length': Buffer.byteLength(body),
+            }
+          : {}),
+      },
+    };
+    await this.#kc.applyToHTTPSOptions(opts);
+    const mod = url.protocol === 'https:' ? https : http;
+    return new Promise((resolve, reject) => {
+      const req = mod.request(url, { ...opts, signal: o.signal }, resolve);
+      req.on('error', (err) => {
+        if (o.signal?.aborted) reject(abortError(o.signal));
+        else
+          reject(
+            new WeftError(
+              'WEFT_ERR_STORE_UNAVAILABLE',
+              `kubernetes ${method} ${url.pathname}: ${errorMessage(err)}`,
+              { cause: err, details: { server: this.#server.origin } },
+            ),
+          );
+      });
+      req.end(body);
+    });
+  }
+}
+
+function readAll(res: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    res.on('data', (c: Buffer) => parts.push(c));
+    res.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
+    res.on('error', reject);
+  });
+}
+
+function parseWatchLine(line: string): WatchEvent<KubeNode> {
+  let ev: unknown;
+  try {
+    ev = JSON.parse(line);
+  } catch (err) {
+    throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'kubernetes watch: event is not JSON', {
+      cause: err,
+    });
+  }
+  const e = ev as Partial<WatchEvent<KubeNode>>;
+  const known = ['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK', 'ERROR'];
+  if (typeof e !== 'object' || e === null || !known.includes(e.type ?? '') || !e.object) {
+    throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'kubernetes watch: malformed event');
+  }
+  return e as WatchEvent<KubeNode>;
+}
+
+/** An HTTP error status (and its Status body, text or parsed) as a WeftError. */
+export function statusError(status: number, body: unknown, what: string): WeftError {
+  let st: KubeStatus = {};
+  if (typeof body === 'string') {
+    try {
+      st = JSON.parse(body) as KubeStatus;
+    } catch {
+      st = { message: body.slice(0, 200) };
+    }
+  } else if (typeof body === 'object' && body !== null) {
+    st = body as KubeStatus;
+  }
+  const code = st.code ?? status;
+  const message = `kubernetes ${what}: ${code} ${st.reason ?? ''}${st.message ? `: ${st.message}` : ''}`;
+  const details = { status: code, reason: st.reason };
+  if (code === 404) return new WeftError('WEFT_ERR_STORE_NOT_FOUND', message, { details });
+  if (code === 410) return new WeftError('WEFT_ERR_STORE_COMPACTED', message, { details });
+  return new WeftError('WEFT_ERR_STORE_UNAVAILABLE', message, { details });
+}
