@@ -468,7 +468,8 @@ export class EtcdRegistry implements Registry {
             create_request: {
               key: this.#subnetsPrefix,
               range_end: this.#subnetsEnd,
-              start_revision: Math.max(0, next),
+              // etcd reads 0 as "from now"; the contract means "from the start".
+              start_revision: Math.max(1, next),
               progress_notify: true,
             },
           });

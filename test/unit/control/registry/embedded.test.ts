@@ -94,7 +94,7 @@ describe('EmbeddedRegistry', () => {
     assert.equal(statSync(dir).mode & 0o777, 0o700);
   });
 
-  it('gives each key to exactly one of two processes racing 50 times', async () => {
+  it('gives each key to exactly one of two processes racing 50 times', async (t) => {
     const dir = tempStore();
     const barrier = join(dir, '..', 'barrier');
     mkdirSync(barrier);
@@ -105,6 +105,7 @@ describe('EmbeddedRegistry', () => {
     const results = (await Promise.all([a!, b!])).map(
       (out) => JSON.parse(out.trim()) as { id: string; won: number[] },
     );
+    t.diagnostic(`rounds won: ${results.map((x) => `${x.id}=${x.won.length}`).join(' ')}`);
     const r = new EmbeddedRegistry(dir);
     try {
       for (let i = 0; i < rounds; i++) {
@@ -123,7 +124,7 @@ describe('EmbeddedRegistry', () => {
     }
   });
 
-  it('reports a change made by another instance to a watch within 250 ms', async () => {
+  it('reports a change made by another instance to a watch within 250 ms', async (t) => {
     const dir = tempStore();
     const writer = new EmbeddedRegistry(dir);
     const reader = new EmbeddedRegistry(dir, { pollMs: 5000 });
@@ -144,6 +145,7 @@ describe('EmbeddedRegistry', () => {
           assert.equal(b.events[0]?.type === 'put' && b.events[0].lease.key, key);
       }
       const worst = Math.max(...latencies);
+      t.diagnostic(`create → watch batch: ${latencies.map((x) => x.toFixed(1)).join(', ')} ms`);
       assert.ok(worst < 250, `watch latencies ${latencies.map((x) => x.toFixed(1)).join(', ')} ms`);
       ac.abort();
       await it.return?.();
@@ -169,6 +171,23 @@ describe('EmbeddedRegistry', () => {
       assert.ok(Date.now() - t0 < 1000, 'a dead owner must not make us wait');
       assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
       assert.equal(existsSync(join(dir, 'lock')), false, 'our lock is released');
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('breaks a lock whose pid now belongs to a different process', async () => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir, { lockTimeoutMs: 2000 });
+    try {
+      await r.listSubnets();
+      // Our own pid with another start time: the writer that held it is gone, the pid recycled.
+      writeFileSync(
+        join(dir, 'lock'),
+        JSON.stringify({ pid: process.pid, start: 1, nonce: 'old' }),
+      );
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
     } finally {
       await r.close();
     }
