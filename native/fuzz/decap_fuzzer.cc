@@ -1,0 +1,98 @@
+// libFuzzer target for the receive path (and, on the same bytes, the send path): whatever a
+// datagram holds, decapsulation, the source check and the TUN write preparation must neither
+// crash nor read or write out of bounds. Input: byte 0 selects the format (bit 0: VXLAN) and
+// the outer source family (bit 1: IPv6), then the outer source address, then the datagram.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec.h"
+#include "flannel_udp.h"
+#include "packet.h"
+#include "peer_table.h"
+#include "vxlan.h"
+
+namespace {
+
+std::vector<uint8_t> Record(uint8_t family, const uint8_t* subnet, uint8_t prefix,
+                            const uint8_t* pub, uint8_t pub_family, bool mac) {
+  std::vector<uint8_t> r(weft::kPeerRecordSize, 0);
+  r[0] = family;
+  r[1] = prefix;
+  r[2] = mac ? weft::kPeerFlagVtepMac : 0;
+  r[3] = pub_family;
+  r[4] = 0x21;
+  r[5] = 0x18;  // 8472
+  if (mac) {
+    const uint8_t m[6] = {0x02, 0, 0, 0, 0, prefix};
+    std::memcpy(&r[6], m, 6);
+  }
+  std::memcpy(&r[16], subnet, family == 4 ? 4 : 16);
+  std::memcpy(&r[32], pub, pub_family == 4 ? 4 : 16);
+  return r;
+}
+
+const weft::PeerTable& Table() {
+  static std::unique_ptr<weft::PeerTable> table = [] {
+    std::vector<uint8_t> buf;
+    const uint8_t s1[4] = {10, 5, 0, 0}, p1[4] = {192, 168, 1, 1};
+    const uint8_t s2[4] = {10, 5, 1, 0}, p2[4] = {192, 168, 1, 2};
+    const uint8_t s3[4] = {0, 0, 0, 0}, p3[4] = {192, 168, 1, 3};
+    uint8_t s4[16] = {0xfc}, p4[16] = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    for (const auto& r : {Record(4, s1, 16, p1, 4, true), Record(4, s2, 24, p2, 4, true),
+                          Record(4, s3, 0, p3, 4, false), Record(6, s4, 8, p4, 6, true),
+                          Record(6, s4, 64, p1, 4, true)}) {
+      buf.insert(buf.end(), r.begin(), r.end());
+    }
+    std::string error;
+    return weft::PeerTable::Build(buf.data(), buf.size(), &error);
+  }();
+  return *table;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  bool vxlan = (data[0] & 1) != 0;
+  size_t src_len = (data[0] & 2) != 0 ? 16 : 4;
+  if (size < 1 + src_len) return 0;
+  const uint8_t* src = data + 1;
+  const uint8_t* dgram = data + 1 + src_len;
+  size_t len = size - 1 - src_len;
+
+  weft::CodecConfig cfg;
+  const uint8_t mac[6] = {0x02, 0, 0, 0, 0, 24};
+  std::memcpy(cfg.vtep_mac, mac, 6);
+  cfg.tun_mtu = 1450;
+
+  // Exact-size copies so the sanitizer sees any overrun.
+  std::vector<uint8_t> rx(dgram, dgram + len);
+  weft::DecapResult r =
+      vxlan ? weft::VxlanDecap(rx.data(), rx.size(), src_len, src, Table(), cfg)
+            : weft::FlannelUdpDecap(rx.data(), rx.size(), src_len, src, Table());
+  if (r.drop == weft::DropReason::kNone) {
+    if (r.inner_off + r.inner_len > rx.size()) __builtin_trap();
+    weft::VnetHdr h;
+    weft::PrepareTunWrite(rx.data() + r.inner_off, r.ip, cfg.tun_mtu, &h);
+  }
+
+  std::vector<uint8_t> tx(weft::kVxlanEncapLen + len);
+  std::memcpy(tx.data() + weft::kVxlanEncapLen, dgram, len);
+  uint8_t icmp[weft::kIcmpReplyMax];
+  uint8_t* pkt = tx.data() + weft::kVxlanEncapLen;
+  weft::EncapResult e =
+      vxlan ? weft::VxlanEncap(pkt, len, Table(), cfg, icmp, sizeof(icmp))
+            : weft::FlannelUdpEncap(pkt, len, Table(), icmp, sizeof(icmp));
+  if (e.icmp_len > sizeof(icmp)) __builtin_trap();
+  if (e.drop == weft::DropReason::kNone) {
+    size_t head = vxlan ? weft::kVxlanEncapLen : 0;
+    if (e.payload_len > len + head) __builtin_trap();
+    weft::IpInfo ip;
+    if (weft::ParseIp(pkt, len, &ip) == weft::DropReason::kNone) weft::VxlanSourcePort(pkt, ip);
+  }
+  return 0;
+}

@@ -1,0 +1,62 @@
+/**
+ * The typed view of the addon's dataplane exports (native/src/addon.cc, dpbind). Loaded through
+ * src/common/native.ts.
+ *
+ * Contract: buffers passed in are copied before the call returns (the caller may reuse them);
+ * `engineRun` blocks its calling thread inside the packet loop until `engineStop`/`engineClose`
+ * (call it only from a worker thread); `engineClose` stops every worker and frees the engine's
+ * fds once the last `engineRun` has returned. Engine ids are process-wide, so a worker thread
+ * (with its own addon instance) runs an engine the main thread created.
+ */
+import { loadNative } from '../common/native.js';
+
+export interface NativeCodecConfig {
+  readonly vni: number;
+  readonly vtepMac: Buffer;
+  readonly tunMtu: number;
+}
+
+export interface NativeEngineConfig extends NativeCodecConfig {
+  readonly format: 'udp' | 'vxlan';
+  readonly tunName: string;
+  readonly workers: number;
+  readonly bindIp: string;
+  readonly port: number;
+  readonly sockBufBytes?: number;
+  /** TUN_F_* bits wanted (none are used by the loop yet). */
+  readonly offloads?: number;
+}
+
+export interface NativeDataplane {
+  codecEncap(
+    format: 'udp' | 'vxlan',
+    table: Buffer,
+    cfg: NativeCodecConfig,
+    packet: Buffer,
+  ): { drop: string; peer: number | null; payload: Buffer | null; icmp: Buffer | null };
+  codecDecap(
+    format: 'udp' | 'vxlan',
+    table: Buffer,
+    cfg: NativeCodecConfig,
+    outerSrc: Buffer,
+    datagram: Buffer,
+  ): { drop: string; tun: Buffer | null };
+  vxlanSourcePort(packet: Buffer): number;
+  peerLookup(table: Buffer, addr: Buffer): number;
+  checksum(data: Buffer): number;
+  dropReasons(): string[];
+  counterNames(): string[];
+  engineCreate(cfg: NativeEngineConfig): { id: number; tunName: string; offloadsAccepted: number };
+  engineRun(id: number, worker: number): number;
+  engineStop(id: number): void;
+  engineClose(id: number): void;
+  engineSetPeers(id: number, table: Buffer): number;
+  engineCounters(id: number): Float64Array;
+}
+
+export function loadDataplaneBinding(): NativeDataplane {
+  return loadNative<NativeDataplane>();
+}
+
+/** TUN_F_* offload bits (native/src/tun.h). */
+export const TUN_OFFLOADS = { csum: 0x01, tso4: 0x02, tso6: 0x04, uso4: 0x20, uso6: 0x40 } as const;

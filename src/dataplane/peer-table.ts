@@ -1,0 +1,146 @@
+/**
+ * The peer table as it crosses into the native engine: ONE buffer of fixed-size records, built
+ * on every lease change and swapped whole (the packet loop never sees a partial table). The
+ * layout mirrors native/src/peer_table.h byte for byte:
+ *
+ *   0  u8      subnet family (4 | 6)          16 u8[16]  subnet address (IPv4: first 4 bytes)
+ *   1  u8      subnet prefix length           32 u8[16]  peer public address (IPv4: first 4)
+ *   2  u8      flags (bit 0: VtepMAC set)     48 u8[16]  reserved, zero
+ *   3  u8      public address family
+ *   4  u16 BE  peer UDP port
+ *   6  u8[6]   peer VtepMAC
+ *   12 u8[4]   reserved, zero
+ *
+ * `JsPeerTable` decodes the same buffer for the js engine and as the reference the native
+ * longest-prefix match is tested against.
+ */
+import { WeftError } from '../common/errors.js';
+import { ipFromBytes, ipToBytes, maskOf, parseCIDR, parseIP } from '../common/ip.js';
+import type { IP, IPNet } from '../common/ip.js';
+
+export const PEER_RECORD_SIZE = 64;
+export const PEER_FLAG_VTEP_MAC = 1;
+
+export interface PeerEntry {
+  readonly subnet: IPNet;
+  readonly publicIP: IP;
+  readonly port: number;
+  /** 6 bytes; null for a peer that does not speak VXLAN. */
+  readonly vtepMac: Uint8Array | null;
+}
+
+/** Parses `aa:bb:cc:dd:ee:ff`; null when it is not a MAC address. */
+export function parseMac(text: string): Buffer | null {
+  if (!/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(text)) return null;
+  return Buffer.from(text.split(':').map((h) => parseInt(h, 16)));
+}
+
+export function formatMac(mac: Uint8Array): string {
+  return [...mac].map((b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
+function writeAddr(buf: Buffer, off: number, ip: IP): void {
+  ipToBytes(ip).copy(buf, off);
+}
+
+export function encodePeerTable(entries: readonly PeerEntry[]): Buffer {
+  const buf = Buffer.alloc(entries.length * PEER_RECORD_SIZE);
+  entries.forEach((e, i) => {
+    const o = i * PEER_RECORD_SIZE;
+    buf[o] = e.subnet.family;
+    buf[o + 1] = e.subnet.prefix;
+    buf[o + 2] = e.vtepMac ? PEER_FLAG_VTEP_MAC : 0;
+    buf[o + 3] = e.publicIP.family;
+    buf.writeUInt16BE(e.port, o + 4);
+    if (e.vtepMac) Buffer.from(e.vtepMac).copy(buf, o + 6, 0, 6);
+    writeAddr(buf, o + 16, e.subnet);
+    writeAddr(buf, o + 32, e.publicIP);
+  });
+  return buf;
+}
+
+/** A convenience for tests and tools: `{subnet: '10.5.1.0/24', publicIP: '192.0.2.1', ...}`. */
+export function peerEntry(
+  subnet: string,
+  publicIP: string,
+  port: number,
+  vtepMac?: string,
+): PeerEntry {
+  const net = parseCIDR(subnet);
+  const ip = parseIP(publicIP);
+  const mac = vtepMac === undefined ? null : parseMac(vtepMac);
+  if (!net || !ip || (vtepMac !== undefined && !mac)) {
+    throw new RangeError(`bad peer entry ${subnet} ${publicIP} ${vtepMac ?? ''}`);
+  }
+  return { subnet: net, publicIP: ip, port, vtepMac: mac };
+}
+
+export interface DecodedPeer {
+  readonly index: number;
+  readonly subnet: IPNet;
+  readonly publicIP: IP;
+  readonly port: number;
+  readonly vtepMac: Buffer | null;
+}
+
+function readAddr(buf: Buffer, off: number, family: number): IP {
+  return ipFromBytes(buf.subarray(off, off + (family === 4 ? 4 : 16)));
+}
+
+/** The reference decoder and longest-prefix match (linear; the native one hashes). */
+export class JsPeerTable {
+  readonly peers: readonly DecodedPeer[];
+  readonly #byPrefix: DecodedPeer[];
+  readonly #publics: Set<string>;
+
+  constructor(buf: Buffer) {
+    if (buf.length % PEER_RECORD_SIZE !== 0) {
+      throw new WeftError(
+        'WEFT_ERR_DATAPLANE',
+        `peer table length ${buf.length} is not a multiple of ${PEER_RECORD_SIZE}`,
+      );
+    }
+    const peers: DecodedPeer[] = [];
+    const seen = new Set<string>();
+    for (let i = 0; i * PEER_RECORD_SIZE < buf.length; i++) {
+      const o = i * PEER_RECORD_SIZE;
+      const family = buf[o]!;
+      const prefix = buf[o + 1]!;
+      const flags = buf[o + 2]!;
+      const pubFamily = buf[o + 3]!;
+      const bad = (rule: string) =>
+        new WeftError('WEFT_ERR_DATAPLANE', `peer record ${i}: ${rule}`);
+      if (family !== 4 && family !== 6) throw bad('subnet family must be 4 or 6');
+      if (prefix > (family === 4 ? 32 : 128)) throw bad('prefix length out of range');
+      if (pubFamily !== 4 && pubFamily !== 6) throw bad('public address family must be 4 or 6');
+      if ((flags & ~PEER_FLAG_VTEP_MAC) !== 0) throw bad('unknown flags');
+      const raw = readAddr(buf, o + 16, family);
+      const subnet: IPNet = { family, addr: raw.addr & maskOf(family, prefix), prefix };
+      const key = `${family}/${subnet.addr}/${prefix}`;
+      if (seen.has(key)) throw bad('subnet repeats an earlier record');
+      seen.add(key);
+      peers.push({
+        index: i,
+        subnet,
+        publicIP: readAddr(buf, o + 32, pubFamily),
+        port: buf.readUInt16BE(o + 4),
+        vtepMac: flags & PEER_FLAG_VTEP_MAC ? Buffer.from(buf.subarray(o + 6, o + 12)) : null,
+      });
+    }
+    this.peers = peers;
+    this.#byPrefix = [...peers].sort((a, b) => b.subnet.prefix - a.subnet.prefix);
+    this.#publics = new Set(peers.map((p) => `${p.publicIP.family}/${p.publicIP.addr}`));
+  }
+
+  lookup(addr: IP): DecodedPeer | null {
+    for (const p of this.#byPrefix) {
+      if (p.subnet.family !== addr.family) continue;
+      if ((addr.addr & maskOf(addr.family, p.subnet.prefix)) === p.subnet.addr) return p;
+    }
+    return null;
+  }
+
+  hasPublic(addr: IP): boolean {
+    return this.#publics.has(`${addr.family}/${addr.addr}`);
+  }
+}

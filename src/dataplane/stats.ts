@@ -1,0 +1,167 @@
+/**
+ * Dataplane counters: the fixed drop-reason set (mirrors native/src/packet.h DropReason), the
+ * per-worker counter layout (mirrors native/src/engine.h Counter) and their Prometheus view,
+ * `weft_dataplane_*`, read from the engine at scrape time (never per packet).
+ */
+import { Counter, Gauge } from 'prom-client';
+import type { Registry } from 'prom-client';
+
+/** Index i is native DropReason i. `none` is never counted. */
+export const DROP_REASONS = [
+  'none',
+  'truncated',
+  'oversized',
+  'malformed',
+  'unknown_source',
+  'spoofed_source',
+  'bad_vni',
+  'bad_mac',
+  'bad_ethertype',
+  'no_route',
+  'ttl_expired',
+  'send_error',
+  'tun_write_error',
+] as const;
+export type DropReason = (typeof DROP_REASONS)[number];
+
+/** Index i is native Counter i; the drop counters follow (COUNTERS.length + reason index). */
+export const COUNTERS = [
+  'tx_packets',
+  'tx_bytes',
+  'rx_packets',
+  'rx_bytes',
+  'icmp_sent',
+  'tun_reads',
+  'send_batches',
+  'recv_batches',
+  'wakeups',
+] as const;
+export type CounterName = (typeof COUNTERS)[number];
+export const COUNTERS_PER_WORKER = COUNTERS.length + DROP_REASONS.length;
+
+export interface WorkerStats {
+  readonly counters: Readonly<Record<CounterName, number>>;
+  readonly drops: Readonly<Record<DropReason, number>>;
+}
+
+export interface DataplaneStats {
+  readonly engine: 'native' | 'js';
+  readonly workers: readonly WorkerStats[];
+  readonly total: WorkerStats;
+}
+
+export function emptyWorkerStats(): {
+  counters: Record<CounterName, number>;
+  drops: Record<DropReason, number>;
+} {
+  return {
+    counters: Object.fromEntries(COUNTERS.map((c) => [c, 0])) as Record<CounterName, number>,
+    drops: Object.fromEntries(DROP_REASONS.map((r) => [r, 0])) as Record<DropReason, number>,
+  };
+}
+
+/** Decodes the engine's flat counter array (workers × COUNTERS_PER_WORKER). */
+export function decodeCounters(engine: 'native' | 'js', flat: ArrayLike<number>): DataplaneStats {
+  const workers: WorkerStats[] = [];
+  const total = emptyWorkerStats();
+  for (let w = 0; w * COUNTERS_PER_WORKER < flat.length; w++) {
+    const base = w * COUNTERS_PER_WORKER;
+    const s = emptyWorkerStats();
+    COUNTERS.forEach((c, i) => {
+      s.counters[c] = flat[base + i] ?? 0;
+      total.counters[c] += s.counters[c];
+    });
+    DROP_REASONS.forEach((r, i) => {
+      s.drops[r] = flat[base + COUNTERS.length + i] ?? 0;
+      total.drops[r] += s.drops[r];
+    });
+    workers.push(s);
+  }
+  return { engine, workers, total };
+}
+
+/**
+ * Adds weft_dataplane_* to `registry`, read from `source` at each scrape. `source` returns null
+ * while no dataplane runs (the series then stay at their last values).
+ */
+export function registerDataplaneMetrics(
+  registry: Registry,
+  source: () => DataplaneStats | null,
+): void {
+  let last: DataplaneStats | null = null;
+  const read = () => {
+    last = source() ?? last;
+    return last;
+  };
+  const counter = (name: string, help: string, pick: (s: WorkerStats) => number) =>
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        const s = read();
+        this.reset();
+        if (s) this.inc(pick(s.total));
+      },
+    });
+  counter(
+    'weft_dataplane_tx_packets_total',
+    'Inner packets read from the TUN, encapsulated and sent.',
+    (s) => s.counters.tx_packets,
+  );
+  counter(
+    'weft_dataplane_tx_bytes_total',
+    'Inner bytes encapsulated and sent.',
+    (s) => s.counters.tx_bytes,
+  );
+  counter(
+    'weft_dataplane_rx_packets_total',
+    'Inner packets received, decapsulated and written to the TUN.',
+    (s) => s.counters.rx_packets,
+  );
+  counter(
+    'weft_dataplane_rx_bytes_total',
+    'Inner bytes received and written to the TUN.',
+    (s) => s.counters.rx_bytes,
+  );
+  counter(
+    'weft_dataplane_icmp_unreachable_sent_total',
+    'ICMP unreachables written back into the TUN for packets with no peer.',
+    (s) => s.counters.icmp_sent,
+  );
+  counter(
+    'weft_dataplane_send_batches_total',
+    'sendmmsg calls (packets per batch = tx packets / batches).',
+    (s) => s.counters.send_batches,
+  );
+  counter(
+    'weft_dataplane_recv_batches_total',
+    'recvmmsg calls that returned datagrams.',
+    (s) => s.counters.recv_batches,
+  );
+  new Counter({
+    name: 'weft_dataplane_dropped_packets_total',
+    help: 'Packets dropped by the dataplane, by reason (a fixed set).',
+    labelNames: ['reason'],
+    registers: [registry],
+    collect() {
+      const s = read();
+      this.reset();
+      for (const r of DROP_REASONS) {
+        if (r === 'none') continue;
+        this.inc({ reason: r }, s ? s.total.drops[r] : 0);
+      }
+    },
+  });
+  new Gauge({
+    name: 'weft_dataplane_workers',
+    help: 'Dataplane worker threads (TUN queues) running.',
+    labelNames: ['engine'],
+    registers: [registry],
+    collect() {
+      const s = read();
+      this.reset();
+      if (s) this.set({ engine: s.engine }, s.workers.length);
+    },
+  });
+}
