@@ -94,13 +94,18 @@ describe('EmbeddedRegistry', () => {
     assert.equal(statSync(dir).mode & 0o777, 0o700);
   });
 
-  it('gives each key to exactly one of two processes racing 50 times', async (t) => {
-    const dir = tempStore();
+  async function race(
+    t: { diagnostic(msg: string): void },
+    dir: string,
+    rounds: number,
+    lapsed = false,
+  ) {
     const barrier = join(dir, '..', 'barrier');
     mkdirSync(barrier);
-    const rounds = 50;
     const [a, b] = ['a', 'b'].map((id) =>
-      childOutput(runChild(['race', dir, id, String(rounds), barrier])),
+      childOutput(
+        runChild(['race', dir, id, String(rounds), barrier, ...(lapsed ? ['lapsed'] : [])]),
+      ),
     );
     const results = (await Promise.all([a!, b!])).map(
       (out) => JSON.parse(out.trim()) as { id: string; won: number[] },
@@ -122,6 +127,18 @@ describe('EmbeddedRegistry', () => {
     } finally {
       await r.close();
     }
+  }
+
+  it('gives each key to exactly one of two processes racing 50 times', async (t) => {
+    await race(t, tempStore(), 50);
+  });
+
+  it('gives each lapsed key to exactly one of two processes replacing it', async (t) => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir);
+    await r.listSubnets(); // creates the layout the children write into
+    await r.close();
+    await race(t, dir, 50, true);
   });
 
   it('reports a change made by another instance to a watch within 250 ms', async (t) => {
