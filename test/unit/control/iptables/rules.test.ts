@@ -1,0 +1,76 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { type Family, parseCIDR } from '../../../../src/common/ip.js';
+import {
+  forwardRules,
+  isInPlace,
+  masqRules,
+  parseSave,
+  restoreScript,
+} from '../../../../src/control/iptables/rules.js';
+
+const NETS = {
+  4: { N: '10.5.0.0/16', S: '10.5.1.0/24', mc: '224.0.0.0/4' },
+  6: { N: 'fc00::/48', S: 'fc00:0:0:1::/64', mc: 'ff00::/8' },
+} as const;
+
+for (const family of [4, 6] as Family[]) {
+  const { N, S, mc } = NETS[family];
+  const masq = masqRules(family, parseCIDR(N)!, parseCIDR(S)!);
+  describe(`iptables rules, IPv${family}`, () => {
+    test('masquerade rules are flannel’s, in flannel’s order', () => {
+      const m = '-m comment --comment "flanneld masq"';
+      assert.equal(masq.jump, `${m} -j FLANNEL-POSTRTG`);
+      assert.deepEqual(masq.rules, [
+        `-m mark --mark 0x4000/0x4000 ${m} -j RETURN`,
+        `-s ${S} -d ${N} ${m} -j RETURN`,
+        `-s ${N} -d ${S} ${m} -j RETURN`,
+        `! -s ${N} -d ${S} ${m} -j RETURN`,
+        `-s ${N} ! -d ${mc} ${m} -j MASQUERADE --random-fully`,
+        `! -s ${N} -d ${N} ${m} -j MASQUERADE --random-fully`,
+      ]);
+    });
+
+    test('forward rules accept the cluster network both ways', () => {
+      const f = forwardRules(parseCIDR(N)!);
+      const m = '-m comment --comment "flanneld forward"';
+      assert.deepEqual(
+        [f.parent, f.chain, f.jump],
+        ['FORWARD', 'FLANNEL-FWD', `${m} -j FLANNEL-FWD`],
+      );
+      assert.deepEqual(f.rules, [`-s ${N} ${m} -j ACCEPT`, `-d ${N} ${m} -j ACCEPT`]);
+    });
+
+    test('a missing rule, a reordered chain or a duplicate jump is noticed', () => {
+      const good = [
+        '-A POSTROUTING ' + masq.jump,
+        ...masq.rules.map((r) => '-A FLANNEL-POSTRTG ' + r),
+      ];
+      assert.equal(isInPlace(good, masq), true);
+      assert.equal(
+        isInPlace(
+          good.filter((_, i) => i !== 3),
+          masq,
+        ),
+        false,
+      );
+      assert.equal(isInPlace([good[0]!, ...good.slice(1).reverse()], masq), false);
+      assert.equal(isInPlace([good[0]!, ...good], masq), false);
+    });
+
+    test('the restore script flushes our chain, drops old jumps and inserts the jump first', () => {
+      const save = parseSave(
+        `*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -j OTHER\n-A POSTROUTING ${masq.jump}\nCOMMIT\n`,
+      ).get('nat')!;
+      const script = restoreScript(save, masq).split('\n');
+      assert.deepEqual(script.slice(0, 4), [
+        '*nat',
+        ':FLANNEL-POSTRTG - [0:0]',
+        `-D POSTROUTING ${masq.jump}`,
+        `-I POSTROUTING 1 ${masq.jump}`,
+      ]);
+      assert.equal(script.filter((l) => l.startsWith('-A FLANNEL-POSTRTG ')).length, 6);
+      assert.equal(script.at(-2), 'COMMIT');
+    });
+  });
+}
