@@ -4,6 +4,7 @@ import { logger, setLogLevel } from '../../common/log.js';
 import { DAEMON_FLAGS, parseFlags, storeKind, usage } from '../config/flags.js';
 import { runDaemon } from '../daemon.js';
 import { selectExternalInterface } from '../iface.js';
+import { iptablesTask } from '../iptables/iptables.js';
 import { LocalManager } from '../lease/local-manager.js';
 import { openRegistry } from '../registry/open.js';
 import { VERSION } from '../version.js';
@@ -56,7 +57,16 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           dataplaneWorkers: o.dataplaneWorkers,
           ipMasq: o.ipMasq,
           storeDir: o.storeDir,
+          // vxlan keeps its VtepMAC in a file beside subnet.env
+          subnetFile: o.subnetFile,
         },
+        tasks: [
+          iptablesTask({
+            ipMasq: o.ipMasq,
+            forwardRules: o.iptablesForwardRules,
+            resyncSec: o.iptablesResync,
+          }),
+        ],
         openManager: async (metrics) => new LocalManager(openRegistry(parsed), { metrics }),
         selectInterface: (cfg) =>
           selectExternalInterface(
