@@ -347,6 +347,13 @@ export class EtcdRegistry implements Registry {
     return (await this.#toLeases(r.kvs, signal))[0] ?? null;
   }
 
+  /** True when the etcd lease `id` has run out (its key is about to be deleted by etcd). */
+  async #lapsed(id: string, signal?: AbortSignal): Promise<boolean> {
+    if (id === '0') return false;
+    const exp = (await this.#expirations([id], signal)).get(id);
+    return exp != null && exp.getTime() <= Date.now();
+  }
+
   async createSubnet(
     key: string,
     value: string,
@@ -357,17 +364,32 @@ export class EtcdRegistry implements Registry {
     const lease = await this.#grant(ttlMs, signal);
     let won = false;
     try {
-      const r = await this.#call(`create ${key}`, signal, () =>
-        this.#client.kv.txn({
-          compare: [{ key: k, target: 'Version', result: 'Equal', version: 0 }],
-          success: [
-            { request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease.id } },
-          ],
-          failure: [{ request_range: { key: k } }],
-        }),
-      );
-      // A retried txn whose first attempt landed finds the key on our own etcd lease.
-      won = r.succeeded || r.responses[0]?.response_range?.kvs[0]?.lease === lease.id;
+      for (let round = 0; round < 2 && !won; round++) {
+        const r = await this.#call(`create ${key}`, signal, () =>
+          this.#client.kv.txn({
+            compare: [{ key: k, target: 'Version', result: 'Equal', version: 0 }],
+            success: [
+              { request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease.id } },
+            ],
+            failure: [{ request_range: { key: k } }],
+          }),
+        );
+        const existing = r.responses[0]?.response_range?.kvs[0];
+        // A retried txn whose first attempt landed finds the key on our own etcd lease.
+        won = r.succeeded || existing?.lease === lease.id;
+        if (won || !existing || !(await this.#lapsed(existing.lease, signal))) break;
+        // Expired but not yet removed by etcd (it revokes every 500 ms): remove it ourselves,
+        // only if nobody touched it since we looked, then try once more.
+        await this.#call(`delete lapsed ${key}`, signal, () =>
+          this.#client.kv.txn({
+            compare: [
+              { key: k, target: 'Mod', result: 'Equal', mod_revision: existing.mod_revision },
+            ],
+            success: [{ request_delete_range: { key: k } }],
+            failure: [],
+          }),
+        );
+      }
     } finally {
       if (!won) {
         await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
@@ -381,6 +403,11 @@ export class EtcdRegistry implements Registry {
     return lease.expiration;
   }
 
+  /**
+   * Reads the key, refuses a lapsed one (etcd has not deleted it yet, but it is gone for the
+   * contract), then puts the value on a new etcd lease (or none) if the key did not change
+   * meanwhile. The old etcd lease is revoked once no key uses it (flannel leaves it to run out).
+   */
   async updateSubnet(
     key: string,
     value: string,
@@ -389,35 +416,40 @@ export class EtcdRegistry implements Registry {
   ): Promise<Date | null> {
     const k = this.#subnetKey(key);
     const lease = ttlMs === null ? null : await this.#grant(ttlMs, signal);
+    const newId = lease?.id ?? '0';
     let ok = false;
+    let oldId: string | null = null;
     try {
-      const r = await this.#call(`update ${key}`, signal, () =>
-        this.#client.kv.txn({
-          compare: [{ key: k, target: 'Version', result: 'Greater', version: 0 }],
-          success: [
-            {
-              request_put: {
-                key: k,
-                value: Buffer.from(value, 'utf8'),
-                lease: lease?.id ?? 0,
-                prev_kv: true,
-              },
-            },
-          ],
-          failure: [],
-        }),
-      );
-      ok = r.succeeded;
-      const previous = r.responses[0]?.response_put?.prev_kv?.lease ?? '0';
-      if (ok && previous !== (lease?.id ?? '0')) await this.#dropLeaseIfUnused(previous);
+      for (let round = 0; round < 5 && !ok; round++) {
+        const cur = await this.#call(`get ${key}`, signal, () => this.#client.kv.range({ key: k }));
+        const kv = cur.kvs[0];
+        if (!kv) break;
+        if (round > 0 && newId !== '0' && kv.lease === newId) {
+          ok = true; // a retried txn had landed
+          break;
+        }
+        if (await this.#lapsed(kv.lease, signal)) break;
+        oldId ??= kv.lease;
+        const r = await this.#call(`update ${key}`, signal, () =>
+          this.#client.kv.txn({
+            compare: [{ key: k, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }],
+            success: [{ request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: newId } }],
+            failure: [],
+          }),
+        );
+        ok = r.succeeded;
+      }
+      if (ok && oldId !== null && oldId !== newId) await this.#dropLeaseIfUnused(oldId);
     } finally {
-      if (!ok && lease)
+      if (!ok && lease) {
         await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
+      }
     }
-    if (!ok)
+    if (!ok) {
       throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, {
         details: { key },
       });
+    }
     return lease?.expiration ?? null;
   }
 
