@@ -69,6 +69,7 @@ export class EmbeddedRegistry implements Registry {
   #closed = false;
   readonly #closeCtl = new AbortController();
   readonly #badFiles = new LogOnce();
+  #skippedFiles = 0;
 
   constructor(dir: string, options: EmbeddedRegistryOptions = {}) {
     this.#dir = dir;
@@ -80,6 +81,11 @@ export class EmbeddedRegistry implements Registry {
 
   get dir(): string {
     return this.#dir;
+  }
+
+  /** Lease files skipped because they could not be parsed (each logged once per key). */
+  get skippedFiles(): number {
+    return this.#skippedFiles;
   }
 
   #path(...parts: string[]): string {
@@ -149,6 +155,7 @@ export class EmbeddedRegistry implements Registry {
       const expiration = h.expiration === null ? null : new Date(h.expiration);
       return { key, value, expiration, revision: h.revision };
     } catch (err) {
+      this.#skippedFiles++;
       if (this.#badFiles.first(key)) {
         log.warn({ key, err: errorMessage(err) }, 'skipping malformed lease file');
       }
@@ -418,6 +425,7 @@ export class EmbeddedRegistry implements Registry {
     }
     stop.addEventListener('abort', poke, { once: true });
     let next = fromRevision;
+    log.debug({ from: fromRevision }, 'embedded watch started');
     try {
       while (!stop.aborted) {
         dirty = false;
@@ -471,6 +479,7 @@ export class EmbeddedRegistry implements Registry {
     } finally {
       watcher?.close();
       stop.removeEventListener('abort', poke);
+      log.debug({ next }, 'embedded watch stopped');
     }
   }
 

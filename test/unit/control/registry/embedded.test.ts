@@ -251,6 +251,7 @@ describe('EmbeddedRegistry', () => {
         list.leases.map((l) => l.key),
         [DUAL_KEY],
       );
+      assert.equal(r.skippedFiles, 1);
     } finally {
       await r.close();
     }
