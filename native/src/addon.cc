@@ -19,8 +19,10 @@
 #include "checksum.h"
 #include "codec.h"
 #include "engine.h"
+#include "tun.h"
 #include "flannel_udp.h"
 #include "vxlan.h"
+#include "sd_notify.h"
 
 namespace weft {
 
@@ -492,7 +494,22 @@ Napi::Value CounterNames(const Napi::CallbackInfo& info) {
   return a;
 }
 
+// tunOpen(name) → { fd, name }: a plain TUN queue (IFF_TUN | IFF_NO_PI, non-blocking) for the
+// js engine, which cannot issue TUNSETIFF itself.
+Napi::Value TunOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string name = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+  std::string actual, error;
+  int fd = OpenPlainTun(name, &actual, &error);
+  if (fd < 0) throw Napi::Error::New(env, "dataplane: " + error);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("fd", fd);
+  o.Set("name", actual);
+  return o;
+}
+
 void DefineEngine(Napi::Env env, Napi::Object exports) {
+  exports.Set("tunOpen", Napi::Function::New(env, TunOpen));
   exports.Set("engineCreate", Napi::Function::New(env, EngineCreate));
   exports.Set("engineRun", Napi::Function::New(env, EngineRun));
   exports.Set("engineStop", Napi::Function::New(env, EngineStop));
@@ -505,6 +522,16 @@ void DefineEngine(Napi::Env env, Napi::Object exports) {
 }  // namespace dpbind
 // ---- end dataplane bindings ----
 
+// sdNotify(socketPath, state) → 0 or an errno: one sd_notify datagram (see sd_notify.h).
+Napi::Value SdNotifyBinding(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString()) {
+    throw Napi::TypeError::New(env, "sdNotify(socketPath: string, state: string)");
+  }
+  return Napi::Number::New(env, SdNotify(info[0].As<Napi::String>().Utf8Value(),
+                                         info[1].As<Napi::String>().Utf8Value()));
+}
+
 class Addon : public Napi::Addon<Addon> {
  public:
   Addon(Napi::Env env, Napi::Object exports) {
@@ -514,6 +541,7 @@ class Addon : public Napi::Addon<Addon> {
     nlbind::Define(env, exports);
     dpbind::DefineCodec(env, exports);
     dpbind::DefineEngine(env, exports);
+    exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
   }
 
  private:

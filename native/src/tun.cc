@@ -13,7 +13,9 @@
 
 namespace weft {
 
-int OpenTunQueue(const std::string& name, std::string* actual_name, std::string* error) {
+namespace {
+
+int Open(const std::string& name, short flags, std::string* actual_name, std::string* error) {
   if (name.size() >= IFNAMSIZ) {
     *error = "tun name too long: " + name;
     return -EINVAL;
@@ -26,7 +28,7 @@ int OpenTunQueue(const std::string& name, std::string* actual_name, std::string*
   }
   struct ifreq ifr;
   std::memset(&ifr, 0, sizeof(ifr));
-  ifr.ifr_flags = IFF_TUN | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE;
+  ifr.ifr_flags = flags;
   std::memcpy(ifr.ifr_name, name.data(), name.size());
   if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
     int e = errno;
@@ -35,7 +37,7 @@ int OpenTunQueue(const std::string& name, std::string* actual_name, std::string*
     return -e;
   }
   int hdr = static_cast<int>(kVnetHdrLen);
-  if (ioctl(fd, TUNSETVNETHDRSZ, &hdr) < 0) {
+  if ((flags & IFF_VNET_HDR) != 0 && ioctl(fd, TUNSETVNETHDRSZ, &hdr) < 0) {
     int e = errno;
     close(fd);
     *error = "TUNSETVNETHDRSZ " + name + ": " + std::strerror(e);
@@ -43,6 +45,16 @@ int OpenTunQueue(const std::string& name, std::string* actual_name, std::string*
   }
   *actual_name = ifr.ifr_name;
   return fd;
+}
+
+}  // namespace
+
+int OpenTunQueue(const std::string& name, std::string* actual_name, std::string* error) {
+  return Open(name, IFF_TUN | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE, actual_name, error);
+}
+
+int OpenPlainTun(const std::string& name, std::string* actual_name, std::string* error) {
+  return Open(name, IFF_TUN | IFF_NO_PI, actual_name, error);
 }
 
 unsigned ProbeTunOffloads(int fd, unsigned enable) {

@@ -19,6 +19,10 @@ constexpr unsigned kTunFUso6 = 0x40;
 // `actual_name` receives the kernel's name for the device.
 int OpenTunQueue(const std::string& name, std::string* actual_name, std::string* error);
 
+// A single-queue TUN without the vnet header (IFF_TUN | IFF_NO_PI), non-blocking: the js
+// engine's device. Returns the fd or -errno with `error` set.
+int OpenPlainTun(const std::string& name, std::string* actual_name, std::string* error);
+
 // Tries each offload set in turn on `fd` (the device's offloads are shared by its queues) and
 // returns the TUN_F_* bits the kernel accepted; leaves the device with `enable` & accepted.
 unsigned ProbeTunOffloads(int fd, unsigned enable);
