@@ -17,6 +17,7 @@ commands:
   config set FILE   write the network config (net-conf JSON) to the store
   config get        print the network config from the store
   leases [--json]   list the leases in the store
+  demo [down]       a local cluster in network namespaces, every backend tested (root)
   cni               the CNI plugin (CNI_COMMAND + config on stdin); also bin/weft-cni
   version           print the version
 `;
@@ -31,6 +32,7 @@ const COMMANDS: Record<string, Command> = {
     const { runCni } = await import('./cni/main.js');
     return runCni(io.env, process.stdin, io.stdout);
   },
+  demo: async (argv, io) => (await import('./demo/demo.js')).demoCommand(argv, io),
   version: async (_argv, io) => {
     io.stdout.write(`${VERSION}\n`);
     return 0;
