@@ -9,7 +9,8 @@
  *   compacted           highest revision whose tombstone was pruned (watches from below resync)
  *   lock                the store-wide lock (dir-lock.ts)
  *   subnets/<key>       one lease: a header line `{"revision":N,"expiration":ms|null}` then the
- *                       value, byte for byte
+ *                       value, byte for byte. An operator may write a reservation by hand with
+ *                       `{"revision":0,"expiration":null}`.
  *   deleted/<key>       tombstone `{"revision":N,"at":ms}`: the last delete (or expiry) of <key>
  *   tmp/                temp files `<pid>-<starttime>-<random>`; a dead writer's are removed
  *
@@ -57,6 +58,8 @@ interface Snapshot {
   readonly live: Map<string, StoredLease>;
   /** key → revision of its last delete, and when it happened. */
   readonly tombs: Map<string, { revision: number; at: number }>;
+  /** Lease files older than their key's tombstone: a delete in flight, or a crashed one. */
+  readonly shadowed: string[];
 }
 
 export class EmbeddedRegistry implements Registry {
@@ -191,7 +194,14 @@ export class EmbeddedRegistry implements Registry {
       const t = await this.#readTomb(key);
       if (t) tombs.set(key, t);
     }
-    return { revision, compacted, live, tombs };
+    const shadowed: string[] = [];
+    for (const [key, l] of live) {
+      if (shadowedBy(tombs.get(key)?.revision, l)) {
+        live.delete(key);
+        shadowed.push(key);
+      }
+    }
+    return { revision, compacted, live, tombs, shadowed };
   }
 
   // ---- writing (under the lock) ----
@@ -275,6 +285,10 @@ export class EmbeddedRegistry implements Registry {
             snap.tombs.set(key, { revision: r, at: now });
           },
         };
+        // Finish a delete a crashed writer left half done (tombstone written, file not removed).
+        for (const key of snap.shadowed) {
+          await unlink(this.#path('subnets', key)).catch(() => {});
+        }
         for (const l of [...snap.live.values()]) {
           if (l.expiration !== null && l.expiration.getTime() <= now) await tx.removeLease(l.key);
         }
@@ -365,6 +379,8 @@ export class EmbeddedRegistry implements Registry {
     let l: StoredLease | null;
     try {
       l = await this.#readLease(key);
+      // A newer tombstone means a delete is in flight (or a crashed writer left the file).
+      if (l && shadowedBy((await this.#readTomb(key))?.revision, l)) l = null;
     } catch (err) {
       throw storeError(`read subnet ${key}`, err);
     }
@@ -524,6 +540,14 @@ interface Tx {
 
 function lapsed(l: StoredLease, now: number): boolean {
   return l.expiration !== null && l.expiration.getTime() <= now;
+}
+
+/**
+ * Whether a tombstone newer than the lease file says the key is deleted. Revision 0 marks a file
+ * written by hand (an operator's reservation), never shadowed.
+ */
+function shadowedBy(tombRevision: number | undefined, l: StoredLease): boolean {
+  return l.revision > 0 && tombRevision !== undefined && tombRevision > l.revision;
 }
 
 function visible(snap: Snapshot, now: number): StoredLease[] {

@@ -240,6 +240,26 @@ describe('EmbeddedRegistry', () => {
     assert.deepEqual(readdirSync(join(dir, 'tmp')), [ours.split('/').pop()]);
   });
 
+  it('finishes a delete that a crashed writer left half done', async () => {
+    const dir = tempStore();
+    const r = new EmbeddedRegistry(dir);
+    try {
+      await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
+      const rev = (await r.getSubnet(V4_KEY))!.revision;
+      // The tombstone is written first; the writer died before removing the lease file.
+      writeFileSync(
+        join(dir, 'deleted', V4_KEY),
+        JSON.stringify({ revision: rev + 1, at: Date.now() }),
+      );
+      assert.equal(await r.getSubnet(V4_KEY), null);
+      assert.deepEqual((await r.listSubnets()).leases, []);
+      await r.createSubnet(V4_KEY, DUAL_VALUE, 60_000);
+      assert.equal((await r.getSubnet(V4_KEY))?.value, DUAL_VALUE);
+    } finally {
+      await r.close();
+    }
+  });
+
   it('skips a malformed lease file instead of failing the list', async () => {
     const dir = tempStore();
     const r = new EmbeddedRegistry(dir);
