@@ -13,7 +13,8 @@
         "src/vxlan.cc",
         "src/tun.cc",
         "src/udp_socket.cc",
-        "src/engine.cc"
+        "src/engine.cc",
+        "src/sd_notify.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=9", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],

@@ -23,6 +23,7 @@
 #include "flannel_udp.h"
 #include "vxlan.h"
 #include "sd_notify.h"
+#include "sd_notify.h"
 
 namespace weft {
 
@@ -532,6 +533,16 @@ Napi::Value SdNotifyBinding(const Napi::CallbackInfo& info) {
                                          info[1].As<Napi::String>().Utf8Value()));
 }
 
+// sdNotify(socketPath, state) → 0 or an errno: one sd_notify datagram (see sd_notify.h).
+Napi::Value SdNotifyBinding(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString()) {
+    throw Napi::TypeError::New(env, "sdNotify(socketPath: string, state: string)");
+  }
+  return Napi::Number::New(env, SdNotify(info[0].As<Napi::String>().Utf8Value(),
+                                         info[1].As<Napi::String>().Utf8Value()));
+}
+
 class Addon : public Napi::Addon<Addon> {
  public:
   Addon(Napi::Env env, Napi::Object exports) {
@@ -541,6 +552,7 @@ class Addon : public Napi::Addon<Addon> {
     nlbind::Define(env, exports);
     dpbind::DefineCodec(env, exports);
     dpbind::DefineEngine(env, exports);
+    exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
     exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
   }
 

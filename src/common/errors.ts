@@ -35,6 +35,7 @@ export const ERROR_CODES = {
   WEFT_ERR_NATIVE_UNAVAILABLE: { exit: 1, summary: 'the native addon is not built or cannot load' },
   WEFT_ERR_DATAPLANE: { exit: 1, summary: 'the packet engine failed' },
   WEFT_ERR_CNI: { exit: 1, summary: 'the CNI plugin failed' },
+  WEFT_ERR_SD_NOTIFY: { exit: 1, summary: 'the readiness message to systemd could not be sent' },
   WEFT_ERR_ABORTED: { exit: 1, summary: 'the operation was cancelled' },
 } as const;
 

@@ -1,0 +1,44 @@
+/**
+ * systemd readiness (sd_notify(3)) for `Type=notify` units: `READY=1` once the daemon is ready,
+ * `STOPPING=1` when it begins to stop, each one datagram to the AF_UNIX SOCK_DGRAM socket named
+ * by $NOTIFY_SOCKET (a path, or `@name` for an abstract socket).
+ *
+ * Node has no unix datagram sockets, and spawning `systemd-notify` is not reliable (systemd
+ * matches the sender's pid against the unit's main pid, and the helper may be gone before
+ * systemd reads the message), so the datagram is sent from this process by the native addon
+ * (native/src/sd_notify.cc). Without $NOTIFY_SOCKET (not under systemd) nothing is sent.
+ */
+import { WeftError } from '../common/errors.js';
+import { loadNative } from '../common/native.js';
+import { constants } from 'node:os';
+
+interface SdNotifyBinding {
+  sdNotify(socketPath: string, state: string): number;
+}
+
+export type SdNotifyState = 'READY=1' | 'STOPPING=1' | 'RELOADING=1' | `STATUS=${string}`;
+
+/**
+ * Sends `state` (one or more `KEY=VALUE` lines) to $NOTIFY_SOCKET. Resolves false when the
+ * variable is unset, true when sent; throws WEFT_ERR_SD_NOTIFY (with the errno) or
+ * WEFT_ERR_NATIVE_UNAVAILABLE otherwise. Callers log the error: readiness is not worth a crash.
+ */
+export function sdNotify(
+  state: SdNotifyState | string,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+  binding?: SdNotifyBinding,
+): boolean {
+  const socket = env.NOTIFY_SOCKET;
+  if (!socket) return false;
+  const errno = (binding ?? loadNative<SdNotifyBinding>()).sdNotify(socket, state);
+  if (errno !== 0) {
+    const name =
+      Object.entries(constants.errno).find(([, v]) => v === errno)?.[0] ?? `errno ${errno}`;
+    throw new WeftError(
+      'WEFT_ERR_SD_NOTIFY',
+      `sd_notify ${JSON.stringify(state)} to ${socket}: ${name}`,
+      { details: { socket, errno } },
+    );
+  }
+  return true;
+}
