@@ -479,7 +479,12 @@ export class EtcdRegistry implements Registry {
           stream = await raceAbort(this.#client.watchClient.watch(), stop);
         } catch (err) {
           if (stop.aborted) return;
-          log.warn({ err: errorMessage(err), next }, 'etcd watch cannot open a stream');
+          // Warn once per outage; the retries of one outage go to debug.
+          (attempt === 0 ? log.warn : log.debug).call(
+            log,
+            { err: errorMessage(err), next, attempt },
+            'etcd watch cannot open a stream',
+          );
           await this.#watchBackoff(attempt++, stop, err);
           continue;
         }
@@ -558,7 +563,11 @@ export class EtcdRegistry implements Registry {
         }
         if (stop.aborted) return;
         if (failure !== null) {
-          log.warn({ err: errorMessage(failure), next }, 'etcd watch broken, reconnecting');
+          (attempt === 0 ? log.warn : log.debug).call(
+            log,
+            { err: errorMessage(failure), next, attempt },
+            'etcd watch broken, reconnecting',
+          );
           await this.#watchBackoff(attempt++, stop, failure);
         }
       }
