@@ -245,6 +245,35 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     assert.ok(Date.now() - t0 < 10_000, `took ${Date.now() - t0} ms`);
   });
 
+  it('keeps a watch on an unreachable store retrying until its signal fires', async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const r = open({ endpoints: [dead] });
+    const ac = new AbortController();
+    const done = (async () => {
+      const got: WatchBatch[] = [];
+      for await (const b of r.watchSubnets(1, ac.signal)) got.push(b);
+      return got;
+    })();
+    await sleep(700); // several reconnect attempts (100 ms, 200 ms, 400 ms)
+    ac.abort();
+    const got = await Promise.race([
+      done,
+      sleep(2000).then(() => assert.fail('the watch did not end within 2 s of the abort')),
+    ]);
+    assert.deepEqual(got, []);
+  });
+
+  it('fails a call in its retries at once when the registry closes', async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const r = open({ endpoints: [dead], attempts: 50, retryInitialMs: 200 });
+    const pending = r.listSubnets();
+    await sleep(300);
+    const t0 = Date.now();
+    await r.close();
+    await expectCode(pending, 'WEFT_ERR_STORE_UNAVAILABLE');
+    assert.ok(Date.now() - t0 < 1000);
+  });
+
   it('rejects a call whose signal fires with WEFT_ERR_ABORTED', async () => {
     const r = open();
     const ac = new AbortController();
