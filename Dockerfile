@@ -1,0 +1,39 @@
+# weft's node image, built from this repository:
+#
+#   docker build -t ghcr.io/weft-net/weft:0.1.0 .
+#
+# Stage 1 compiles the TypeScript (npm ci runs our `prepare`: tsc → dist/) and the native addon
+# (our `install` script: node-gyp against libmnl → native/build/Release/weft.node), then drops
+# the dev dependencies. Stage 2 is the runtime: Node 20 on Debian with libmnl, iproute2 and
+# iptables (for --ip-masq). The DaemonSet (deploy/kubernetes/weft.yml) runs /opt/weft/bin/weft.
+FROM node:20-bookworm AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libmnl-dev python3 make g++ \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/weft
+COPY package.json package-lock.json tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
+COPY native/binding.gyp ./native/binding.gyp
+COPY native/src ./native/src
+COPY src ./src
+COPY bin ./bin
+# node-gyp builds against the image's own Node headers (no download).
+ENV npm_config_nodedir=/usr/local
+RUN npm ci \
+ && test -f native/build/Release/weft.node \
+ && test -f dist/control/main.js \
+ && npm prune --omit=dev \
+ && rm -rf native/build/Release/obj.target native/build/Release/.deps
+
+FROM node:20-bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libmnl0 iproute2 iptables ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/weft
+COPY --from=build /opt/weft/package.json ./package.json
+COPY --from=build /opt/weft/bin ./bin
+COPY --from=build /opt/weft/dist ./dist
+COPY --from=build /opt/weft/node_modules ./node_modules
+COPY --from=build /opt/weft/native/build/Release/weft.node ./native/build/Release/weft.node
+ENTRYPOINT ["/opt/weft/bin/weft"]
+CMD ["daemon", "--help"]
