@@ -7,7 +7,13 @@
  * Nothing here runs a command in the root namespace except `ip netns add/del` and `ip link add`
  * of veth pairs that are moved into test namespaces at once (`vethBetween`).
  */
-import { type ChildProcess, type SpawnOptions, execFileSync, spawn } from 'node:child_process';
+import {
+  type ChildProcess,
+  type SpawnOptions,
+  execFile,
+  execFileSync,
+  spawn,
+} from 'node:child_process';
 import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 
 let counter = 0;
@@ -43,6 +49,31 @@ export function nsExec(
     const e = err as { stderr?: string; message: string };
     throw new Error(`[${ns}] ${cmd} ${args.join(' ')}: ${e.stderr?.trim() || e.message}`);
   }
+}
+
+/** Like nsExec, without blocking the event loop (for pings and iperf3 in parallel). */
+export function nsExecAsync(
+  ns: string,
+  cmd: string,
+  args: readonly string[] = [],
+  timeoutMs = 30_000,
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      'ip',
+      ['netns', 'exec', ns, cmd, ...args],
+      { encoding: 'utf8', timeout: timeoutMs },
+      (err, stdout, stderr) => {
+        if (err)
+          reject(
+            new Error(
+              `[${ns}] ${cmd} ${args.join(' ')}: ${stderr.trim() || stdout.trim() || err.message}`,
+            ),
+          );
+        else resolve(stdout);
+      },
+    );
+  });
 }
 
 /** `ip <args>` inside `ns`. */

@@ -29,7 +29,9 @@ export type CommandRunner = (
 
 export const runCommand: CommandRunner = (cmd, args, input) =>
   new Promise((resolve, reject) => {
-    const p = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const p = spawn(cmd, args, {
+      stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     p.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
@@ -40,7 +42,11 @@ export const runCommand: CommandRunner = (cmd, args, input) =>
         ? resolve(out)
         : reject(new Error(`${cmd} ${args.join(' ')}: ${err.trim() || `exit ${code}`}`)),
     );
-    p.stdin.end(input ?? '');
+    if (p.stdin) {
+      // A command that exits without reading its input must not crash us with EPIPE.
+      p.stdin.on('error', () => undefined);
+      p.stdin.end(input);
+    }
   });
 
 export interface IptablesOptions {
