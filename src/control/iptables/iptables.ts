@@ -34,8 +34,8 @@ export const runCommand: CommandRunner = (cmd, args, input) =>
     });
     let out = '';
     let err = '';
-    p.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-    p.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
+    p.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
+    p.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
     p.on('error', reject);
     p.on('close', (code) =>
       code === 0
