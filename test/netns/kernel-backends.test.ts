@@ -104,20 +104,31 @@ for (const backend of ['host-gw', 'vxlan'] as const) {
             .filter((l) => l.trim()),
         );
       if (backend !== 'vxlan') return { routes, neighs: [], fdb: [] };
-      const neighs = c
-        .ipIn(i, 'neigh', 'show', 'dev', 'flannel.1')
-        .split('\n')
-        .filter((l) => l.startsWith(gw + ' '));
-      const mac = peerMac(j);
-      const fdb = nsExec(c.nodes[i]!.ns, 'bridge', ['fdb', 'show', 'dev', 'flannel.1'])
-        .split('\n')
-        .filter((l) => l.startsWith(mac));
+      const gw6 = peer.env.FLANNEL_IPV6_SUBNET!.replace(/1\/64$/, '');
+      const neighs = [
+        ...c
+          .ipIn(i, 'neigh', 'show', 'dev', 'flannel.1')
+          .split('\n')
+          .filter((l) => l.startsWith(gw + ' ')),
+        ...c
+          .ipIn(i, '-6', 'neigh', 'show', 'dev', 'flannel-v6.1')
+          .split('\n')
+          .filter((l) => l.startsWith(gw6 + ' ')),
+      ];
+      const fdbOf = (dev: string, mac: string) =>
+        nsExec(c.nodes[i]!.ns, 'bridge', ['fdb', 'show', 'dev', dev])
+          .split('\n')
+          .filter((l) => l.startsWith(mac));
+      const fdb = [
+        ...fdbOf('flannel.1', peerMac(j)),
+        ...fdbOf('flannel-v6.1', peerMac(j, 'flannel-v6.1')),
+      ];
       return { routes, neighs, fdb };
     };
-    const peerMac = (j: number): string =>
-      /link\/ether ([0-9a-f:]+)/.exec(c.ipIn(j, 'link', 'show', 'flannel.1'))![1]!;
+    const peerMac = (j: number, dev = 'flannel.1'): string =>
+      /link\/ether ([0-9a-f:]+)/.exec(c.ipIn(j, 'link', 'show', dev))![1]!;
     const count = (e: Entries) => e.routes.length + e.neighs.length + e.fdb.length;
-    const full = backend === 'vxlan' ? 4 : 2; // routes v4+v6 (+ neigh + fdb for v4)
+    const full = backend === 'vxlan' ? 6 : 2; // routes v4+v6 (+ neigh and FDB of each family)
 
     before(async () => {
       c = await Cluster.create({ backend: { Type: backend }, dualStack: true, ipMasq: true });
@@ -199,11 +210,11 @@ for (const backend of ['host-gw', 'vxlan'] as const) {
 
     test('a restart keeps the subnet and the VtepMAC, without duplicates', async () => {
       const before = readEnvFile(c.nodes[1]!.subnetFile).FLANNEL_SUBNET;
-      const mac = backend === 'vxlan' ? peerMac(1) : '';
+      const macs = backend === 'vxlan' ? [peerMac(1), peerMac(1, 'flannel-v6.1')] : [];
       await c.stopDaemon(1);
       await c.startDaemon(1);
       assert.equal(c.nodes[1]!.env.FLANNEL_SUBNET, before);
-      if (backend === 'vxlan') assert.equal(peerMac(1), mac);
+      if (backend === 'vxlan') assert.deepEqual([peerMac(1), peerMac(1, 'flannel-v6.1')], macs);
       await new Promise((r) => setTimeout(r, 300));
       for (let i = 0; i < 3; i++) {
         for (let j = 0; j < 3; j++)
