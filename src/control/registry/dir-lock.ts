@@ -1,20 +1,25 @@
 /**
- * A lock file shared by processes on one host (one pid namespace, one filesystem), for the
- * embedded store. Node has no flock(2), so the lock is a directory entry:
+ * A lock shared by processes on one host (one pid namespace, one filesystem), for the embedded
+ * store. Node has no flock(2), so the lock is a chain of generations in a directory, where every
+ * state change creates a new name with link()/O_EXCL — atomic, and it never removes a name
+ * another process may still be deciding about:
  *
- * - Acquire = write `{pid, start, nonce}` to a private temp file, then `link()` it to the lock
- *   path. link fails with EEXIST atomically, so exactly one process holds the entry.
- * - The owner is identified by pid AND the process start time (field 22 of /proc/<pid>/stat),
- *   so a recycled pid does not keep a dead owner's lock alive.
- * - A lock whose owner is dead is broken by renaming it to a unique name and checking that the
- *   renamed inode is the stale one we inspected; if a racing breaker already replaced it with a
- *   live lock, that lock is linked back. (The one window left: a third process acquiring during
- *   those two syscalls of a concurrent break of a crashed owner's lock.)
- * - Release unlinks the entry only if it is still ours (same inode).
+ *   <lockDir>/gen.<n>        holder of generation n: `{pid, start, nonce}` (linked complete)
+ *   <lockDir>/released.<n>   generation n was released
+ *
+ * The newest generation n decides. Acquire: when released.<n> exists, or gen.<n>'s owner is
+ * dead, create gen.<n+1> with link(); EEXIST means someone else moved first, so look again.
+ * Both facts are final (a release is never undone; a dead process stays dead — the owner is
+ * matched by pid AND start time, field 22 of /proc/<pid>/stat, so a recycled pid does not keep
+ * a dead owner's lock alive), and link() only succeeds while gen.<n+1> is absent: no
+ * check-then-act race, including when two processes break one crashed owner's lock at once.
+ * Release: create released.<n>. The holder prunes generations older than n-1; a waiter whose
+ * listing was that old can only create a generation below n-1, sees it is not the newest and
+ * withdraws it.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { link, lstat, readFile, rename, unlink, writeFile } from 'node:fs/promises';
+import { link, mkdir, readFile, readdir, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { WeftError, abortError } from '../../common/errors.js';
 import { sleep } from '../../common/lifecycle.js';
@@ -59,7 +64,7 @@ export function selfOwner(): LockOwner {
   return { pid: process.pid, start: selfStart, nonce: randomBytes(8).toString('hex') };
 }
 
-/** The pid a temp or lock file name starts with (`<pid>-<start>-...`), for stale-file cleanup. */
+/** The owner a temp file name starts with (`<pid>-<start>-...`), for stale-file cleanup. */
 export function ownerFromName(name: string): LockOwner | null {
   const m = /^(\d+)-(\d+)-/.exec(name);
   if (!m) return null;
@@ -88,17 +93,62 @@ export interface DirLockOptions {
   /** Give up after this long (default 10 s): WEFT_ERR_STORE_UNAVAILABLE. */
   timeoutMs?: number;
   signal?: AbortSignal;
-  /** Called when a dead owner's lock is broken. */
+  /** Called when a dead owner's lock is taken over. */
   onBreak?: (owner: LockOwner | null) => void;
 }
 
 export interface HeldLock {
   readonly owner: LockOwner;
+  readonly generation: number;
   release(): Promise<void>;
 }
 
-/** Takes the lock at `path`, waiting (polling with jitter) while a live process holds it. */
-export async function acquireDirLock(path: string, o: DirLockOptions): Promise<HeldLock> {
+interface LockState {
+  /** Newest generation (0 when none yet). */
+  readonly newest: number;
+  readonly released: boolean;
+  /** Generations present, for pruning. */
+  readonly gens: readonly number[];
+}
+
+async function readState(lockDir: string): Promise<LockState> {
+  const gens: number[] = [];
+  const released = new Set<number>();
+  for (const name of await readdir(lockDir)) {
+    const m = /^(gen|released)\.(\d+)$/.exec(name);
+    if (!m) continue;
+    if (m[1] === 'gen') gens.push(Number(m[2]));
+    else released.add(Number(m[2]));
+  }
+  const newest = gens.length > 0 ? Math.max(...gens) : 0;
+  return { newest, released: newest === 0 || released.has(newest), gens };
+}
+
+/** The live holder of the lock at `lockDir`, or null when it is free or its holder is dead. */
+export async function lockHolder(lockDir: string): Promise<LockOwner | null> {
+  let state: LockState;
+  try {
+    state = await readState(lockDir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+  if (state.released) return null;
+  const owner = await readOwner(lockDir, state.newest);
+  return owner && ownerAlive(owner) ? owner : null;
+}
+
+async function readOwner(lockDir: string, gen: number): Promise<LockOwner | null> {
+  try {
+    return parseOwner(await readFile(join(lockDir, `gen.${gen}`), 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** Takes the lock at `lockDir`, waiting (polling with jitter) while a live process holds it. */
+export async function acquireDirLock(lockDir: string, o: DirLockOptions): Promise<HeldLock> {
+  await mkdir(lockDir, { recursive: true, mode: 0o700 });
   const owner = selfOwner();
   const tmp = join(o.tmpDir, `${tempName(owner)}.lock`);
   await writeFile(tmp, JSON.stringify(owner), { mode: 0o600 });
@@ -107,21 +157,39 @@ export async function acquireDirLock(path: string, o: DirLockOptions): Promise<H
   try {
     for (;;) {
       if (o.signal?.aborted) throw abortError(o.signal);
-      try {
-        await link(tmp, path);
-        const ino = (await lstat(path)).ino;
-        return { owner, release: () => releaseIfOurs(path, ino) };
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const state = await readState(lockDir);
+      let free = state.released;
+      let dead: LockOwner | null = null;
+      if (!free) {
+        // An unreadable generation file cannot come from here (it is linked complete): stale.
+        dead = await readOwner(lockDir, state.newest);
+        free = dead === null || !ownerAlive(dead);
       }
-      if (await breakIfStale(path, o.tmpDir, o.onBreak)) continue;
+      if (free) {
+        const gen = state.newest + 1;
+        let linked = false;
+        try {
+          await link(tmp, join(lockDir, `gen.${gen}`));
+          linked = true;
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+        }
+        if (linked) {
+          // Our listing may have been old enough for the generations after it to be pruned.
+          if ((await readState(lockDir)).newest === gen) {
+            if (!state.released) o.onBreak?.(dead);
+            await prune(lockDir, state.gens, gen);
+            return { owner, generation: gen, release: () => release(lockDir, gen) };
+          }
+          await unlink(join(lockDir, `gen.${gen}`)).catch(() => {});
+        }
+        continue; // someone moved first: look again at once
+      }
       if (Date.now() >= deadline) {
         throw new WeftError(
           'WEFT_ERR_STORE_UNAVAILABLE',
-          `lock ${path} held too long by another process`,
-          {
-            details: { path },
-          },
+          `lock ${lockDir} held too long by pid ${dead?.pid ?? '?'}`,
+          { details: { path: lockDir, pid: dead?.pid } },
         );
       }
       await sleep(delay + Math.random() * delay, o.signal);
@@ -132,47 +200,19 @@ export async function acquireDirLock(path: string, o: DirLockOptions): Promise<H
   }
 }
 
-async function releaseIfOurs(path: string, ino: number): Promise<void> {
-  try {
-    if ((await lstat(path)).ino === ino) await unlink(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
+async function release(lockDir: string, gen: number): Promise<void> {
+  await writeFile(join(lockDir, `released.${gen}`), '', { flag: 'wx' }).catch(
+    (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EEXIST') throw err;
+    },
+  );
 }
 
-/** Removes the lock when its owner is dead; true when the caller should retry at once. */
-async function breakIfStale(
-  path: string,
-  tmpDir: string,
-  onBreak?: (owner: LockOwner | null) => void,
-): Promise<boolean> {
-  let ino: number;
-  let text: string;
-  try {
-    ino = (await lstat(path)).ino;
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return true;
-    throw err;
+/** Removes generations below `gen - 1` (kept: the newest two, which waiters decide on). */
+async function prune(lockDir: string, gens: readonly number[], gen: number): Promise<void> {
+  for (const g of gens) {
+    if (g >= gen - 1) continue;
+    await unlink(join(lockDir, `gen.${g}`)).catch(() => {});
+    await unlink(join(lockDir, `released.${g}`)).catch(() => {});
   }
-  const owner = parseOwner(text);
-  // An unparsable lock cannot come from acquireDirLock (it links complete files): stale.
-  if (owner !== null && ownerAlive(owner)) return false;
-  const moved = join(tmpDir, `${tempName()}.broken`);
-  try {
-    await rename(path, moved);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return true;
-    throw err;
-  }
-  // Same inode AND same content: inode numbers are recycled, nonces are not.
-  const same = (await lstat(moved)).ino === ino && (await readFile(moved, 'utf8')) === text;
-  if (!same) {
-    // A racing breaker removed the stale lock first and someone took it: give it back.
-    await link(moved, path).catch(() => {});
-  } else {
-    onBreak?.(owner);
-  }
-  await unlink(moved).catch(() => {});
-  return true;
 }

@@ -7,7 +7,7 @@
  *   config              the network config JSON, raw text
  *   revision            the store revision (decimal), written last by every change
  *   compacted           highest revision whose tombstone was pruned (watches from below resync)
- *   lock                the store-wide lock (dir-lock.ts)
+ *   lock/               the store-wide lock (dir-lock.ts: generations gen.<n>, released.<n>)
  *   subnets/<key>       one lease: a header line `{"revision":N,"expiration":ms|null}` then the
  *                       value, byte for byte. An operator may write a reservation by hand with
  *                       `{"revision":0,"expiration":null}`.
@@ -109,7 +109,7 @@ export class EmbeddedRegistry implements Registry {
 
   async #init(): Promise<void> {
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
-    for (const sub of ['subnets', 'deleted', 'tmp']) {
+    for (const sub of ['subnets', 'deleted', 'tmp', 'lock']) {
       await mkdir(this.#path(sub), { recursive: true, mode: 0o700 });
     }
     // A crashed writer leaves temp files behind: remove those whose owner is gone.

@@ -1,19 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import {
-  mkdtempSync,
-  readdirSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-  existsSync,
-  mkdirSync,
-} from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { sleep } from '../../../../src/common/lifecycle.js';
+import { lockHolder } from '../../../../src/control/registry/dir-lock.js';
 import { EmbeddedRegistry } from '../../../../src/control/registry/embedded.js';
 import {
   DUAL_KEY,
@@ -133,11 +126,16 @@ describe('EmbeddedRegistry', () => {
     await race(t, tempStore(), 50);
   });
 
-  it('gives each lapsed key to exactly one of two processes replacing it', async (t) => {
+  it('gives each lapsed key to exactly one of two processes replacing it, after a stale lock', async (t) => {
     const dir = tempStore();
     const r = new EmbeddedRegistry(dir);
     await r.listSubnets(); // creates the layout the children write into
     await r.close();
+    // And a crashed writer's lock, which both children find stale at once in the first round.
+    writeFileSync(
+      join(dir, 'lock', 'gen.1'),
+      JSON.stringify({ pid: 2 ** 22 + 1, start: 1, nonce: 'crashed' }),
+    );
     await race(t, dir, 50, true);
   });
 
@@ -180,14 +178,14 @@ describe('EmbeddedRegistry', () => {
       await r.listSubnets();
       const holder = runChild(['hold-lock', dir]);
       assert.equal(await firstLine(holder), 'locked');
-      assert.ok(existsSync(join(dir, 'lock')));
+      assert.equal((await lockHolder(join(dir, 'lock')))?.pid, holder.pid);
       holder.kill('SIGKILL');
       await new Promise((resolve) => holder.once('exit', resolve));
       const t0 = Date.now();
       await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
       assert.ok(Date.now() - t0 < 1000, 'a dead owner must not make us wait');
       assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
-      assert.equal(existsSync(join(dir, 'lock')), false, 'our lock is released');
+      assert.equal(await lockHolder(join(dir, 'lock')), null, 'our lock is released');
     } finally {
       await r.close();
     }
@@ -200,7 +198,7 @@ describe('EmbeddedRegistry', () => {
       await r.listSubnets();
       // Our own pid with another start time: the writer that held it is gone, the pid recycled.
       writeFileSync(
-        join(dir, 'lock'),
+        join(dir, 'lock', 'gen.1'),
         JSON.stringify({ pid: process.pid, start: 1, nonce: 'old' }),
       );
       await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
