@@ -17,6 +17,7 @@ commands:
   config set FILE   write the network config (net-conf JSON) to the store
   config get        print the network config from the store
   leases [--json]   list the leases in the store
+  bench             userspace vs kernel dataplanes in namespaces, ratios + chart (root)
   demo [down]       a local cluster in network namespaces, every backend tested (root)
   cni               the CNI plugin (CNI_COMMAND + config on stdin); also bin/weft-cni
   version           print the version
@@ -31,6 +32,16 @@ const COMMANDS: Record<string, Command> = {
   cni: async (_argv, io) => {
     const { runCni } = await import('./cni/main.js');
     return runCni(io.env, process.stdin, io.stdout);
+  },
+  bench: async (argv) => {
+    // The benchmark lives in bench/ (a development tool, run through tsx from a checkout).
+    const { spawnSync } = await import('node:child_process');
+    const { fileURLToPath } = await import('node:url');
+    const script = fileURLToPath(new URL('../../bench/run.ts', import.meta.url));
+    const r = spawnSync(process.execPath, ['--import', 'tsx', script, ...argv], {
+      stdio: 'inherit',
+    });
+    return r.status ?? 1;
   },
   demo: async (argv, io) => (await import('./demo/demo.js')).demoCommand(argv, io),
   version: async (_argv, io) => {

@@ -1,0 +1,405 @@
+/**
+ * The dataplane comparison (DESIGN §8): one run, one testbed shape, every path, interleaved
+ * rounds (round 1 of every path, then round 2, ...), every figure also as a ratio to kernel vxlan
+ * in the same round. Run as root: `npm run bench` (or `weft bench`). Never part of `npm test`.
+ *
+ *     underlay ns: br0                       one cluster per path, all up for the whole run:
+ *       ├── node 0: eth0 10.250.0.1 ── weft daemon ── cni0 ── pod 0 (iperf3/ping client)
+ *       └── node 1: eth0 10.250.0.2 ── weft daemon ── cni0 ── pod 1 (iperf3 server)
+ *
+ * Paths: underlay (node to node, no tunnel), host-gw, vxlan (kernel), udp (weft native engine),
+ * vxlan-userspace (weft native engine), udp-js (weft js engine). Each weft path runs the real
+ * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
+ * received pps and loss, ping RTT avg and p99, dataplane-process CPU seconds per GB moved.
+ * Output: a table (medians, ranges, ratios), bench/results/<time>.json, latest.json, latest.svg.
+ */
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
+import { Progress } from '../src/control/demo/progress.js';
+import {
+  CLUSTER_NETWORK,
+  Cluster,
+  iperf,
+  ping,
+  waitForMesh,
+} from '../src/control/testbed/cluster.js';
+import { isRoot } from '../src/control/testbed/netns.js';
+
+interface PathDef {
+  readonly name: string;
+  readonly label: string;
+  /** null: no daemons, node-to-node over the underlay. */
+  readonly backend: Record<string, unknown> | null;
+  readonly daemonArgs?: readonly string[];
+  /** Whether a userspace process moves the packets (CPU per GB is measured for those). */
+  readonly userspace: boolean;
+}
+
+export const PATHS: readonly PathDef[] = [
+  { name: 'underlay', label: 'underlay (no tunnel)', backend: null, userspace: false },
+  { name: 'host-gw', label: 'kernel host-gw', backend: { Type: 'host-gw' }, userspace: false },
+  { name: 'vxlan', label: 'kernel vxlan', backend: { Type: 'vxlan' }, userspace: false },
+  { name: 'udp', label: 'weft udp (native)', backend: { Type: 'udp' }, userspace: true },
+  {
+    name: 'vxlan-userspace',
+    label: 'weft vxlan-userspace (native)',
+    backend: { Type: 'vxlan', Dataplane: 'userspace' },
+    userspace: true,
+  },
+  {
+    name: 'udp-js',
+    label: 'weft udp (js engine)',
+    backend: { Type: 'udp' },
+    daemonArgs: ['--dataplane-engine=js'],
+    userspace: true,
+  },
+];
+const BASELINE = 'vxlan';
+
+export const FIGURES = [
+  { key: 'tcp1Gbps', label: 'TCP 1 stream', unit: 'Gbit/s', higherIsBetter: true },
+  { key: 'tcp4Gbps', label: 'TCP 4 streams', unit: 'Gbit/s', higherIsBetter: true },
+  { key: 'udp64Kpps', label: 'UDP 64 B rx', unit: 'kpps', higherIsBetter: true },
+  { key: 'udp64LossPct', label: 'UDP 64 B loss', unit: '%', higherIsBetter: false },
+  { key: 'pingAvgUs', label: 'ping avg', unit: 'µs', higherIsBetter: false },
+  { key: 'pingP99Us', label: 'ping p99', unit: 'µs', higherIsBetter: false },
+  { key: 'cpuSecPerGB', label: 'CPU per GB', unit: 's/GB', higherIsBetter: false },
+] as const;
+type FigureKey = (typeof FIGURES)[number]['key'];
+type Sample = Partial<Record<FigureKey, number>> & { error?: string };
+
+const BENCH_FLAGS = {
+  rounds: int(3, 'interleaved rounds', { min: 1, max: 20 }),
+  duration: int(5, 'seconds per iperf3 run', { min: 1, max: 60 }),
+  paths: list(`paths, comma-separated (default: ${PATHS.map((p) => p.name).join(',')})`, {
+    valueName: 'LIST',
+  }),
+  quick: bool(false, 'a short smoke run: 1 round of 2 s runs'),
+  help: bool(false, 'print this message'),
+} as const;
+
+const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
+
+/** utime + stime of a process in seconds (from /proc/<pid>/stat), 0 when gone. */
+function cpuSeconds(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100; // clock ticks (USER_HZ = 100)
+  } catch {
+    return 0;
+  }
+}
+
+interface Bed {
+  path: PathDef;
+  cluster: Cluster;
+  dir: string;
+  src: { ns: string; ip: string };
+  dst: { ns: string; ip: string };
+}
+
+async function buildBed(path: PathDef): Promise<Bed> {
+  const dir = mkdtempSync(join(tmpdir(), `weft-bench-${path.name}-`));
+  const cluster = await Cluster.create({ nodes: 2, dir, prefix: `weft-bench-${process.pid}` });
+  try {
+    if (path.backend === null) {
+      const [a, b] = cluster.nodes;
+      return { path, cluster, dir, src: { ns: a!.ns, ip: a!.ip }, dst: { ns: b!.ns, ip: b!.ip } };
+    }
+    await cluster.startDaemons({
+      netConf: { Network: CLUSTER_NETWORK, Backend: path.backend },
+      extraArgs: path.daemonArgs ?? [],
+    });
+    const pods = await cluster.addPods(1);
+    const silent = await waitForMesh(pods, 15_000);
+    if (silent > 0) throw new Error(`${silent} pod pair(s) unreachable after 15 s`);
+    return { path, cluster, dir, src: pods[0]!, dst: pods[1]! };
+  } catch (err) {
+    await cluster.destroy();
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function measure(bed: Bed, seconds: number, pings: number): Promise<Sample> {
+  const s: Sample = {};
+  const { netns } = bed.cluster;
+  const pids = bed.cluster.nodes.map((n) => n.daemon?.pid);
+  const cpu0 = pids.reduce<number>((a, p) => a + cpuSeconds(p), 0);
+  const t1 = await iperf(netns, bed.dst.ns, bed.dst.ip, bed.src.ns, ['-t', String(seconds)]);
+  const cpu1 = pids.reduce<number>((a, p) => a + cpuSeconds(p), 0);
+  s.tcp1Gbps = t1.bitsPerSecond / 1e9;
+  if (bed.path.userspace && t1.bitsPerSecond > 0) {
+    const gb = (t1.bitsPerSecond * seconds) / 8 / 1e9;
+    s.cpuSecPerGB = (cpu1 - cpu0) / gb;
+  }
+  s.tcp4Gbps =
+    (await iperf(netns, bed.dst.ns, bed.dst.ip, bed.src.ns, ['-t', String(seconds), '-P', '4']))
+      .bitsPerSecond / 1e9;
+  const u = await iperf(netns, bed.dst.ns, bed.dst.ip, bed.src.ns, [
+    '-t',
+    String(seconds),
+    '-u',
+    '-b',
+    '0',
+    '-l',
+    '64',
+  ]);
+  const sum = (
+    u.json.end as
+      { sum?: { packets?: number; lost_packets?: number; seconds?: number } } | undefined
+  )?.sum;
+  if (sum?.packets) {
+    const received = sum.packets - (sum.lost_packets ?? 0);
+    s.udp64Kpps = received / (sum.seconds || seconds) / 1000;
+    s.udp64LossPct = (100 * (sum.lost_packets ?? 0)) / sum.packets;
+  }
+  const p = await ping(bed.src.ns, bed.dst.ip, pings, 0.01);
+  if (p.received === 0) throw new Error('ping: no reply');
+  s.pingAvgUs = p.avgMs! * 1000;
+  s.pingP99Us = p.p99Ms! * 1000;
+  return s;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+interface Summary {
+  path: string;
+  label: string;
+  figures: Partial<
+    Record<FigureKey, { median: number; min: number; max: number; ratio: number | null }>
+  >;
+  errors: string[];
+}
+
+function summarize(paths: readonly PathDef[], rounds: Array<Record<string, Sample>>): Summary[] {
+  return paths.map((p) => {
+    const figures: Summary['figures'] = {};
+    for (const f of FIGURES) {
+      const vals = rounds
+        .map((r) => r[p.name]?.[f.key])
+        .filter((v): v is number => v !== undefined);
+      if (vals.length === 0) continue;
+      // Ratio: per round against kernel vxlan of the same round, then the median of those.
+      const ratios = rounds
+        .map((r) => {
+          const v = r[p.name]?.[f.key];
+          const base = r[BASELINE]?.[f.key];
+          return v !== undefined && base ? v / base : undefined;
+        })
+        .filter((v): v is number => v !== undefined);
+      figures[f.key] = {
+        median: median(vals),
+        min: Math.min(...vals),
+        max: Math.max(...vals),
+        ratio: ratios.length ? median(ratios) : null,
+      };
+    }
+    const errors = rounds.map((r) => r[p.name]?.error).filter((e): e is string => Boolean(e));
+    return { path: p.name, label: p.label, figures, errors };
+  });
+}
+
+function fmt(v: number): string {
+  return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
+}
+
+export function renderTable(summaries: readonly Summary[]): string {
+  const head = ['path', ...FIGURES.map((f) => `${f.label} (${f.unit})`)];
+  const rows = summaries.map((s) => [
+    s.label,
+    ...FIGURES.map((f) => {
+      const x = s.figures[f.key];
+      if (!x) return s.errors.length ? 'failed' : '-';
+      const range = x.min === x.max ? '' : ` [${fmt(x.min)}–${fmt(x.max)}]`;
+      const ratio = x.ratio === null ? '' : ` ${x.ratio.toFixed(2)}×`;
+      return `${fmt(x.median)}${range}${ratio}`;
+    }),
+  ]);
+  const all = [head, ...rows];
+  const w = head.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
+  const line = (r: string[]) => `| ${r.map((c, i) => c.padEnd(w[i]!)).join(' | ')} |`;
+  return (
+    [line(head), `|${w.map((x) => '-'.repeat(x + 2)).join('|')}|`, ...rows.map(line)].join('\n') +
+    '\n'
+  );
+}
+
+/** A grouped horizontal bar chart of the ratios to kernel vxlan (1.0 = kernel vxlan). */
+export function renderSvg(summaries: readonly Summary[], title: string): string {
+  const figs = FIGURES.filter((f) => ['tcp1Gbps', 'tcp4Gbps', 'udp64Kpps'].includes(f.key));
+  const colors = ['#4c78a8', '#f58518', '#54a24b'];
+  const rowH = 16;
+  const groupH = figs.length * rowH + 14;
+  const left = 230;
+  const width = 760;
+  const scaleMax = Math.max(
+    1.2,
+    ...summaries.flatMap((s) => figs.map((f) => s.figures[f.key]?.ratio ?? 0)),
+  );
+  const x = (r: number) => left + (r / scaleMax) * (width - left - 60);
+  const height = 60 + summaries.length * groupH + 30;
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">${escapeXml(title)}</text>`,
+  ];
+  figs.forEach((f, i) =>
+    parts.push(
+      `<rect x="${left + i * 150}" y="30" width="10" height="10" fill="${colors[i]}"/><text x="${left + i * 150 + 14}" y="39">${f.label}</text>`,
+    ),
+  );
+  summaries.forEach((s, gi) => {
+    const y0 = 55 + gi * groupH;
+    parts.push(`<text x="10" y="${y0 + groupH / 2}">${escapeXml(s.label)}</text>`);
+    figs.forEach((f, i) => {
+      const r = s.figures[f.key]?.ratio;
+      const y = y0 + i * rowH;
+      if (r === undefined || r === null) {
+        parts.push(`<text x="${left + 4}" y="${y + 11}" fill="#999">n/a</text>`);
+        return;
+      }
+      parts.push(
+        `<rect x="${left}" y="${y}" width="${Math.max(1, x(r) - left)}" height="${rowH - 3}" fill="${colors[i]}"/>`,
+      );
+      parts.push(`<text x="${x(r) + 4}" y="${y + 11}">${r.toFixed(2)}×</text>`);
+    });
+  });
+  const one = x(1);
+  parts.push(
+    `<line x1="${one}" y1="48" x2="${one}" y2="${height - 25}" stroke="#333" stroke-dasharray="4 3"/>`,
+  );
+  parts.push(`<text x="${one - 40}" y="${height - 10}">kernel vxlan = 1.0×</text>`);
+  parts.push('</svg>');
+  return parts.join('\n') + '\n';
+}
+
+function escapeXml(s: string): string {
+  return s.replace(
+    /[<>&"]/g,
+    (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', '"': '&quot;' })[c]!,
+  );
+}
+
+export async function main(argv: readonly string[]): Promise<number> {
+  const parsed = parseFlags(BENCH_FLAGS, argv, process.env);
+  const o = parsed.values;
+  if (o.help) {
+    process.stdout.write(
+      usage(BENCH_FLAGS, 'weft bench', 'userspace vs kernel dataplanes, interleaved rounds'),
+    );
+    return 0;
+  }
+  if (!isRoot()) {
+    process.stderr.write(
+      'weft bench: must run as root (it creates network namespaces); try: sudo npm run bench\n',
+    );
+    return 1;
+  }
+  const rounds = o.quick ? 1 : o.rounds;
+  const seconds = o.quick ? 2 : o.duration;
+  const pings = o.quick ? 20 : 100;
+  const wanted = o.paths.length
+    ? o.paths.flatMap((p) => p.split(',')).map((p) => p.trim())
+    : PATHS.map((p) => p.name);
+  const unknown = wanted.filter((w) => !PATHS.some((p) => p.name === w));
+  if (unknown.length) {
+    process.stderr.write(`weft bench: --paths: unknown path(s) ${unknown.join(', ')}\n`);
+    return 2;
+  }
+  const paths = PATHS.filter((p) => wanted.includes(p.name));
+  const progress = new Progress();
+  const beds = new Map<string, Bed>();
+  const failed = new Map<string, string>();
+  const cleanup = async () => {
+    for (const b of beds.values()) {
+      await b.cluster.destroy();
+      rmSync(b.dir, { recursive: true, force: true });
+    }
+    beds.clear();
+  };
+  const onSignal = () => void cleanup().finally(() => process.exit(130));
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const results: Array<Record<string, Sample>> = [];
+  const started = new Date();
+  try {
+    for (const p of paths) {
+      try {
+        beds.set(p.name, await progress.step(`testbed: ${p.label}`, () => buildBed(p)));
+      } catch (err) {
+        failed.set(p.name, (err as Error).message.split('\n')[0]!);
+      }
+    }
+    const total = rounds * beds.size;
+    let done = 0;
+    for (let r = 0; r < rounds; r++) {
+      const round: Record<string, Sample> = {};
+      for (const p of paths) {
+        const bed = beds.get(p.name);
+        if (!bed) {
+          round[p.name] = { error: failed.get(p.name) ?? 'testbed failed' };
+          continue;
+        }
+        done++;
+        round[p.name] = await progress
+          .step(
+            `round ${r + 1}/${rounds} [${'#'.repeat(done)}${'.'.repeat(total - done)}] ${p.label}`,
+            () => measure(bed, seconds, pings),
+            (s) => `${fmt(s.tcp1Gbps ?? 0)} Gbit/s`,
+          )
+          .catch((err: Error) => ({ error: err.message.split('\n')[0]! }));
+      }
+      results.push(round);
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await cleanup();
+  }
+  const summaries = summarize(paths, results);
+  const table = renderTable(summaries);
+  const meta = {
+    started: started.toISOString(),
+    rounds,
+    secondsPerRun: seconds,
+    kernel: readFileSync('/proc/sys/kernel/osrelease', 'utf8').trim(),
+    cpus: (await import('node:os')).cpus().length,
+    command: `weft bench ${argv.join(' ')}`.trim(),
+  };
+  mkdirSync(RESULTS, { recursive: true });
+  const json = JSON.stringify({ meta, summaries, rounds: results }, null, 2) + '\n';
+  const stamp = started.toISOString().replace(/[:.]/g, '-');
+  writeFileSync(join(RESULTS, `${stamp}.json`), json);
+  writeFileSync(join(RESULTS, 'latest.json'), json);
+  writeFileSync(
+    join(RESULTS, 'latest.svg'),
+    renderSvg(
+      summaries,
+      `weft dataplanes vs kernel vxlan — ${meta.kernel}, ${rounds} round(s) × ${seconds}s`,
+    ),
+  );
+  writeFileSync(join(RESULTS, 'latest.md'), table);
+  process.stdout.write(
+    `\n${table}\nmedians [min–max] and ratio to kernel vxlan in the same round; results in bench/results/\n`,
+  );
+  for (const s of summaries)
+    for (const e of new Set(s.errors)) process.stdout.write(`${s.path}: ${e}\n`);
+  const carried = summaries.every(
+    (s) => s.errors.length === 0 && s.figures.tcp1Gbps && s.figures.tcp1Gbps.median > 0,
+  );
+  return carried ? 0 : 1;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  main(process.argv.slice(2)).then((code) => (process.exitCode = code));
+}
