@@ -43,7 +43,8 @@ struct DecapResult {
 };
 
 // Accepts an inner packet only when the longest-prefix peer for its source address is the peer
-// the datagram came from (outer source `outer_src`, `outer_len` 4 or 16 bytes).
+// the datagram came from (outer source `outer_src`, `outer_len` 4 or 16 bytes). The decoders
+// first drop datagrams whose source holds no lease (kUnknownSource), before parsing anything.
 DropReason CheckSource(const PeerTable& table, size_t outer_len, const uint8_t* outer_src,
                        const IpInfo& ip);
 

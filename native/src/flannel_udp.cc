@@ -30,6 +30,10 @@ EncapResult FlannelUdpEncap(uint8_t* pkt, size_t len, const PeerTable& table, ui
 DecapResult FlannelUdpDecap(uint8_t* dgram, size_t len, size_t outer_len,
                             const uint8_t* outer_src, const PeerTable& table) {
   DecapResult res;
+  if (!table.HasPublic(outer_len, outer_src)) {
+    res.drop = DropReason::kUnknownSource;
+    return res;
+  }
   res.drop = ParseIp(dgram, len, &res.ip);
   if (res.drop != DropReason::kNone) return res;
   res.drop = CheckSource(table, outer_len, outer_src, res.ip);

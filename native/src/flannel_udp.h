@@ -16,8 +16,8 @@ namespace weft {
 EncapResult FlannelUdpEncap(uint8_t* pkt, size_t len, const PeerTable& table, uint8_t* icmp_out,
                             size_t icmp_cap);
 
-// UDP → TUN: `dgram` (len bytes) came from `outer_src`. Validates, checks the source and
-// decrements the TTL in place.
+// UDP → TUN: `dgram` (len bytes) came from `outer_src`. Drops strangers (no lease) first, then
+// validates, checks the inner source and decrements the TTL in place.
 DecapResult FlannelUdpDecap(uint8_t* dgram, size_t len, size_t outer_len,
                             const uint8_t* outer_src, const PeerTable& table);
 

@@ -40,6 +40,10 @@ EncapResult VxlanEncap(uint8_t* pkt, size_t len, const PeerTable& table, const C
 DecapResult VxlanDecap(uint8_t* dgram, size_t len, size_t outer_len, const uint8_t* outer_src,
                        const PeerTable& table, const CodecConfig& cfg) {
   DecapResult res;
+  if (!table.HasPublic(outer_len, outer_src)) {
+    res.drop = DropReason::kUnknownSource;
+    return res;
+  }
   if (len < kVxlanHdrLen) {
     res.drop = DropReason::kTruncated;
     return res;

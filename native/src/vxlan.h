@@ -24,7 +24,8 @@ constexpr uint16_t kVxlanSrcPortMax = 61000;
 EncapResult VxlanEncap(uint8_t* pkt, size_t len, const PeerTable& table, const CodecConfig& cfg,
                        uint8_t* icmp_out, size_t icmp_cap);
 
-// UDP → TUN: validates header, VNI, our VtepMAC, ethertype, inner IP and source.
+// UDP → TUN: drops strangers (no lease) first, then validates header, VNI, our VtepMAC,
+// ethertype, inner IP and inner source.
 DecapResult VxlanDecap(uint8_t* dgram, size_t len, size_t outer_len, const uint8_t* outer_src,
                        const PeerTable& table, const CodecConfig& cfg);
 

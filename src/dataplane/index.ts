@@ -109,7 +109,8 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
         new Promise<void>((resolve, reject) => {
           t.on('message', (m: WorkerMessage) => {
             if (m.type === 'started') resolve();
-            else if (m.type === 'error') reject(new WeftError('WEFT_ERR_DATAPLANE', `worker ${w}: ${m.message}`));
+            else if (m.type === 'error')
+              reject(new WeftError('WEFT_ERR_DATAPLANE', `worker ${w}: ${m.message}`));
             else if (m.type === 'stopped' && (m.rc !== 0 || !closing)) {
               log.error({ worker: w, errno: m.rc }, 'dataplane worker left its loop');
             }
@@ -126,7 +127,10 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
     await Promise.all(exited);
     throw err;
   }
-  log.debug({ tun: created.tunName, workers: opts.workers, offloadsAccepted: created.offloadsAccepted }, 'dataplane started');
+  log.debug(
+    { tun: created.tunName, workers: opts.workers, offloadsAccepted: created.offloadsAccepted },
+    'dataplane started',
+  );
   let closed: Promise<void> | null = null;
   return {
     engine: 'native',

@@ -292,7 +292,10 @@ export function encap(
   return { drop: 'none', peer: peer.index, payload: b.subarray(0, head + ip.len), icmp: null };
 }
 
-/** UDP → TUN for one datagram from `outerSrc` (not modified; the result is a copy). */
+/**
+ * UDP → TUN for one datagram from `outerSrc` (not modified; the result is a copy). A source that
+ * holds no lease is dropped before anything is parsed.
+ */
 export function decap(
   format: Format,
   table: JsPeerTable,
@@ -300,6 +303,7 @@ export function decap(
   outerSrc: IP,
   datagram: Uint8Array,
 ): DecapOutcome {
+  if (!table.hasPublic(outerSrc)) return { drop: 'unknown_source', tun: null };
   const b = Buffer.from(datagram);
   let off = 0;
   if (format === 'vxlan') {

@@ -31,7 +31,9 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
   try {
     tun = native.tunOpen(opts.tunName);
   } catch (err) {
-    throw new WeftError('WEFT_ERR_DATAPLANE', `tun ${opts.tunName}: ${errorMessage(err)}`, { cause: err });
+    throw new WeftError('WEFT_ERR_DATAPLANE', `tun ${opts.tunName}: ${errorMessage(err)}`, {
+      cause: err,
+    });
   }
   const counters = new Float64Array(COUNTERS_PER_WORKER);
   const count = (c: CounterName, n = 1) => {
@@ -52,7 +54,11 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
     });
   }).catch((err: unknown) => {
     closeSync(tun.fd);
-    throw new WeftError('WEFT_ERR_DATAPLANE', `udp ${opts.bindIp}:${opts.port}: ${errorMessage(err)}`, { cause: err });
+    throw new WeftError(
+      'WEFT_ERR_DATAPLANE',
+      `udp ${opts.bindIp}:${opts.port}: ${errorMessage(err)}`,
+      { cause: err },
+    );
   });
   sock.on('error', (err) => {
     if (once.first('udp-error')) log.warn({ err: errorMessage(err) }, 'udp socket error');

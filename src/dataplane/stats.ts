@@ -80,9 +80,15 @@ export function decodeCounters(engine: 'native' | 'js', flat: ArrayLike<number>)
   return { engine, workers, total };
 }
 
+const attached = new WeakMap<
+  Registry,
+  { source: () => DataplaneStats | null; last: DataplaneStats | null }
+>();
+
 /**
  * Adds weft_dataplane_* to `registry`, read from `source` at each scrape. `source` returns null
- * while no dataplane runs (the series then stay at their last values).
+ * while no dataplane runs (the series then stay at their last values). Registering again on
+ * the same registry (a restarted backend) only replaces the source.
  */
 export function registerDataplaneMetrics(
   registry: Registry,

@@ -4,11 +4,15 @@ import type { BackendFactory } from './backend.js';
 import { createAllocBackend } from './alloc.js';
 import { createHostGwBackend } from './host-gw.js';
 import { createVxlanBackend } from './vxlan.js';
+import { createUdpBackend } from './udp.js';
+import { createVxlanUserspaceBackend } from './vxlan-userspace.js';
 
 const factories = new Map<string, BackendFactory>([
   ['alloc', createAllocBackend],
   ['host-gw', (ctx) => createHostGwBackend(ctx)],
   ['vxlan', (ctx) => createVxlanBackend(ctx)],
+  ['udp', (ctx) => createUdpBackend(ctx)],
+  ['vxlan-userspace', (ctx) => createVxlanUserspaceBackend(ctx)],
 ]);
 
 export function registerBackend(type: string, factory: BackendFactory): void {

@@ -1,0 +1,174 @@
+/**
+ * What the two userspace backends (udp, vxlan-userspace) share: a Dataplane whose TUN carries the
+ * subnet's network address and a route for the whole cluster network, and a peer table rebuilt
+ * from the current leases on every batch of lease events (one buffer per change).
+ *
+ *   prepare  → the dataplane starts (TUN exists, sockets bound, workers in their loops)
+ *   start    → TUN MTU, address <subnet network address>/32 (/128), up, route <network> dev TUN
+ *   run      → leases → peer records → setPeers, until the signal fires
+ *   close    → the dataplane stops; the TUN disappears with its address and route
+ */
+import { WeftError, errorMessage } from '../../common/errors.js';
+import { type Family, formatCIDR } from '../../common/ip.js';
+import { LogOnce } from '../../common/log.js';
+import { startDataplane } from '../../dataplane/index.js';
+import type { Dataplane, DataplaneEngine, DataplaneFormat } from '../../dataplane/index.js';
+import type { PeerEntry } from '../../dataplane/peer-table.js';
+import { registerDataplaneMetrics } from '../../dataplane/stats.js';
+import type { Lease, LeaseEvent } from '../lease/types.js';
+import { NativeNetlink } from '../netlink/native-netlink.js';
+import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
+import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import {
+  clusterNetwork,
+  enabledFamilies,
+  leasePublicIP,
+  leaseSubnet,
+  subnetAddress,
+} from './kernel-common.js';
+
+export interface UserspaceSpec {
+  readonly type: string;
+  readonly format: DataplaneFormat;
+  readonly tunName: string;
+  readonly port: number;
+  /** Bytes the encapsulation adds (udp 28, vxlan 50). */
+  readonly overhead: number;
+  readonly vni: number;
+  /** Our VtepMAC (vxlan); null for udp. */
+  readonly vtepMac: Buffer | null;
+  readonly attrs: PreparedBackend['attrs'];
+  /** The peer record for a lease, or a reason to skip it (logged once per lease). */
+  peerFor(lease: Lease, family: Family, publicIP: string): PeerEntry | { skip: string };
+}
+
+function engineOption(ctx: BackendContext): DataplaneEngine {
+  const e = ctx.options.dataplaneEngine;
+  return e === 'js' ? 'js' : 'native';
+}
+
+function workersOption(ctx: BackendContext): number {
+  const w = ctx.options.dataplaneWorkers;
+  return typeof w === 'number' && Number.isInteger(w) && w >= 1 ? w : 1;
+}
+
+export function createUserspaceBackend(
+  ctx: BackendContext,
+  spec: UserspaceSpec,
+  deps: { openNetlink?: () => Netlink } = {},
+): Backend {
+  const log = ctx.log;
+  const families = enabledFamilies(ctx.netConfig);
+  const ext = ctx.extIface;
+  const mtu = ext.mtu - spec.overhead;
+  const skipped = new LogOnce();
+  let dp: Dataplane | null = null;
+  let nl: Netlink | null = null;
+  let ownKey: string | null = null;
+
+  return {
+    type: spec.type,
+    async prepare(): Promise<PreparedBackend> {
+      const bindIp = ext.ifaceAddr ?? ext.ifaceAddrV6;
+      if (!bindIp) {
+        throw new WeftError('WEFT_ERR_BACKEND', `${spec.type}: ${ext.name} has no address to bind`);
+      }
+      nl = (deps.openNetlink ?? (() => new NativeNetlink()))();
+      dp = await startDataplane({
+        format: spec.format,
+        engine: engineOption(ctx),
+        tunName: spec.tunName,
+        workers: workersOption(ctx),
+        bindIp,
+        port: spec.port,
+        tunMtu: mtu,
+        vni: spec.vni,
+        vtepMac: spec.vtepMac ?? Buffer.alloc(6),
+        log,
+      });
+      const running = dp;
+      registerDataplaneMetrics(ctx.metrics, () => running.stats());
+      log.info(
+        { tun: dp.tunName, bind: `${bindIp}:${spec.port}`, engine: dp.engine, mtu },
+        'userspace dataplane started',
+      );
+      return { attrs: spec.attrs, mtu };
+    },
+    async start(lease: Lease) {
+      if (!dp || !nl) throw new Error(`${spec.type}: start before prepare`);
+      ownKey = lease.key;
+      const ops: Op[] = [{ op: 'setLink', dev: dp.tunName, mtu, up: true }];
+      for (const family of families) {
+        const subnet = leaseSubnet(lease, family);
+        const network = clusterNetwork(ctx.netConfig, family);
+        if (!subnet || !network) continue;
+        ops.push(
+          {
+            op: 'replaceAddr',
+            addr: `${subnetAddress(subnet)}/${family === 4 ? 32 : 128}`,
+            dev: dp.tunName,
+          },
+          { op: 'replaceRoute', dst: formatCIDR(network), dev: dp.tunName },
+        );
+      }
+      await applyAll(nl, ops);
+      log.info({ tun: dp.tunName }, 'tun device up');
+    },
+    async run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal) {
+      if (!dp) throw new Error(`${spec.type}: run before prepare`);
+      const leases = new Map<string, Lease>();
+      const push = () => {
+        const entries: PeerEntry[] = [];
+        for (const lease of leases.values()) {
+          if (lease.key === ownKey) continue;
+          for (const family of families) {
+            const subnet = leaseSubnet(lease, family);
+            // The underlay is the family we bound: IPv4 when we have it.
+            const pub = leasePublicIP(lease, ext.ifaceAddr ? 4 : 6);
+            if (!subnet) continue;
+            if (!pub) {
+              if (skipped.first(`${lease.key}/nopub`))
+                log.warn({ lease: lease.key }, 'peer lease without a public address skipped');
+              continue;
+            }
+            const p = spec.peerFor(lease, family, pub);
+            if ('skip' in p) {
+              if (skipped.first(`${lease.key}/${p.skip}`))
+                log.warn({ lease: lease.key, reason: p.skip }, 'peer lease skipped');
+              continue;
+            }
+            entries.push(p);
+          }
+        }
+        try {
+          dp!.setPeers(entries);
+          log.debug({ peers: entries.length }, 'peer table replaced');
+        } catch (err) {
+          log.error({ err: errorMessage(err) }, 'peer table refused');
+        }
+      };
+      const iter = events[Symbol.asyncIterator]();
+      const aborted = new Promise<null>((resolve) => {
+        if (signal.aborted) resolve(null);
+        signal.addEventListener('abort', () => resolve(null), { once: true });
+      });
+      while (!signal.aborted) {
+        const next = await Promise.race([iter.next(), aborted]);
+        if (next === null || next.done) break;
+        for (const e of next.value) {
+          if (e.type === 'added') leases.set(e.lease.key, e.lease);
+          else leases.delete(e.lease.key);
+        }
+        push();
+      }
+      await iter.return?.();
+    },
+    async close() {
+      const d = dp;
+      dp = null;
+      if (d) await d.close();
+      nl?.close();
+      nl = null;
+    },
+  };
+}

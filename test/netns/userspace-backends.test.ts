@@ -1,0 +1,311 @@
+/**
+ * The userspace backends end to end, real `weft daemon`s (embedded store) in namespaces built by
+ * test/helpers/cluster.ts:
+ *
+ *            underlay br0 (L2)                         10.250.0.0/24
+ *     ┌──────────┼──────────┬─────────────┐
+ *   node 0     node 1     node 2       kernel node (vxlan suite only): hand-made kernel
+ *   flannel0   flannel0   flannel0     vxlan flannel.1, 10.250.0.9, subnet 10.5.200.0/24,
+ *   (udp) or flannel.1 TUN (vxlan      its lease written into the store by this test
+ *   userspace), cni0 10.5.X.1/24
+ *   pod 0.0    pod 1.0    pod 2.0      kpod 10.5.200.2
+ *
+ * udp: every pod pair pings; iperf3 TCP and UDP; the TUN is flannel0 with MTU − 28; /metrics has
+ * the dataplane counters; a flood of random datagrams at port 8285 while pods ping (no loss,
+ * daemon alive, drops counted); spoofed inner sources all dropped.
+ * vxlan userspace ⇄ kernel vxlan, both directions: ping, iperf3 TCP and UDP.
+ */
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { encodeLeaseAttrs } from '../../src/control/lease/lease-json.js';
+import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
+import { Cluster, type Pod, ROOT, waitFor } from '../helpers/cluster.js';
+import { ip, isRoot, nsExec, nsExecAsync } from '../helpers/netns.js';
+
+const skip = isRoot() ? false : 'needs root (network namespaces)';
+const HEALTH_PORT = '9093';
+
+async function ping(from: Pod | string, dst: string, count = 1, interval = '0.2'): Promise<string> {
+  const ns = typeof from === 'string' ? from : from.ns;
+  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', interval, '-W', '2', dst], 60_000);
+}
+
+async function iperf(
+  clientNs: string,
+  serverNs: string,
+  serverIp: string,
+  udp = false,
+): Promise<{ bps: number; lost: number }> {
+  const srv = nsExecAsync(serverNs, 'iperf3', ['-s', '-1', '-B', serverIp], 30_000);
+  await new Promise((r) => setTimeout(r, 300));
+  const out = await nsExecAsync(
+    clientNs,
+    'iperf3',
+    ['-c', serverIp, '-t', '2', '-J', ...(udp ? ['-u', '-b', '100M'] : [])],
+    30_000,
+  );
+  await srv;
+  const j = JSON.parse(out) as {
+    end: {
+      sum_received?: { bits_per_second: number };
+      sum?: { bits_per_second: number; lost_percent: number };
+    };
+  };
+  if (udp) return { bps: j.end.sum!.bits_per_second, lost: j.end.sum!.lost_percent };
+  return { bps: j.end.sum_received!.bits_per_second, lost: 0 };
+}
+
+async function metrics(ns: string): Promise<string> {
+  return nsExecAsync(ns, process.execPath, [
+    '-e',
+    `fetch('http://127.0.0.1:${HEALTH_PORT}/metrics').then(r=>r.text()).then(t=>process.stdout.write(t))`,
+  ]);
+}
+
+function metric(text: string, name: string, labels = ''): number {
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith(`${name}${labels} `) || (labels === '' && l.startsWith(`${name} `)));
+  return line ? Number(line.split(' ').pop()) : NaN;
+}
+
+async function flood(ns: string, args: Record<string, unknown>): Promise<number> {
+  const out = await nsExecAsync(
+    ns,
+    process.execPath,
+    ['--import', 'tsx', join(ROOT, 'test/helpers/udp-flood.ts'), JSON.stringify(args)],
+    60_000,
+  );
+  return (JSON.parse(out) as { sent: number }).sent;
+}
+
+describe('udp backend across 3 nodes', { skip }, () => {
+  let c: Cluster;
+  before(async () => {
+    c = await Cluster.create({
+      backend: { Type: 'udp' },
+      flags: ['--healthz-port', HEALTH_PORT, '--healthz-ip', '127.0.0.1'],
+    });
+  });
+  after(async () => {
+    await c?.destroy();
+  });
+
+  test('the TUN is flannel0 with MTU interface − 28, the subnet network address and the network route', () => {
+    const n = c.nodes[0]!;
+    const link = c.ipIn(0, 'link', 'show', 'flannel0');
+    assert.match(link, /mtu 1472/);
+    const net = n.env.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0');
+    assert.match(
+      c.ipIn(0, 'addr', 'show', 'flannel0'),
+      new RegExp(`inet ${net.replace(/\./g, '\\.')}/32`),
+    );
+    assert.match(c.ipIn(0, 'route', 'show', '10.5.0.0/16'), /dev flannel0/);
+    assert.equal(n.env.FLANNEL_MTU, '1472');
+  });
+
+  test('every pod pair pings', async () => {
+    await waitFor(
+      async () => {
+        await ping(c.pods[0]!, c.pods[1]!.ip);
+        return true;
+      },
+      15_000,
+      'first ping',
+    );
+    for (const a of c.pods) for (const b of c.pods) if (a !== b) await ping(a, b.ip);
+  });
+
+  test('iperf3 TCP and UDP carry traffic pod to pod', async () => {
+    const [a, b] = [c.pods[0]!, c.pods[1]!];
+    const tcp = await iperf(a.ns, b.ns, b.ip);
+    assert.ok(tcp.bps > 50e6, `TCP ${tcp.bps} bit/s`);
+    const udp = await iperf(b.ns, a.ns, a.ip, true);
+    assert.ok(udp.bps > 10e6 && udp.lost < 10, `UDP ${udp.bps} bit/s, ${udp.lost}% lost`);
+  });
+
+  test('/metrics carries the dataplane counters', async () => {
+    const m = await metrics(c.nodes[0]!.ns);
+    assert.ok(metric(m, 'weft_dataplane_tx_packets_total') > 0, 'tx packets');
+    assert.ok(metric(m, 'weft_dataplane_rx_packets_total') > 0, 'rx packets');
+    assert.equal(metric(m, 'weft_dataplane_workers', '{engine="native"}'), 1);
+    assert.match(m, /weft_dataplane_dropped_packets_total\{reason="spoofed_source"\} \d+/);
+  });
+
+  test('a flood of random datagrams is dropped and counted while pods keep pinging', async () => {
+    const target = c.nodes[1]!;
+    const before = await metrics(target.ns);
+    // A stranger address on node 0's underlay side (holds no lease) floods too.
+    ip(c.nodes[0]!.ns, 'addr', 'add', '10.250.0.99/24', 'dev', 'eth0');
+    const [sent, sentStranger, pings] = await Promise.all([
+      flood(c.nodes[0]!.ns, { mode: 'random', target: target.ip, port: 8285, seconds: 4 }),
+      flood(c.nodes[0]!.ns, {
+        mode: 'random',
+        target: target.ip,
+        port: 8285,
+        seconds: 4,
+        bindIp: '10.250.0.99',
+      }),
+      ping(c.pods[0]!, c.pods[1]!.ip, 30, '0.1'),
+    ]);
+    assert.ok(sent > 1000 && sentStranger > 1000, `sent ${sent} + ${sentStranger}`);
+    assert.match(pings, / 0% packet loss/, pings);
+    assert.equal(target.daemon!.exitCode, null, 'daemon alive');
+    const after = await metrics(target.ns);
+    const drops = (reason: string) =>
+      metric(after, 'weft_dataplane_dropped_packets_total', `{reason="${reason}"}`) -
+      metric(before, 'weft_dataplane_dropped_packets_total', `{reason="${reason}"}`);
+    assert.ok(drops('unknown_source') > 500, `unknown_source ${drops('unknown_source')}`);
+    const garbage = drops('malformed') + drops('truncated') + drops('spoofed_source');
+    assert.ok(garbage > 500, `malformed+truncated+spoofed ${garbage}`);
+  });
+
+  test('spoofed inner sources are all dropped', async () => {
+    const target = c.nodes[1]!;
+    const before = await metrics(target.ns);
+    const other = c.nodes[2]!.env.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.77');
+    const sent = await flood(c.nodes[0]!.ns, {
+      mode: 'spoof',
+      target: target.ip,
+      port: 8285,
+      count: 300,
+      innerSrc: other,
+      innerDst: c.pods[1]!.ip,
+    });
+    const after = await metrics(target.ns);
+    const d = (name: string, labels = '') =>
+      metric(after, name, labels) - metric(before, name, labels);
+    await waitFor(() => true, 100, 'settle');
+    assert.equal(sent, 300);
+    assert.equal(d('weft_dataplane_dropped_packets_total', '{reason="spoofed_source"}'), 300);
+  });
+});
+
+describe('vxlan userspace ⇄ kernel vxlan', { skip }, () => {
+  let c: Cluster;
+  let kns = '';
+  let kpod = '';
+  const KPOD_IP = '10.5.200.2';
+  const KMAC = '02:aa:00:00:00:09';
+  before(async () => {
+    c = await Cluster.create({ nodes: 2, backend: { Type: 'vxlan', Dataplane: 'userspace' } });
+    // The kernel node, configured by hand as DESIGN §5 describes (no weft on it).
+    kns = c.scope.add();
+    c.scope.vethBetween(c.underlay, 'u9', kns, 'eth0');
+    ip(c.underlay, 'link', 'set', 'u9', 'master', 'br0', 'up');
+    ip(kns, 'addr', 'add', '10.250.0.9/24', 'dev', 'eth0');
+    ip(kns, 'link', 'set', 'eth0', 'up');
+    nsExec(kns, 'sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
+    ip(
+      kns,
+      'link',
+      'add',
+      'flannel.1',
+      'address',
+      KMAC,
+      'type',
+      'vxlan',
+      'id',
+      '1',
+      'dstport',
+      '8472',
+      'local',
+      '10.250.0.9',
+      'dev',
+      'eth0',
+      'nolearning',
+    );
+    ip(kns, 'link', 'set', 'flannel.1', 'mtu', '1450', 'up');
+    ip(kns, 'addr', 'add', '10.5.200.0/32', 'dev', 'flannel.1');
+    ip(kns, 'link', 'add', 'cni0', 'type', 'bridge');
+    ip(kns, 'addr', 'add', '10.5.200.1/24', 'dev', 'cni0');
+    ip(kns, 'link', 'set', 'cni0', 'mtu', '1450', 'up');
+    kpod = c.scope.add();
+    c.scope.vethBetween(kns, 'p0', kpod, 'eth0');
+    ip(kns, 'link', 'set', 'p0', 'master', 'cni0', 'mtu', '1450', 'up');
+    ip(kpod, 'addr', 'add', `${KPOD_IP}/24`, 'dev', 'eth0');
+    ip(kpod, 'link', 'set', 'eth0', 'mtu', '1450', 'up');
+    ip(kpod, 'route', 'add', 'default', 'via', '10.5.200.1');
+    const store = new EmbeddedRegistry(c.storeDir);
+    try {
+      for (const s of (await store.listSubnets()).leases) {
+        const v = JSON.parse(s.value) as { PublicIP: string; BackendData: { VtepMAC: string } };
+        const net = s.key.split('-')[0]!;
+        ip(
+          kns,
+          'neigh',
+          'replace',
+          net,
+          'lladdr',
+          v.BackendData.VtepMAC,
+          'dev',
+          'flannel.1',
+          'nud',
+          'permanent',
+        );
+        nsExec(kns, 'bridge', [
+          'fdb',
+          'append',
+          v.BackendData.VtepMAC,
+          'dev',
+          'flannel.1',
+          'dst',
+          v.PublicIP,
+          'self',
+          'permanent',
+        ]);
+        ip(kns, 'route', 'replace', `${net}/24`, 'via', net, 'dev', 'flannel.1', 'onlink');
+      }
+      await store.createSubnet(
+        '10.5.200.0-24',
+        encodeLeaseAttrs({
+          publicIP: '10.250.0.9',
+          publicIPv6: null,
+          backendType: 'vxlan',
+          backendData: { VNI: 1, VtepMAC: KMAC },
+        }),
+        3_600_000,
+      );
+    } finally {
+      await store.close();
+    }
+  });
+  after(async () => {
+    await c?.destroy();
+  });
+
+  test('ping: userspace pod → kernel pod and kernel pod → userspace pod', async () => {
+    const pod = c.pods[0]!;
+    await waitFor(
+      async () => {
+        await ping(pod, KPOD_IP);
+        return true;
+      },
+      20_000,
+      'userspace → kernel ping',
+    );
+    await ping(pod, KPOD_IP, 3);
+    await ping(kpod, pod.ip, 3);
+  });
+
+  test('userspace pods still reach each other', async () => {
+    await ping(c.pods[0]!, c.pods[1]!.ip, 2);
+  });
+
+  test('iperf3 TCP both directions', async () => {
+    const pod = c.pods[1]!;
+    const up = await iperf(pod.ns, kpod, KPOD_IP);
+    const down = await iperf(kpod, pod.ns, pod.ip);
+    assert.ok(up.bps > 50e6, `userspace → kernel ${up.bps}`);
+    assert.ok(down.bps > 50e6, `kernel → userspace ${down.bps}`);
+  });
+
+  test('iperf3 UDP both directions', async () => {
+    const pod = c.pods[0]!;
+    const up = await iperf(pod.ns, kpod, KPOD_IP, true);
+    const down = await iperf(kpod, pod.ns, pod.ip, true);
+    assert.ok(up.bps > 10e6 && up.lost < 10, `userspace → kernel ${up.bps} ${up.lost}%`);
+    assert.ok(down.bps > 10e6 && down.lost < 10, `kernel → userspace ${down.bps} ${down.lost}%`);
+  });
+});
