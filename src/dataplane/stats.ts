@@ -94,10 +94,16 @@ export function registerDataplaneMetrics(
   registry: Registry,
   source: () => DataplaneStats | null,
 ): void {
-  let last: DataplaneStats | null = null;
+  const existing = attached.get(registry);
+  if (existing) {
+    existing.source = source;
+    return;
+  }
+  const slot = { source, last: null as DataplaneStats | null };
+  attached.set(registry, slot);
   const read = () => {
-    last = source() ?? last;
-    return last;
+    slot.last = slot.source() ?? slot.last;
+    return slot.last;
   };
   const counter = (name: string, help: string, pick: (s: WorkerStats) => number) =>
     new Counter({
