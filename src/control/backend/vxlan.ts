@@ -32,7 +32,7 @@ import { LogOnce, logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { NativeNetlink } from '../netlink/native-netlink.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
-import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import type { Backend, BackendContext, BackendFactory, PreparedBackend } from './backend.js';
 import type { KernelBackendDeps } from './host-gw.js';
 import {
   clusterNetwork,
@@ -40,7 +40,6 @@ import {
   leasePublicIP,
   leaseSubnet,
   subnetAddress,
-  subnetCIDR,
 } from './kernel-common.js';
 import { type Ownership, Reconciler, runPlanned } from './reconcile.js';
 import { backendFactory, knownBackends } from './registry.js';
@@ -150,9 +149,11 @@ export function planVxlan(event: LeaseEvent, family: Family, ctx: VxlanPlanConte
   const subnet = leaseSubnet(lease, family);
   const publicIP = leasePublicIP(lease, family);
   if (!subnet || !publicIP) return [];
-  const dst = subnetCIDR(subnet);
-  const pub = parseIP(publicIP);
-  const direct = ctx.directRouting && pub !== null && ctx.extNets.some((n) => containsIP(n, pub));
+  const gw = subnetAddress(subnet);
+  const dst = `${gw}/${subnet.prefix}`;
+  // parseIP is the costly part of a plan: only DirectRouting needs it.
+  const pub = ctx.directRouting ? parseIP(publicIP) : null;
+  const direct = pub !== null && ctx.extNets.some((n) => containsIP(n, pub));
   const add = event.type === 'added';
   if (direct) {
     const route = { dst, gw: publicIP, dev: ctx.extDev };
@@ -164,7 +165,6 @@ export function planVxlan(event: LeaseEvent, family: Family, ctx: VxlanPlanConte
     if (add) ctx.onSkip?.(lease, vtep.reason);
     return [];
   }
-  const gw = subnetAddress(subnet);
   const neigh = { dst: gw, mac: vtep.mac, dev: ctx.dev };
   const fdb = { mac: vtep.mac, dst: publicIP, dev: ctx.dev };
   const route = { dst, gw, dev: ctx.dev, onlink: true };
@@ -282,14 +282,25 @@ function isNoKernelVxlan(err: unknown): boolean {
   return errno === 'EOPNOTSUPP' || errno === 'EAFNOSUPPORT' || errno === 'EPROTONOSUPPORT';
 }
 
-function userspaceBackend(ctx: BackendContext): Backend {
-  if (!knownBackends().includes(VXLAN_USERSPACE)) {
+export interface VxlanDeps extends KernelBackendDeps {
+  /** The userspace implementation (default: the `vxlan-userspace` registry entry; null: none). */
+  readonly userspace?: BackendFactory | null;
+}
+
+function userspaceBackend(ctx: BackendContext, deps: VxlanDeps): Backend {
+  const factory =
+    deps.userspace !== undefined
+      ? deps.userspace
+      : knownBackends().includes(VXLAN_USERSPACE)
+        ? backendFactory(VXLAN_USERSPACE)
+        : null;
+  if (!factory) {
     throw new WeftError(
       'WEFT_ERR_BACKEND_UNSUPPORTED',
       `Backend.Dataplane: "userspace" needs the ${VXLAN_USERSPACE} backend, which is not available in this build`,
     );
   }
-  return backendFactory(VXLAN_USERSPACE)(ctx);
+  return factory(ctx);
 }
 
 /**
@@ -297,9 +308,9 @@ function userspaceBackend(ctx: BackendContext): Backend {
  * the `vxlan-userspace` factory; with "auto" it tries the kernel device and hands over when the
  * kernel has no vxlan link type.
  */
-export function createVxlanBackend(ctx: BackendContext, deps: KernelBackendDeps = {}): Backend {
+export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): Backend {
   const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
-  if (cfg.dataplane === 'userspace') return userspaceBackend(ctx);
+  if (cfg.dataplane === 'userspace') return userspaceBackend(ctx, deps);
   const kernel = createKernelVxlan(ctx, cfg, deps);
   if (cfg.dataplane === 'kernel') return kernel;
   let impl: Backend = kernel;
@@ -312,7 +323,7 @@ export function createVxlanBackend(ctx: BackendContext, deps: KernelBackendDeps 
         if (!isNoKernelVxlan(err)) throw err;
         ctx.log.warn({ err: errorMessage(err) }, 'no kernel vxlan; using the userspace dataplane');
         await kernel.close();
-        impl = userspaceBackend(ctx);
+        impl = userspaceBackend(ctx, deps);
         return impl.prepare();
       }
     },

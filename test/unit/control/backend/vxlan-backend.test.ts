@@ -136,7 +136,10 @@ describe('vxlan backend options', () => {
 
   test('Dataplane userspace without a registered implementation is unsupported', () => {
     assert.throws(
-      () => createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'userspace' })),
+      () =>
+        createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'userspace' }), {
+          userspace: null,
+        }),
       (e: unknown) => isWeftError(e, 'WEFT_ERR_BACKEND_UNSUPPORTED'),
     );
   });
