@@ -1,0 +1,316 @@
+/**
+ * Kube mode end to end: three nodes whose daemons use the Kubernetes API as their store, served
+ * by the fake API server running inside the underlay namespace (the daemons reach it over the
+ * underlay, as they would a real one), on host-gw and on kernel vxlan.
+ *
+ *                  underlay weft-<pid>-0: br0 10.250.0.254/24 ─ fake API server :6443
+ *            u0 ┌──────────────┬─u1───────────┴─────┬─u2 ──────────┐
+ *   ┌─ eth0 10.250.0.1 ─┐ ┌─ eth0 10.250.0.2 ─┐ ┌─ eth0 10.250.0.3 ─┐
+ *   │ node-0 daemon     │ │ node-1 daemon     │ │ node-2 daemon     │  NODE_NAME=node-i,
+ *   │ podCIDR 10.5.1/24 │ │ podCIDR 10.5.2/24 │ │ podCIDR 10.5.3/24 │  --kube-subnet-mgr
+ *   │ cni0 10.5.1.1     │ │ cni0 10.5.2.1     │ │ cni0 10.5.3.1     │
+ *   └──┬────────────────┘ └──┬────────────────┘ └──┬────────────────┘
+ *    pod 0 10.5.1.2        pod 1 10.5.2.2        pod 2 10.5.3.2
+ *
+ * Per backend: every pod pair pings; each node carries flannel's annotations and
+ * NetworkUnavailable=False; a restart keeps the subnet and the VtepMAC and rewrites no
+ * annotation; deleting a node from the API removes its routes on the others and stops its
+ * daemon with the lease revoked.
+ */
+import assert from 'node:assert/strict';
+import { type ChildProcess } from 'node:child_process';
+import { createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, test } from 'node:test';
+import { ROOT, readEnvFile, waitFor, type LogLine } from '../helpers/cluster.js';
+import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../helpers/netns.js';
+
+const skip = isRoot() ? false : 'needs root (network namespaces)';
+const P = 'flannel.alpha.coreos.com/';
+const API = 'http://10.250.0.254:6443';
+const DAEMON = join(ROOT, 'test', 'helpers', 'kube-daemon.ts');
+const APISERVER = join(ROOT, 'test', 'helpers', 'kube-apiserver-child.ts');
+
+type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+interface KubeNode {
+  readonly name: string;
+  readonly ns: string;
+  readonly ip: string;
+  readonly subnetFile: string;
+  daemon: ChildProcess | null;
+  logs: LogLine[];
+  env: Record<string, string>;
+  pod: { ns: string; ip: string } | null;
+}
+
+class KubeCluster {
+  readonly scope = new NetnsScope();
+  readonly nodes: KubeNode[] = [];
+  readonly dir = mkdtempSync(join(tmpdir(), 'weft-kube-'));
+  underlay = '';
+  #api: ChildProcess | null = null;
+  #pending = new Map<number, (r: { result?: unknown; error?: string }) => void>();
+  #id = 0;
+
+  constructor(readonly backend: Record<string, unknown>) {}
+
+  async build(): Promise<void> {
+    this.underlay = this.scope.add();
+    ip(this.underlay, 'link', 'add', 'br0', 'type', 'bridge');
+    ip(this.underlay, 'addr', 'add', '10.250.0.254/24', 'dev', 'br0');
+    ip(this.underlay, 'link', 'set', 'br0', 'up');
+    await this.#startApi();
+    const conf = join(this.dir, 'net-conf.json');
+    writeFileSync(conf, JSON.stringify({ Network: '10.5.0.0/16', Backend: this.backend }));
+    for (let i = 0; i < 3; i++) {
+      const ns = this.scope.add();
+      this.scope.vethBetween(this.underlay, `u${i}`, ns, 'eth0');
+      ip(this.underlay, 'link', 'set', `u${i}`, 'master', 'br0', 'up');
+      ip(ns, 'addr', 'add', `10.250.0.${i + 1}/24`, 'dev', 'eth0');
+      ip(ns, 'link', 'set', 'eth0', 'up');
+      nsExec(ns, 'sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
+      const name = `node-${i}`;
+      // The controller manager's job: a podCIDR per node.
+      await this.rpc('addNode', { name, podCIDR: `10.5.${i + 1}.0/24` });
+      this.nodes.push({
+        name,
+        ns,
+        ip: `10.250.0.${i + 1}`,
+        subnetFile: join(this.dir, `node${i}`, 'subnet.env'),
+        daemon: null,
+        logs: [],
+        env: {},
+        pod: null,
+      });
+    }
+    for (let i = 0; i < 3; i++) await this.startDaemon(i);
+    for (const n of this.nodes) this.#wirePod(n);
+  }
+
+  async #startApi(): Promise<void> {
+    const p = this.scope.spawn(
+      this.underlay,
+      process.execPath,
+      ['--import', 'tsx', APISERVER, '10.250.0.254', '6443'],
+      { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    this.#api = p;
+    const rl = createInterface({ input: p.stdout! });
+    await new Promise<void>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('fake API server did not start')), 20_000);
+      rl.on('line', (line) => {
+        const msg = JSON.parse(line) as {
+          id?: number;
+          listening?: string;
+          result?: unknown;
+          error?: string;
+        };
+        if (msg.listening) {
+          clearTimeout(t);
+          resolve();
+        } else if (typeof msg.id === 'number') {
+          this.#pending.get(msg.id)?.(msg);
+          this.#pending.delete(msg.id);
+        }
+      });
+      p.once('exit', (code) => reject(new Error(`fake API server exited ${code}`)));
+    });
+  }
+
+  /** Calls an op of the fake API server (test/helpers/kube-apiserver-child.ts). */
+  rpc(op: string, ...args: unknown[]): Promise<Obj> {
+    const id = ++this.#id;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, (r) =>
+        r.error ? reject(new Error(r.error)) : resolve(r.result as Obj),
+      );
+      this.#api!.stdin!.write(JSON.stringify({ id, op, args }) + '\n');
+    });
+  }
+
+  async startDaemon(i: number): Promise<void> {
+    const node = this.nodes[i]!;
+    const p = this.scope.spawn(
+      node.ns,
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        DAEMON,
+        '--kube-subnet-mgr',
+        `--kube-api-url=${API}`,
+        `--net-config-path=${join(this.dir, 'net-conf.json')}`,
+        '--iface=eth0',
+        `--subnet-file=${node.subnetFile}`,
+      ],
+      { cwd: ROOT, env: { ...process.env, NODE_NAME: node.name, WEFT_LOG_LEVEL: 'info' } },
+    );
+    node.daemon = p;
+    node.logs = [];
+    const file = createWriteStream(join(this.dir, `node${i}.log`), { flags: 'a' });
+    let partial = '';
+    p.stderr!.on('data', (d: Buffer) => {
+      file.write(d);
+      partial += d.toString();
+      const lines = partial.split('\n');
+      partial = lines.pop()!;
+      for (const l of lines) {
+        try {
+          node.logs.push(JSON.parse(l) as LogLine);
+        } catch {
+          /* not JSON */
+        }
+      }
+    });
+    p.on('close', () => file.end());
+    let exited: number | null | undefined;
+    p.once('exit', (code) => (exited = code));
+    await waitFor(
+      () => {
+        if (exited !== undefined) throw new Error(`daemon ${i} exited ${exited}`);
+        return node.logs.some((l) => l.msg === 'ready');
+      },
+      30_000,
+      `daemon ${i} ready (log ${join(this.dir, `node${i}.log`)})`,
+    );
+    node.env = readEnvFile(node.subnetFile);
+  }
+
+  async stopDaemon(i: number): Promise<void> {
+    const p = this.nodes[i]!.daemon;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill('SIGTERM');
+    const t = setTimeout(() => p.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(t);
+  }
+
+  #wirePod(node: KubeNode): void {
+    const sub = node.env.FLANNEL_SUBNET!;
+    const mtu = node.env.FLANNEL_MTU!;
+    ip(node.ns, 'link', 'add', 'cni0', 'type', 'bridge');
+    ip(node.ns, 'addr', 'add', sub, 'dev', 'cni0');
+    ip(node.ns, 'link', 'set', 'cni0', 'mtu', mtu, 'up');
+    const pns = this.scope.add();
+    this.scope.vethBetween(node.ns, 'p0', pns, 'eth0');
+    ip(node.ns, 'link', 'set', 'p0', 'master', 'cni0', 'mtu', mtu, 'up');
+    const gw = sub.split('/')[0]!;
+    const podIp = gw.replace(/\.1$/, '.2');
+    ip(pns, 'addr', 'add', `${podIp}/${sub.split('/')[1]}`, 'dev', 'eth0');
+    ip(pns, 'link', 'set', 'eth0', 'mtu', mtu, 'up');
+    ip(pns, 'route', 'add', 'default', 'via', gw);
+    node.pod = { ns: pns, ip: podIp };
+  }
+
+  async destroy(): Promise<void> {
+    await Promise.all(this.nodes.map((_, i) => this.stopDaemon(i).catch(() => undefined)));
+    this.#api?.stdin?.end();
+    await this.scope.cleanup();
+    if (!process.env.WEFT_KEEP_TEST_DIR) rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+async function pingFailures(nodes: readonly KubeNode[]): Promise<string[]> {
+  const failures: string[] = [];
+  await Promise.all(
+    nodes.flatMap((a) =>
+      nodes
+        .filter((b) => b !== a)
+        .map((b) =>
+          nsExecAsync(a.pod!.ns, 'ping', ['-c', '1', '-W', '2', b.pod!.ip]).catch(() => {
+            failures.push(`${a.name} → ${b.name} (${b.pod!.ip})`);
+          }),
+        ),
+    ),
+  );
+  return failures.sort();
+}
+
+for (const backend of [{ Type: 'host-gw' }, { Type: 'vxlan' }]) {
+  describe(`kube mode, ${backend.Type}`, { skip }, () => {
+    let c: KubeCluster;
+
+    before(async () => {
+      c = new KubeCluster(backend);
+      try {
+        await c.build();
+      } catch (err) {
+        await c.destroy();
+        throw err;
+      }
+    });
+
+    after(async () => {
+      await c?.destroy();
+    });
+
+    test('each daemon takes its node podCIDR as its subnet', () => {
+      assert.deepEqual(
+        c.nodes.map((n) => n.env.FLANNEL_SUBNET),
+        ['10.5.1.1/24', '10.5.2.1/24', '10.5.3.1/24'],
+      );
+    });
+
+    test('every pod pings every other pod', async () => {
+      assert.deepEqual(await pingFailures(c.nodes), []);
+    });
+
+    test('each node carries the flannel annotations and NetworkUnavailable=False', async () => {
+      for (const n of c.nodes) {
+        const node = (await c.rpc('node', n.name)) as Obj;
+        const ann = node.metadata.annotations;
+        assert.equal(ann[`${P}kube-subnet-manager`], 'true');
+        assert.equal(ann[`${P}backend-type`], backend.Type);
+        assert.equal(ann[`${P}public-ip`], n.ip);
+        const cond = node.status.conditions.find((x: Obj) => x.type === 'NetworkUnavailable');
+        assert.equal(cond?.status, 'False');
+        assert.equal(cond?.reason, 'FlannelIsUp');
+      }
+    });
+
+    test('a restart keeps the subnet and backend data and rewrites no annotation', async () => {
+      const before = ((await c.rpc('node', 'node-0')) as Obj).metadata.annotations;
+      const writes = async () =>
+        ((await c.rpc('patches', 'node-0')) as unknown as Obj[]).filter((p) => p.body?.metadata)
+          .length;
+      const writesBefore = await writes();
+      const subnet = c.nodes[0]!.env.FLANNEL_SUBNET;
+      await c.stopDaemon(0);
+      await c.startDaemon(0);
+      assert.equal(c.nodes[0]!.env.FLANNEL_SUBNET, subnet);
+      const after = ((await c.rpc('node', 'node-0')) as Obj).metadata.annotations;
+      assert.equal(after[`${P}backend-data`], before[`${P}backend-data`]);
+      if (backend.Type === 'vxlan') {
+        const mac = JSON.parse(after[`${P}backend-data`]).VtepMAC;
+        assert.match(ip(c.nodes[0]!.ns, 'link', 'show', 'flannel.1'), new RegExp(mac));
+      }
+      assert.equal(await writes(), writesBefore);
+      assert.deepEqual(await pingFailures(c.nodes), []);
+    });
+
+    test('a node deleted from the API loses its routes and its daemon stops revoked', async () => {
+      const gone = c.nodes[2]!;
+      const exited = new Promise<number | null>((r) => gone.daemon!.once('exit', r));
+      for (const n of c.nodes.slice(0, 2)) {
+        assert.notEqual(ip(n.ns, 'route', 'show', '10.5.3.0/24').trim(), '', `${n.name} route`);
+      }
+      await c.rpc('deleteNode', gone.name);
+      for (const n of c.nodes.slice(0, 2)) {
+        await waitFor(
+          () => ip(n.ns, 'route', 'show', '10.5.3.0/24').trim() === '',
+          5000,
+          `${n.name} to drop its route to 10.5.3.0/24`,
+        );
+      }
+      assert.equal(await exited, 1);
+      assert.ok(
+        gone.logs.some((l) => String(l.err ?? '').includes('revoked')),
+        'no revoked error in the daemon log',
+      );
+    });
+  });
+}
