@@ -5,13 +5,16 @@
  * stdin and answers on stdout:
  *   {"cmd":"peers","peers":[{subnet, publicIP, port, vtepMac?}]}  → {"ok":true,"peers":n}
  *   {"cmd":"stats"}                                               → {"ok":true,"stats":{...}}
+ *   {"cmd":"cycle","n":N}   close and start the dataplane N times → {"ok":true,"fds":[before,after]}
  *   {"cmd":"close"}                                               → {"ok":true} and exit
  * The first line out is {"ready":true,"tun":NAME} once the TUN is up.
  */
 import { execFileSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { startDataplane } from '../../src/dataplane/index.js';
-import type { DataplaneOptions } from '../../src/dataplane/index.js';
+import type { Dataplane, DataplaneOptions } from '../../src/dataplane/index.js';
+import type { PeerEntry } from '../../src/dataplane/peer-table.js';
 import { parseMac, peerEntry } from '../../src/dataplane/peer-table.js';
 
 interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log'> {
@@ -26,15 +29,21 @@ interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log'> {
 const cfg = JSON.parse(process.argv[2] ?? '{}') as Config;
 const out = (o: unknown) => process.stdout.write(JSON.stringify(o) + '\n');
 
-const dp = await startDataplane({ ...cfg, vtepMac: parseMac(cfg.vtepMac)! });
 const ipCmd = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
-ipCmd('link', 'set', dp.tunName, 'mtu', String(cfg.tunMtu), 'up');
-ipCmd('addr', 'add', cfg.tunAddr, 'dev', dp.tunName);
-ipCmd('route', 'add', cfg.clusterRoute, 'dev', dp.tunName);
-if (cfg.tunAddr6 && cfg.clusterRoute6) {
-  ipCmd('addr', 'add', cfg.tunAddr6, 'dev', dp.tunName, 'nodad');
-  ipCmd('route', 'add', cfg.clusterRoute6, 'dev', dp.tunName);
+async function start(): Promise<Dataplane> {
+  const d = await startDataplane({ ...cfg, vtepMac: parseMac(cfg.vtepMac)! });
+  ipCmd('link', 'set', d.tunName, 'mtu', String(cfg.tunMtu), 'up');
+  ipCmd('addr', 'add', cfg.tunAddr, 'dev', d.tunName);
+  ipCmd('route', 'add', cfg.clusterRoute, 'dev', d.tunName);
+  if (cfg.tunAddr6 && cfg.clusterRoute6) {
+    ipCmd('addr', 'add', cfg.tunAddr6, 'dev', d.tunName, 'nodad');
+    ipCmd('route', 'add', cfg.clusterRoute6, 'dev', d.tunName);
+  }
+  return d;
 }
+const fds = () => readdirSync('/proc/self/fd').length;
+let dp = await start();
+let peers: PeerEntry[] = [];
 out({ ready: true, tun: dp.tunName });
 
 const rl = createInterface({ input: process.stdin });
@@ -42,13 +51,22 @@ for await (const line of rl) {
   if (!line.trim()) continue;
   const m = JSON.parse(line) as {
     cmd: string;
+    n?: number;
     peers?: { subnet: string; publicIP: string; port: number; vtepMac?: string }[];
   };
   try {
     if (m.cmd === 'peers') {
-      const peers = (m.peers ?? []).map((p) => peerEntry(p.subnet, p.publicIP, p.port, p.vtepMac));
+      peers = (m.peers ?? []).map((p) => peerEntry(p.subnet, p.publicIP, p.port, p.vtepMac));
       dp.setPeers(peers);
       out({ ok: true, peers: peers.length });
+    } else if (m.cmd === 'cycle') {
+      const before = fds();
+      for (let i = 0; i < (m.n ?? 1); i++) {
+        await dp.close();
+        dp = await start();
+        dp.setPeers(peers);
+      }
+      out({ ok: true, fds: [before, fds()] });
     } else if (m.cmd === 'stats') {
       out({ ok: true, stats: dp.stats() });
     } else if (m.cmd === 'close') {

@@ -1,0 +1,246 @@
+/**
+ * The dataplane below the backends: two node namespaces, each running test/helpers/dataplane-node.ts
+ * (a Dataplane with its TUN addressed by hand), IPv4 and IPv6 inner traffic, both formats, both
+ * engines (native with 2 workers = 2 TUN queues + 2 SO_REUSEPORT sockets, and js):
+ *
+ *   ns A                                        ns B
+ *   tun 10.7.1.0/32 fd07:0:0:1::/128            tun 10.7.2.0/32 fd07:0:0:2::/128
+ *   route 10.7.0.0/16, fd07::/48 → tun          route 10.7.0.0/16, fd07::/48 → tun
+ *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
+ *
+ * Also: peer tables swapped hundreds of times under a ping flood (no loss), a removed peer
+ * answered with ICMP net-unreachable, and stop/start cycles that leak no fd.
+ */
+import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, test } from 'node:test';
+import { ROOT } from '../helpers/cluster.js';
+import { NetnsScope, ip, isRoot, nsExecAsync } from '../helpers/netns.js';
+
+const skip = isRoot() ? false : 'needs root (network namespaces)';
+
+class Node {
+  readonly #replies: ((v: Record<string, unknown>) => void)[] = [];
+  readonly ready: Promise<Record<string, unknown>>;
+  constructor(readonly proc: ChildProcess) {
+    const rl = createInterface({ input: proc.stdout! });
+    let first: (v: Record<string, unknown>) => void;
+    this.ready = new Promise((r) => (first = r));
+    let gotFirst = false;
+    rl.on('line', (line) => {
+      let v: Record<string, unknown>;
+      try {
+        v = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        return;
+      }
+      if (!gotFirst) {
+        gotFirst = true;
+        first(v);
+      } else this.#replies.shift()?.(v);
+    });
+  }
+  send(cmd: Record<string, unknown>): Promise<Record<string, unknown>> {
+    return new Promise((resolve) => {
+      this.#replies.push(resolve);
+      this.proc.stdin!.write(JSON.stringify(cmd) + '\n');
+    });
+  }
+}
+
+interface Side {
+  readonly ns: string;
+  readonly under: string;
+  readonly v4: string;
+  readonly v6: string;
+  readonly subnet: string;
+  readonly subnet6: string;
+  readonly mac: string;
+}
+
+const PORT = { udp: 8285, vxlan: 8472 } as const;
+
+function peersOf(s: Side, format: 'udp' | 'vxlan') {
+  const base = {
+    publicIP: s.under,
+    port: PORT[format],
+    ...(format === 'vxlan' ? { vtepMac: s.mac } : {}),
+  };
+  return [
+    { subnet: s.subnet, ...base },
+    { subnet: s.subnet6, ...base },
+  ];
+}
+
+async function startPair(
+  scope: NetnsScope,
+  sides: [Side, Side],
+  format: 'udp' | 'vxlan',
+  engine: 'native' | 'js',
+): Promise<[Node, Node]> {
+  const nodes = sides.map((s) => {
+    const cfg = {
+      format,
+      engine,
+      tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
+      workers: engine === 'native' ? 2 : 1,
+      bindIp: s.under,
+      port: PORT[format],
+      tunMtu: format === 'udp' ? 1472 : 1450,
+      vni: 1,
+      vtepMac: s.mac,
+      tunAddr: `${s.v4}/32`,
+      clusterRoute: '10.7.0.0/16',
+      tunAddr6: `${s.v6}/128`,
+      clusterRoute6: 'fd07::/48',
+    };
+    return new Node(
+      scope.spawn(
+        s.ns,
+        process.execPath,
+        ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-node.ts'), JSON.stringify(cfg)],
+        { cwd: ROOT },
+      ),
+    );
+  }) as [Node, Node];
+  for (const n of nodes) assert.equal((await n.ready).ready, true);
+  await nodes[0].send({ cmd: 'peers', peers: peersOf(sides[1], format) });
+  await nodes[1].send({ cmd: 'peers', peers: peersOf(sides[0], format) });
+  return nodes;
+}
+
+async function stopPair(nodes: [Node, Node]): Promise<void> {
+  await Promise.all(
+    nodes.map(async (n) => {
+      const exited = new Promise((r) => n.proc.once('exit', r));
+      await n.send({ cmd: 'close' });
+      await exited;
+    }),
+  );
+}
+
+describe('dataplane engine between two namespaces', { skip }, () => {
+  const scope = new NetnsScope();
+  let A: Side;
+  let B: Side;
+  before(() => {
+    const a = scope.add();
+    const b = scope.add();
+    scope.vethBetween(a, 'va', b, 'vb');
+    ip(a, 'addr', 'add', '192.168.77.1/24', 'dev', 'va');
+    ip(b, 'addr', 'add', '192.168.77.2/24', 'dev', 'vb');
+    ip(a, 'link', 'set', 'va', 'up');
+    ip(b, 'link', 'set', 'vb', 'up');
+    A = {
+      ns: a,
+      under: '192.168.77.1',
+      v4: '10.7.1.0',
+      v6: 'fd07:0:0:1::',
+      subnet: '10.7.1.0/24',
+      subnet6: 'fd07:0:0:1::/64',
+      mac: '02:00:00:00:07:01',
+    };
+    B = {
+      ns: b,
+      under: '192.168.77.2',
+      v4: '10.7.2.0',
+      v6: 'fd07:0:0:2::',
+      subnet: '10.7.2.0/24',
+      subnet6: 'fd07:0:0:2::/64',
+      mac: '02:00:00:00:07:02',
+    };
+  });
+  after(() => scope.cleanup());
+
+  for (const format of ['udp', 'vxlan'] as const) {
+    for (const engine of ['native', 'js'] as const) {
+      test(`${format} / ${engine}: IPv4 and IPv6 ping both ways, TCP through iperf3`, async () => {
+        const nodes = await startPair(scope, [A, B], format, engine);
+        try {
+          await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+          await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.v4]);
+          await nsExecAsync(A.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', B.v6]);
+          await nsExecAsync(B.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', A.v6]);
+          const srv = nsExecAsync(B.ns, 'iperf3', ['-s', '-1', '-B', B.v4], 30_000);
+          await new Promise((r) => setTimeout(r, 300));
+          const out = await nsExecAsync(
+            A.ns,
+            'iperf3',
+            ['-c', B.v4, '-B', A.v4, '-t', '2', '-J'],
+            30_000,
+          );
+          await srv;
+          const bps = (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } })
+            .end.sum_received.bits_per_second;
+          assert.ok(bps > (engine === 'js' ? 10e6 : 100e6), `${bps} bit/s`);
+          const stats = (await nodes[1].send({ cmd: 'stats' })).stats as {
+            workers: unknown[];
+            total: { counters: Record<string, number> };
+          };
+          assert.equal(stats.workers.length, engine === 'native' ? 2 : 1);
+          assert.ok(stats.total.counters.rx_packets! > 1000);
+        } finally {
+          await stopPair(nodes);
+        }
+      });
+    }
+  }
+
+  test('peer tables swapped 300 times under a ping flood lose no packet', async () => {
+    const nodes = await startPair(scope, [A, B], 'udp', 'native');
+    try {
+      const pinging = nsExecAsync(
+        A.ns,
+        'ping',
+        ['-c', '200', '-i', '0.01', '-W', '2', B.v4],
+        60_000,
+      );
+      for (let i = 0; i < 300; i++) {
+        // Alternate between two tables that both hold the peer (plus filler peers).
+        const filler = Array.from({ length: i % 2 ? 50 : 3 }, (_, k) => ({
+          subnet: `10.8.${k}.0/24`,
+          publicIP: '192.168.77.9',
+          port: 8285,
+        }));
+        await nodes[0].send({ cmd: 'peers', peers: [...peersOf(B, 'udp'), ...filler] });
+      }
+      const out = await pinging;
+      assert.match(out, / 0% packet loss/, out);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('a destination without a peer is answered with ICMP net-unreachable', async () => {
+    const nodes = await startPair(scope, [A, B], 'udp', 'native');
+    try {
+      await nodes[0].send({ cmd: 'peers', peers: [] });
+      const out = await nsExecAsync(A.ns, 'ping', ['-c', '1', '-W', '2', B.v4]).catch(
+        (e: Error) => e.message,
+      );
+      assert.match(out, /Destination Net Unreachable/);
+      const stats = (await nodes[0].send({ cmd: 'stats' })).stats as {
+        total: { counters: Record<string, number>; drops: Record<string, number> };
+      };
+      assert.ok(stats.total.counters.icmp_sent! >= 1);
+      assert.ok(stats.total.drops.no_route! >= 1);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('stop/start cycles leak no fd and traffic flows after them', async () => {
+    const nodes = await startPair(scope, [A, B], 'vxlan', 'native');
+    try {
+      await nodes[0].send({ cmd: 'cycle', n: 1 }); // warm up lazily opened fds (worker threads)
+      const r = await nodes[0].send({ cmd: 'cycle', n: 5 });
+      const [before, after] = r.fds as [number, number];
+      assert.equal(after, before, `fds ${before} → ${after}`);
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+});
