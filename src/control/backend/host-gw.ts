@@ -13,6 +13,7 @@ import {
   assertNoNAT,
   clusterNetwork,
   enabledFamilies,
+  kernelMetrics,
   leasePublicIP,
   leaseSubnet,
   subnetCIDR,
@@ -46,6 +47,7 @@ export interface KernelBackendDeps {
 export function createHostGwBackend(ctx: BackendContext, deps: KernelBackendDeps = {}): Backend {
   const log = ctx.log ?? logger('host-gw');
   const families = enabledFamilies(ctx.netConfig);
+  const metrics = kernelMetrics(ctx.metrics);
   let nl: Netlink | undefined;
   return {
     type: HOST_GW,
@@ -72,6 +74,11 @@ export function createHostGwBackend(ctx: BackendContext, deps: KernelBackendDeps
         log,
         ownership,
         ...(deps.resyncMs === undefined ? {} : { resyncMs: deps.resyncMs }),
+        onApplied: (r) => {
+          metrics.ops.inc(r.ops);
+          metrics.failures.inc(r.failed);
+        },
+        onRepaired: (n) => metrics.repairs.inc(n),
       });
       await runPlanned(events, signal, {
         reconciler,

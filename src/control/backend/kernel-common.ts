@@ -2,6 +2,7 @@
  * Small pieces shared by the kernel backends (host-gw, vxlan): a lease's per-family fields,
  * the families a config enables, and the NAT check.
  */
+import { Counter, type Registry as PromRegistry } from 'prom-client';
 import { WeftError } from '../../common/errors.js';
 import { type Family, type IPNet, formatCIDR, formatIP } from '../../common/ip.js';
 import type { NetConfig } from '../config/net-config.js';
@@ -60,4 +61,37 @@ export function assertNoNAT(
       );
     }
   }
+}
+
+export interface KernelMetrics {
+  /** Kernel ops applied by the reconcile loop. */
+  readonly ops: Counter;
+  /** Kernel ops that failed (the peer is rolled back and retried). */
+  readonly failures: Counter;
+  /** Peer leases skipped because their backend data is unusable. */
+  readonly skipped: Counter;
+  /** Entries restored or removed by the periodic re-check. */
+  readonly repairs: Counter;
+}
+
+/** The kernel backends' counters, registered once per registry. */
+export function kernelMetrics(reg: PromRegistry): KernelMetrics {
+  const counter = (name: string, help: string): Counter =>
+    (reg.getSingleMetric(name) as Counter | undefined) ??
+    new Counter({ name, help, registers: [reg] });
+  return {
+    ops: counter(
+      'weft_backend_kernel_ops_total',
+      'Kernel (rtnetlink) operations applied by the backend',
+    ),
+    failures: counter('weft_backend_kernel_op_failures_total', 'Kernel operations that failed'),
+    skipped: counter(
+      'weft_backend_peer_leases_skipped_total',
+      'Peer leases skipped for unusable backend data',
+    ),
+    repairs: counter(
+      'weft_backend_kernel_repairs_total',
+      'Kernel entries restored or removed by the periodic re-check',
+    ),
+  };
 }

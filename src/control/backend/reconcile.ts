@@ -52,8 +52,10 @@ export interface ReconcilerOptions {
   readonly resyncMs?: number;
   /** Retry backoff for failed peers (defaults 100 ms → 5 s, 6 attempts before resync takes over). */
   readonly retry?: { initialMs: number; maxMs: number; attempts: number };
-  /** Counts applied ops and failures (metrics hook). */
+  /** Counts applied ops and failed ones (metrics hook). */
   readonly onApplied?: (result: { ops: number; failed: number }) => void;
+  /** Counts entries the periodic re-check restored or removed (metrics hook). */
+  readonly onRepaired?: (count: number) => void;
 }
 
 /** The ops that create an entry (the rest delete or change devices). */
@@ -122,6 +124,7 @@ export class Reconciler {
   readonly #resyncMs: number;
   readonly #retry: { initialMs: number; maxMs: number; attempts: number };
   readonly #onApplied: ReconcilerOptions['onApplied'];
+  readonly #onRepaired: ReconcilerOptions['onRepaired'];
   readonly #peers = new Map<string, PeerState>();
   readonly #once = new LogOnce();
   #queue: Promise<unknown> = Promise.resolve();
@@ -134,6 +137,7 @@ export class Reconciler {
     this.#resyncMs = o.resyncMs ?? 10_000;
     this.#retry = o.retry ?? { initialMs: 100, maxMs: 5_000, attempts: 6 };
     this.#onApplied = o.onApplied;
+    this.#onRepaired = o.onRepaired;
   }
 
   /** Records a peer's planned ops (applied at the next flush). */
@@ -217,7 +221,6 @@ export class Reconciler {
     if (batch.length === 0) return;
     const results = await this.#nl.apply(batch);
     const rollback: Op[] = [];
-    let failed = 0;
     for (const g of groups) {
       const res = results.slice(g.start, g.start + g.ops.length);
       const firstErr = res.findIndex((r) => r !== null);
@@ -226,7 +229,6 @@ export class Reconciler {
         if (g.peer.desired.length === 0) this.#peers.delete(g.key);
         continue;
       }
-      failed++;
       const err = res[firstErr]!;
       // Undo this group's adds that went through, newest first, so a peer is all or nothing.
       for (let i = g.ops.length - 1; i >= 0; i--) {
@@ -235,7 +237,7 @@ export class Reconciler {
       }
       this.#scheduleRetry(g.key, g.peer, g.ops, err);
     }
-    this.#onApplied?.({ ops: batch.length, failed });
+    this.#onApplied?.({ ops: batch.length, failed: results.filter((r) => r !== null).length });
     if (rollback.length > 0) {
       const rb = await this.#nl.apply(rollback);
       rb.forEach((r, i) => {
@@ -334,6 +336,7 @@ export class Reconciler {
     for (const [id, w] of want) {
       if (!seen.has(id) && this.#covers(w.op)) dirty.add(w.key);
     }
+    if (dels.length + dirty.size > 0) this.#onRepaired?.(dels.length + dirty.size);
     if (dels.length > 0) {
       this.#log.info({ count: dels.length }, 'removing stale entries');
       const res = await this.#nl.apply(dels);

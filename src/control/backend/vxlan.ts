@@ -37,6 +37,7 @@ import type { KernelBackendDeps } from './host-gw.js';
 import {
   clusterNetwork,
   enabledFamilies,
+  kernelMetrics,
   leasePublicIP,
   leaseSubnet,
   subnetAddress,
@@ -347,6 +348,7 @@ function createKernelVxlan(
 ): Backend {
   const log = ctx.log ?? logger('vxlan');
   const families = enabledFamilies(ctx.netConfig);
+  const metrics = kernelMetrics(ctx.metrics);
   const ext = ctx.extIface;
   const devices: FamilyDevice[] = [];
   const skipped = new LogOnce();
@@ -437,6 +439,11 @@ function createKernelVxlan(
         log,
         ownership,
         ...(deps.resyncMs === undefined ? {} : { resyncMs: deps.resyncMs }),
+        onApplied: (r) => {
+          metrics.ops.inc(r.ops);
+          metrics.failures.inc(r.failed);
+        },
+        onRepaired: (n) => metrics.repairs.inc(n),
       });
       await runPlanned(events, signal, {
         reconciler,
@@ -448,6 +455,7 @@ function createKernelVxlan(
             directRouting: cfg.directRouting,
             extNets: extNets.get(family) ?? [],
             onSkip: (lease, reason) => {
+              metrics.skipped.inc();
               if (skipped.first(`${lease.key}:${reason}`))
                 log.warn({ lease: lease.key, reason }, 'skipping peer lease');
             },

@@ -190,7 +190,8 @@ describe('kernel backend run loop', () => {
   test('the first batch is applied and an earlier run’s stale route is removed', async () => {
     const nl = fakeWithExt();
     await nl.apply([{ op: 'replaceRoute', dst: '10.5.77.0/24', gw: '192.168.1.77', dev: 'eth0' }]);
-    const b = createHostGwBackend(backendContext({ Type: 'host-gw' }), { openNetlink: () => nl });
+    const ctx = backendContext({ Type: 'host-gw' });
+    const b = createHostGwBackend(ctx, { openNetlink: () => nl });
     await b.prepare();
     await b.start(ownLease());
     const ac = new AbortController();
@@ -213,6 +214,10 @@ describe('kernel backend run loop', () => {
       [...nl.routes.values()].filter((r) => r.dst.includes('.')).map((r) => `${r.dst} via ${r.gw}`),
       ['10.5.34.0/24 via 192.168.1.12'],
     );
+    const metrics = await ctx.metrics.getMetricsAsJSON();
+    const value = (name: string) => metrics.find((m) => m.name === name)?.values[0]?.value;
+    assert.equal(value('weft_backend_kernel_ops_total'), 2); // the peer's IPv4 and IPv6 routes
+    assert.equal(value('weft_backend_kernel_repairs_total'), 1); // the stale route
     await b.close();
   });
 });
