@@ -166,16 +166,24 @@ class KubeCluster {
       }
     });
     p.on('close', () => file.end());
-    let exited: number | null | undefined;
-    p.once('exit', (code) => (exited = code));
-    await waitFor(
-      () => {
-        if (exited !== undefined) throw new Error(`daemon ${i} exited ${exited}`);
-        return node.logs.some((l) => l.msg === 'ready');
-      },
-      30_000,
-      `daemon ${i} ready (log ${join(this.dir, `node${i}.log`)})`,
-    );
+    const log = join(this.dir, `node${i}.log`);
+    let onExit: (code: number | null) => void = () => undefined;
+    const exited = new Promise<never>((_, reject) => {
+      onExit = (code) => reject(new Error(`daemon ${i} exited ${code} (log ${log})`));
+      p.once('exit', onExit);
+    });
+    try {
+      await Promise.race([
+        waitFor(
+          () => node.logs.some((l) => l.msg === 'ready'),
+          30_000,
+          `daemon ${i} ready (${log})`,
+        ),
+        exited,
+      ]);
+    } finally {
+      p.off('exit', onExit);
+    }
     node.env = readEnvFile(node.subnetFile);
   }
 
