@@ -226,7 +226,9 @@ export class Reconciler {
       const firstErr = res.findIndex((r) => r !== null);
       if (firstErr < 0) {
         g.peer.attempt = 0;
-        if (g.peer.desired.length === 0) this.#peers.delete(g.key);
+        // (an update() while the batch was in flight replaced the state: keep the new one)
+        if (g.peer.desired.length === 0 && this.#peers.get(g.key) === g.peer)
+          this.#peers.delete(g.key);
         continue;
       }
       const err = res[firstErr]!;
@@ -235,7 +237,7 @@ export class Reconciler {
         const op = g.ops[i]!;
         if (res[i] === null && isAddOp(op)) rollback.push(inverse(op));
       }
-      this.#scheduleRetry(g.key, g.peer, g.ops, err);
+      if (this.#peers.get(g.key) === g.peer) this.#scheduleRetry(g.key, g.peer, g.ops, err);
     }
     this.#onApplied?.({ ops: batch.length, failed: results.filter((r) => r !== null).length });
     if (rollback.length > 0) {

@@ -70,8 +70,12 @@ export class FakeNetlink implements Netlink {
     return this.calls.flat();
   }
 
+  /** Delay before a batch takes effect (to test work arriving while a batch is in flight). */
+  latencyMs = 0;
+
   async apply(ops: readonly Op[]): Promise<Array<WeftError | null>> {
     this.calls.push([...ops]);
+    if (this.latencyMs > 0) await new Promise((r) => setTimeout(r, this.latencyMs));
     return ops.map((op) => {
       const errno = this.#fault(op) ?? this.#applyOne(op);
       return errno === 0 || isAlreadyDone(op, errno) ? null : netlinkError(op, errno);

@@ -139,3 +139,27 @@ for (const family of FAMILIES) {
     });
   });
 }
+
+describe('Reconciler, updates during a flush', () => {
+  test('a peer updated while its removal is in flight keeps its new entries', async () => {
+    const nl = new FakeNetlink();
+    nl.addLink('flannel.1', { kind: 'vxlan' });
+    const rec = new Reconciler({
+      netlink: nl,
+      log,
+      ownership: [{ family: 4, routes: [{ dev: 'flannel.1', within: parseCIDR('10.0.0.0/8')! }] }],
+    });
+    const ctx = { dev: 'flannel.1', extDev: 'eth0', directRouting: false, extNets: [] };
+    rec.update('p', planVxlan({ type: 'added', lease: peerLease() }, 4, ctx));
+    await rec.flush();
+    rec.update('p', planVxlan({ type: 'removed', lease: peerLease() }, 4, ctx));
+    nl.latencyMs = 20;
+    const removing = rec.flush();
+    await new Promise((r) => setTimeout(r, 5)); // the removal batch is now in flight
+    rec.update('p', planVxlan({ type: 'added', lease: peerLease() }, 4, ctx)); // back at once
+    await removing;
+    await rec.flush();
+    assert.equal(rec.desiredCount(), 3);
+    assert.equal(nl.routes.size + nl.neighs.size + nl.fdb.size, 3);
+  });
+});
