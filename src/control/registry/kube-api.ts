@@ -117,7 +117,12 @@ interface RequestOptions {
   readonly contentType?: string;
   readonly query?: Readonly<Record<string, string>>;
   readonly signal?: AbortSignal;
+  /** Socket inactivity after which the request fails (default REQUEST_IDLE_MS). */
+  readonly idleMs?: number;
 }
+
+/** A plain request that sends or receives nothing for this long has failed. */
+export const REQUEST_IDLE_MS = 30_000;
 
 export class KubeApi {
   readonly #kc: KubeConfig;
@@ -187,6 +192,8 @@ export class KubeApi {
         timeoutSeconds: String(timeoutSeconds),
       },
       signal,
+      // The server ends the stream after timeoutSeconds; silence well past that is a dead peer.
+      idleMs: (timeoutSeconds + 30) * 1000,
     });
     if (res.statusCode !== 200) throw statusError(res.statusCode ?? 0, await readAll(res), 'watch');
     res.setEncoding('utf8');
@@ -267,6 +274,9 @@ export class KubeApi {
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
       const req = mod.request(url, { ...opts, signal: o.signal }, resolve);
+      const idleMs = o.idleMs ?? REQUEST_IDLE_MS;
+      req.setTimeout(idleMs, () => req.destroy(new Error(`no data for ${idleMs} ms`)));
+      req.on('socket', (sock) => sock.setKeepAlive(true, 30_000));
       req.on('error', (err) => {
         if (o.signal?.aborted) reject(abortError(o.signal));
         else
