@@ -12,6 +12,7 @@
  * its entries with it within 2 s and brings them back when it rejoins; entries deleted by hand
  * come back within one resync (10 s); a restart keeps subnet and VtepMAC with no duplicates;
  * iptables-save equals the golden list and a deleted rule comes back within --iptables-resync.
+ * Then vxlan with DirectRouting: peers on the shared segment are routed via eth0.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -237,3 +238,25 @@ for (const backend of ['host-gw', 'vxlan'] as const) {
     });
   });
 }
+
+describe('kernel vxlan with DirectRouting (every node on one L2 segment)', { skip }, () => {
+  let c: Cluster;
+  before(async () => {
+    c = await Cluster.create({ backend: { Type: 'vxlan', DirectRouting: true }, dualStack: true });
+  });
+  after(async () => {
+    await c?.destroy();
+  });
+
+  test('peers are routed via their public IP on eth0, not through flannel.1', () => {
+    const peer = c.nodes[1]!;
+    const route = c.ipIn(0, 'route', 'show', subnetOf(peer.env.FLANNEL_SUBNET!)).trim();
+    assert.equal(route, `${subnetOf(peer.env.FLANNEL_SUBNET!)} via ${peer.ip} dev eth0`);
+    assert.equal(c.ipIn(0, 'neigh', 'show', 'dev', 'flannel.1', 'nud', 'permanent').trim(), '');
+  });
+
+  test('every pod pair pings over IPv4 and IPv6', async () => {
+    await waitFor(async () => (await pingAll(c.pods, false)).length === 0, 5000, 'v4 pings');
+    assert.deepEqual(await pingAll(c.pods, true), []);
+  });
+});
