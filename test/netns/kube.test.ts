@@ -30,7 +30,7 @@ import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../helpers/netns.js
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const P = 'flannel.alpha.coreos.com/';
 const API = 'http://10.250.0.254:6443';
-const DAEMON = join(ROOT, 'test', 'helpers', 'kube-daemon.ts');
+const WEFT = join(ROOT, 'test', 'helpers', 'weft-src.ts');
 const APISERVER = join(ROOT, 'test', 'helpers', 'kube-apiserver-child.ts');
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -139,7 +139,8 @@ class KubeCluster {
       [
         '--import',
         'tsx',
-        DAEMON,
+        WEFT,
+        'daemon',
         '--kube-subnet-mgr',
         `--kube-api-url=${API}`,
         `--net-config-path=${join(this.dir, 'net-conf.json')}`,
@@ -316,7 +317,7 @@ for (const backend of [{ Type: 'host-gw' }, { Type: 'vxlan' }]) {
       }
       assert.equal(await exited, 1);
       assert.ok(
-        gone.logs.some((l) => String(l.err ?? '').includes('revoked')),
+        gone.logs.some((l) => l.code === 'WEFT_ERR_LEASE_REVOKED' && /revoked/.test(l.msg)),
         'no revoked error in the daemon log',
       );
     });

@@ -6,7 +6,9 @@ import { runDaemon } from '../daemon.js';
 import { selectExternalInterface } from '../iface.js';
 import { iptablesTask } from '../iptables/iptables.js';
 import { LocalManager } from '../lease/local-manager.js';
+import { openKubeManager, type KubeManager } from '../registry/kube.js';
 import { openRegistry } from '../registry/open.js';
+import { sdNotify } from '../sd-notify.js';
 import { VERSION } from '../version.js';
 import type { Io } from './store-commands.js';
 
@@ -29,11 +31,21 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
   setLogLevel(o.logLevel);
   const log = logger('main');
   const ac = new AbortController();
+  // systemd Type=notify: readiness and stopping are reported when NOTIFY_SOCKET is set.
+  const notify = (state: string) => {
+    try {
+      sdNotify(state, io.env);
+    } catch (err) {
+      log.warn({ err: errorMessage(err) }, 'sd_notify failed');
+    }
+  };
+  let kube: KubeManager | null = null;
   let stopping = false;
   const onSignal = (sig: NodeJS.Signals) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal: sig }, 'stopping');
+    notify('STOPPING=1');
     ac.abort();
     setTimeout(() => {
       log.warn({ deadlineMs: STOP_DEADLINE_MS }, 'cleanup did not finish in time; exiting');
@@ -57,8 +69,10 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           dataplaneWorkers: o.dataplaneWorkers,
           ipMasq: o.ipMasq,
           storeDir: o.storeDir,
-          // vxlan keeps its VtepMAC in a file beside subnet.env
+          // vxlan keeps its VtepMAC in a file beside subnet.env, and in kube mode in our
+          // node's backend-data annotation too
           subnetFile: o.subnetFile,
+          storedVtepMACs: () => kube?.storedVtepMACs() ?? { v4: null, v6: null },
         },
         tasks: [
           iptablesTask({
@@ -67,7 +81,23 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
             resyncSec: o.iptablesResync,
           }),
         ],
-        openManager: async (metrics) => new LocalManager(openRegistry(parsed), { metrics }),
+        openManager: async (metrics) => {
+          if (storeKind(parsed) !== 'kube')
+            return new LocalManager(openRegistry(parsed), { metrics });
+          kube = await openKubeManager(
+            {
+              kubeApiUrl: o.kubeApiUrl,
+              kubeconfigFile: o.kubeconfigFile,
+              kubeAnnotationPrefix: o.kubeAnnotationPrefix,
+              netConfigPath: o.netConfigPath,
+              setNodeNetworkUnavailable: o.setNodeNetworkUnavailable,
+              signal: ac.signal,
+            },
+            metrics,
+          );
+          return kube;
+        },
+        onReady: () => notify('READY=1'),
         selectInterface: (cfg) =>
           selectExternalInterface(
             {
