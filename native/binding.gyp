@@ -14,6 +14,7 @@
         "src/tun.cc",
         "src/udp_socket.cc",
         "src/engine.cc",
+        "src/coalesce.cc",
         "src/sd_notify.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],

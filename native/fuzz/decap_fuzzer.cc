@@ -1,4 +1,4 @@
-// libFuzzer target for the receive path (and, on the same bytes, the send path): whatever a
+// libFuzzer target for the receive path (and, on the same bytes, the send path and the TSO split): whatever a
 // datagram holds, decapsulation, the source check and the TUN write preparation must neither
 // crash nor read or write out of bounds. Input: byte 0 selects the format (bit 0: VXLAN) and
 // the outer source family (bit 1: IPv6), then the outer source address, then the datagram.
@@ -93,6 +93,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.payload_len > len + head) __builtin_trap();
     weft::IpInfo ip;
     if (weft::ParseIp(pkt, len, &ip) == weft::DropReason::kNone) weft::VxlanSourcePort(pkt, ip);
+  }
+  // The TUN read side with offloads on: the first 10 bytes as a virtio_net_hdr, the rest a
+  // (possibly GSO) packet to split.
+  if (len >= weft::kVnetHdrLen) {
+    weft::VnetHdr vh = weft::LoadVnetHdr(dgram);
+    static std::vector<uint8_t> segs(2048 * 128);
+    uint16_t seg_len[128];
+    std::vector<uint8_t> pkt_copy(dgram + weft::kVnetHdrLen, dgram + len);
+    size_t n = weft::SplitTso(vh, pkt_copy.data(), pkt_copy.size(), segs.data(), 2048, 128, seg_len);
+    for (size_t i = 0; i < n; i++) {
+      if (seg_len[i] > 2048) __builtin_trap();
+    }
   }
   return 0;
 }

@@ -17,12 +17,12 @@
 #include <mutex>
 
 #include "checksum.h"
+#include "coalesce.h"
 #include "codec.h"
 #include "engine.h"
 #include "tun.h"
 #include "flannel_udp.h"
 #include "vxlan.h"
-#include "sd_notify.h"
 #include "sd_notify.h"
 
 namespace weft {
@@ -402,6 +402,60 @@ Napi::Value PeerLookup(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), r ? static_cast<double>(r - table->records()) : -1);
 }
 
+// tsoSplit(vnetHdrAndPacket) → Buffer[] segments ([] when it is not a valid TCP GSO packet)
+Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Buffer<uint8_t> b = BufArg(info, 0, "packet");
+  Napi::Array out = Napi::Array::New(env);
+  if (b.Length() < kVnetHdrLen) return out;
+  const size_t max_segs = 128;
+  std::vector<uint16_t> lens(max_segs);
+  VnetHdr h = LoadVnetHdr(b.Data());
+  // Size the scratch for the worst case this packet can produce.
+  size_t want = h.gso_size ? (b.Length() / h.gso_size + 2) : 2;
+  if (want > max_segs) want = max_segs;
+  size_t seg_slot = h.gso_size + 200u;
+  std::vector<uint8_t> segs(seg_slot * want);
+  size_t n = SplitTso(h, b.Data() + kVnetHdrLen, b.Length() - kVnetHdrLen, segs.data(), seg_slot, want, lens.data());
+  for (size_t i = 0; i < n; i++) out.Set(static_cast<uint32_t>(i), Napi::Buffer<uint8_t>::Copy(env, segs.data() + i * seg_slot, lens[i]));
+  return out;
+}
+
+// groCoalesce(packets, tunMtu) → Buffer[] TUN writes (vnet header + packet), as the receive
+// path would make them from these inner packets in this order.
+Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsArray()) throw Napi::TypeError::New(env, "dataplane: packets");
+  Napi::Array in = info[0].As<Napi::Array>();
+  uint32_t mtu = info[1].ToNumber().Uint32Value();
+  std::vector<uint8_t> buf(kVnetHdrLen + TcpCoalescer::kMaxLen);
+  TcpCoalescer co(buf.data(), mtu);
+  Napi::Array out = Napi::Array::New(env);
+  uint32_t n = 0;
+  auto flush = [&]() {
+    const uint8_t* p;
+    size_t len = co.Finish(&p);
+    if (len) out.Set(n++, Napi::Buffer<uint8_t>::Copy(env, p, len));
+  };
+  for (uint32_t i = 0; i < in.Length(); i++) {
+    Napi::Value v = in.Get(i);
+    if (!v.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: packet must be a Buffer");
+    Napi::Buffer<uint8_t> b = v.As<Napi::Buffer<uint8_t>>();
+    std::vector<uint8_t> pkt(b.Data(), b.Data() + b.Length());
+    IpInfo ip;
+    if (ParseIp(pkt.data(), pkt.size(), &ip) == DropReason::kNone &&
+        (co.Add(pkt.data(), ip) || (flush(), co.Add(pkt.data(), ip)))) {
+      continue;
+    }
+    flush();
+    std::vector<uint8_t> w(kVnetHdrLen + pkt.size());
+    std::memcpy(w.data() + kVnetHdrLen, pkt.data(), pkt.size());
+    out.Set(n++, Napi::Buffer<uint8_t>::Copy(env, w.data(), w.size()));
+  }
+  flush();
+  return out;
+}
+
 // checksum(buf) → the Internet checksum of buf
 Napi::Value InetChecksum(const Napi::CallbackInfo& info) {
   Napi::Buffer<uint8_t> b = BufArg(info, 0, "data");
@@ -420,6 +474,8 @@ void DefineCodec(Napi::Env env, Napi::Object exports) {
   exports.Set("vxlanSourcePort", Napi::Function::New(env, SourcePort));
   exports.Set("peerLookup", Napi::Function::New(env, PeerLookup));
   exports.Set("checksum", Napi::Function::New(env, InetChecksum));
+  exports.Set("tsoSplit", Napi::Function::New(env, TsoSplit));
+  exports.Set("groCoalesce", Napi::Function::New(env, GroCoalesce));
   exports.Set("dropReasons", Napi::Function::New(env, DropReasons));
 }
 
@@ -454,6 +510,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
   if (o.Get("offloads").IsNumber()) cfg.offloads = o.Get("offloads").ToNumber().Uint32Value();
+  cfg.gro = (cfg.offloads & 0x10000u) != 0;  // binding.ts TUN_OFFLOADS.gro: not a TUN flag
   cfg.codec = ConfigArg(info, 0);
   std::string error;
   std::unique_ptr<Engine> e = Engine::Create(cfg, &error);
@@ -461,6 +518,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("tunName", e->tun_name());
   out.Set("offloadsAccepted", e->offloads_accepted());
+  out.Set("offloadsEnabled", e->offloads_enabled());
   std::lock_guard<std::mutex> lock(g_engines_mu);
   uint32_t id = g_next_engine++;
   g_engines[id] = std::shared_ptr<Engine>(e.release());
@@ -518,7 +576,7 @@ Napi::Value EngineCounters(const Napi::CallbackInfo& info) {
 
 Napi::Value CounterNames(const Napi::CallbackInfo& info) {
   static const char* kNames[] = {"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "icmp_sent",
-                                 "tun_reads", "send_batches", "recv_batches", "wakeups"};
+                                 "tun_reads", "send_batches", "recv_batches", "wakeups", "tso_segments", "gro_writes"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kDropBase, "counter names out of step");
   Napi::Array a = Napi::Array::New(info.Env());
   uint32_t n = 0;
@@ -565,16 +623,6 @@ Napi::Value SdNotifyBinding(const Napi::CallbackInfo& info) {
                                          info[1].As<Napi::String>().Utf8Value()));
 }
 
-// sdNotify(socketPath, state) → 0 or an errno: one sd_notify datagram (see sd_notify.h).
-Napi::Value SdNotifyBinding(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString()) {
-    throw Napi::TypeError::New(env, "sdNotify(socketPath: string, state: string)");
-  }
-  return Napi::Number::New(env, SdNotify(info[0].As<Napi::String>().Utf8Value(),
-                                         info[1].As<Napi::String>().Utf8Value()));
-}
-
 class Addon : public Napi::Addon<Addon> {
  public:
   Addon(Napi::Env env, Napi::Object exports) {
@@ -584,7 +632,6 @@ class Addon : public Napi::Addon<Addon> {
     nlbind::Define(env, exports);
     dpbind::DefineCodec(env, exports);
     dpbind::DefineEngine(env, exports);
-    exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
     exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
   }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "checksum.h"
+#include "coalesce.h"
 #include "flannel_udp.h"
 #include "tun.h"
 #include "udp_socket.h"
@@ -19,10 +20,9 @@ namespace weft {
 
 namespace {
 
-// TX slot layout: [.. headroom ..][vnet hdr 10][inner packet]; the VXLAN header goes in the
-// 22 bytes before the inner packet.
+// TX slot layout: [.. headroom ..][inner packet at kTxPkt]; the VXLAN header goes in the 22
+// bytes before the inner packet.
 constexpr size_t kTxPkt = 42;
-constexpr size_t kTxVnet = kTxPkt - kVnetHdrLen;
 // RX slot layout: datagram at 16, so a vnet header fits before the inner packet of either
 // format (flannel-udp: at 6; VXLAN: inner at 38, vnet header at 28).
 constexpr size_t kRxData = 16;
@@ -49,8 +49,23 @@ void FillSockaddr(const PeerRecord& p, sockaddr_storage* ss, socklen_t* len) {
 // One worker's loop state: every buffer it needs, allocated once when Run starts.
 class Engine::Loop {
  public:
-  Loop(Engine* e, Worker* w) : e_(e), w_(w), c_(w->counters) {
-    tx_.resize(kBatch * kBufSize);
+  Loop(Engine* e, Worker* w)
+      : e_(e),
+        w_(w),
+        c_(w->counters),
+        co_buf_(kVnetHdrLen + TcpCoalescer::kMaxLen),
+        co_(co_buf_.data(), e->cfg_.codec.tun_mtu),
+        gro_(e->cfg_.gro) {
+    // A slot holds one MTU-sized packet and the headroom before it (rounded to a cache line).
+    slot_size_ = (kTxPkt + e->cfg_.codec.tun_mtu + 63) / 64 * 64;
+    if (slot_size_ < 2048) slot_size_ = 2048;
+    tx_.resize(static_cast<size_t>(kArenaSlots) * slot_size_);
+    rd_.resize(kBufSize);
+    tx_msgs_.resize(kArenaSlots);
+    tx_iov_.resize(kArenaSlots);
+    tx_addr_.resize(kArenaSlots);
+    tx_bytes_.resize(kArenaSlots);
+    seg_len_.resize(kMaxSegs);
     rx_.resize(kBatch * kBufSize);
     icmp_.resize(kVnetHdrLen + kIcmpReplyMax);
     for (int i = 0; i < kBatch; i++) {
@@ -119,32 +134,76 @@ class Engine::Loop {
     }
   }
 
-  // Reads up to kBatch packets from the TUN, encapsulates them and sends them in one sendmmsg.
-  // Returns how many reads returned a packet.
+  uint8_t* Slot(int i) { return &tx_[static_cast<size_t>(i) * slot_size_]; }
+
+  // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
+  void EncapSlot(int slot, size_t len, const PeerTable& table) {
+    uint8_t* pkt = Slot(slot) + kTxPkt;
+    EncapResult r = VxlanFormat()
+                        ? VxlanEncap(pkt, len, table, e_->cfg_.codec, icmp_.data() + kVnetHdrLen,
+                                     kIcmpReplyMax)
+                        : FlannelUdpEncap(pkt, len, table, icmp_.data() + kVnetHdrLen,
+                                          kIcmpReplyMax);
+    if (r.drop != DropReason::kNone) {
+      c_.Drop(r.drop);
+      if (r.icmp_len > 0) WriteIcmp(r.icmp_len);
+      return;
+    }
+    if (r.peer->public_family != sock_family_) {
+      c_.Drop(DropReason::kNoRoute);
+      return;
+    }
+    int o = out_++;
+    tx_iov_[o].iov_base = VxlanFormat() ? pkt - kVxlanEncapLen : pkt;
+    tx_iov_[o].iov_len = r.payload_len;
+    tx_bytes_[o] = VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len;
+    socklen_t alen;
+    FillSockaddr(*r.peer, &tx_addr_[o], &alen);
+    std::memset(&tx_msgs_[o], 0, sizeof(tx_msgs_[o]));
+    tx_msgs_[o].msg_hdr.msg_name = &tx_addr_[o];
+    tx_msgs_[o].msg_hdr.msg_namelen = alen;
+    tx_msgs_[o].msg_hdr.msg_iov = &tx_iov_[o];
+    tx_msgs_[o].msg_hdr.msg_iovlen = 1;
+  }
+
+  void Flush() {
+    Send(out_, tx_bytes_.data());
+    out_ = 0;
+    used_ = 0;
+  }
+
+  // Reads up to kBatch packets from the TUN (each may be a TSO super-packet, split here into
+  // segments), encapsulates them into arena slots and sends them with sendmmsg, flushing when
+  // the arena runs low. Returns how many reads returned a packet.
   int TunToUdp(const PeerTable& table) {
     int reads = 0;
-    int out = 0;
-    uint64_t bytes[kBatch];
-    for (; reads < kBatch; reads++) {
-      uint8_t* slot = &tx_[out * kBufSize];
-      ssize_t n = read(w_->tun_fd, slot + kTxVnet, kBufSize - kTxVnet);
+    while (reads < kBatch) {
+      if (kArenaSlots - used_ < kMaxSegs) Flush();
+      ssize_t n = read(w_->tun_fd, rd_.data(), rd_.size());
       if (n < 0) {
-        if (errno == EINTR) {
-          reads--;
-          continue;
-        }
+        if (errno == EINTR) continue;
         break;  // EAGAIN (or an error: the next epoll round tells)
       }
+      reads++;
       c_.Add(kTunReads, 1);
       if (static_cast<size_t>(n) < kVnetHdrLen) {
         c_.Drop(DropReason::kTruncated);
         continue;
       }
-      uint8_t* pkt = slot + kTxPkt;
+      uint8_t* pkt = rd_.data() + kVnetHdrLen;
       size_t len = static_cast<size_t>(n) - kVnetHdrLen;
-      VnetHdr h = LoadVnetHdr(slot + kTxVnet);
-      if (h.gso_type != kVnetGsoNone) {  // TSO is not switched on yet: never expected
-        c_.Drop(DropReason::kOversized);
+      VnetHdr h = LoadVnetHdr(rd_.data());
+      if (h.gso_type != kVnetGsoNone) {
+        size_t segs = SplitTso(h, pkt, len, Slot(used_) + kTxPkt, slot_size_,
+                               kMaxSegs, seg_len_.data());
+        if (segs == 0) {
+          c_.Drop(DropReason::kMalformed);
+          continue;
+        }
+        c_.Add(kTsoSegments, segs);
+        int first = used_;
+        used_ += static_cast<int>(segs);
+        for (size_t i = 0; i < segs; i++) EncapSlot(first + static_cast<int>(i), seg_len_[i], table);
         continue;
       }
       if ((h.flags & kVnetFlagNeedsCsum) != 0) {
@@ -155,34 +214,14 @@ class Engine::Loop {
         }
         StoreBe16(pkt + start + h.csum_offset, Checksum(pkt + start, len - start));
       }
-      EncapResult r = VxlanFormat()
-                          ? VxlanEncap(pkt, len, table, e_->cfg_.codec, icmp_.data() + kVnetHdrLen,
-                                       kIcmpReplyMax)
-                          : FlannelUdpEncap(pkt, len, table, icmp_.data() + kVnetHdrLen,
-                                            kIcmpReplyMax);
-      if (r.drop != DropReason::kNone) {
-        c_.Drop(r.drop);
-        if (r.icmp_len > 0) WriteIcmp(r.icmp_len);
+      if (len + kTxPkt > slot_size_) {
+        c_.Drop(DropReason::kOversized);
         continue;
       }
-      if (r.peer->public_family != sock_family_) {
-        c_.Drop(DropReason::kNoRoute);
-        continue;
-      }
-      uint8_t* payload = VxlanFormat() ? pkt - kVxlanEncapLen : pkt;
-      tx_iov_[out].iov_base = payload;
-      tx_iov_[out].iov_len = r.payload_len;
-      bytes[out] = VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len;
-      socklen_t alen;
-      FillSockaddr(*r.peer, &tx_addr_[out], &alen);
-      std::memset(&tx_msgs_[out], 0, sizeof(tx_msgs_[out]));
-      tx_msgs_[out].msg_hdr.msg_name = &tx_addr_[out];
-      tx_msgs_[out].msg_hdr.msg_namelen = alen;
-      tx_msgs_[out].msg_hdr.msg_iov = &tx_iov_[out];
-      tx_msgs_[out].msg_hdr.msg_iovlen = 1;
-      out++;
+      std::memcpy(Slot(used_) + kTxPkt, pkt, len);
+      EncapSlot(used_++, len, table);
     }
-    Send(out, bytes);
+    Flush();
     return reads;
   }
 
@@ -248,6 +287,14 @@ class Engine::Loop {
         continue;
       }
       uint8_t* inner = dgram + r.inner_off;
+      if (gro_) {
+        if (co_.Add(inner, r.ip) || (FlushGro(), co_.Add(inner, r.ip))) {
+          c_.Add(kRxPackets, 1);
+          c_.Add(kRxBytes, r.inner_len);
+          continue;
+        }
+      }
+      FlushGro();
       VnetHdr h;
       PrepareTunWrite(inner, r.ip, e_->cfg_.codec.tun_mtu, &h);
       StoreVnetHdr(inner - kVnetHdrLen, h);
@@ -258,19 +305,43 @@ class Engine::Loop {
       c_.Add(kRxPackets, 1);
       c_.Add(kRxBytes, r.inner_len);
     }
+    FlushGro();
     return n;
+  }
+
+  // Writes the pending coalesced group (if any) to the TUN.
+  void FlushGro() {
+    const uint8_t* p;
+    size_t n = co_.Finish(&p);
+    if (n == 0) return;
+    if (n > kVnetHdrLen + e_->cfg_.codec.tun_mtu) c_.Add(kGroWrites, 1);
+    if (write(w_->tun_fd, p, n) < 0) c_.Drop(DropReason::kTunWriteError);
   }
 
   Engine* e_;
   Worker* w_;
   WorkerCounters& c_;
   uint8_t sock_family_ = 4;
+  // TX: TUN reads land in rd_; packets (or TSO segments) are copied into arena slots, each
+  // [headroom: VXLAN header][packet], and go out in one sendmmsg per flush.
+  static constexpr int kArenaSlots = 512;
+  static constexpr int kMaxSegs = 128;  // per super-packet (64 KB / a 512-byte MSS)
+  size_t slot_size_ = 2048;
+  int used_ = 0;  // arena slots filled since the last flush
+  int out_ = 0;   // messages queued since the last flush
   std::vector<uint8_t> tx_;
+  std::vector<uint8_t> rd_;
   std::vector<uint8_t> rx_;
   std::vector<uint8_t> icmp_;
-  struct mmsghdr tx_msgs_[kBatch];
-  struct iovec tx_iov_[kBatch];
-  sockaddr_storage tx_addr_[kBatch];
+  std::vector<struct mmsghdr> tx_msgs_;
+  std::vector<struct iovec> tx_iov_;
+  std::vector<sockaddr_storage> tx_addr_;
+  std::vector<uint64_t> tx_bytes_;
+  std::vector<uint16_t> seg_len_;
+  // RX: consecutive TCP segments of one flow merged into one GSO write.
+  std::vector<uint8_t> co_buf_;
+  TcpCoalescer co_;
+  bool gro_;
   struct mmsghdr rx_msgs_[kBatch];
   struct iovec rx_iov_[kBatch];
   sockaddr_storage rx_addr_[kBatch];
@@ -298,7 +369,11 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     if (w->tun_fd < 0) return nullptr;  // ~Engine closes what is open
     if (i == 0) {
       e->tun_name_ = name;
-      e->offloads_accepted_ = ProbeTunOffloads(w->tun_fd, cfg.offloads);
+      // The loop splits TCP TSO and finishes partial checksums; it cannot split UDP GSO (USO).
+      unsigned want = cfg.offloads & (kTunFCsum | kTunFTso4 | kTunFTso6);
+      if ((want & kTunFCsum) == 0) want = 0;  // the kernel needs CSUM for TSO
+      e->offloads_accepted_ = ProbeTunOffloads(w->tun_fd, want);
+      e->offloads_enabled_ = want & e->offloads_accepted_;
     }
     e->workers_.push_back(std::move(w));
     Worker* wp = e->workers_.back().get();

@@ -37,7 +37,8 @@ struct EngineConfig {
   std::string bind_ip;
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
-  unsigned offloads = 0;  // TUN_F_* wanted (tun.h); none are used by the loop yet
+  unsigned offloads = 0;  // TUN_F_* wanted (tun.h): CSUM and TSO4/6 are handled; not USO
+  bool gro = false;       // coalesce received TCP segments into GSO writes (coalesce.h)
   CodecConfig codec;
 };
 
@@ -53,6 +54,8 @@ enum Counter : uint32_t {
   kSendBatches,    // sendmmsg calls
   kRecvBatches,    // recvmmsg calls that returned datagrams
   kWakeups,        // epoll_wait returns
+  kTsoSegments,    // segments cut from TUN TSO super-packets
+  kGroWrites,      // coalesced super-packets written to the TUN
   kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
@@ -88,6 +91,7 @@ class Engine {
   int workers() const { return static_cast<int>(workers_.size()); }
   const std::string& tun_name() const { return tun_name_; }
   unsigned offloads_accepted() const { return offloads_accepted_; }
+  unsigned offloads_enabled() const { return offloads_enabled_; }
   size_t peer_count() const;
 
  private:
@@ -112,6 +116,7 @@ class Engine {
   EngineConfig cfg_;
   std::string tun_name_;
   unsigned offloads_accepted_ = 0;
+  unsigned offloads_enabled_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};
   std::atomic<const PeerTable*> table_{nullptr};

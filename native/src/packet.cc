@@ -2,6 +2,8 @@
 
 #include "checksum.h"
 
+#include <cstring>
+
 namespace weft {
 
 namespace {
@@ -119,6 +121,55 @@ void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* 
     out->csum_start = ip.l4_off;
     out->csum_offset = csum_off;
   }
+}
+
+size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
+                size_t max_segs, uint16_t* seg_len) {
+  if (h.gso_type != kVnetGsoTcpV4 && h.gso_type != kVnetGsoTcpV6) return 0;
+  if (h.gso_size == 0) return 0;
+  IpInfo ip;
+  if (ParseIp(pkt, len, &ip) != DropReason::kNone) return 0;
+  if (ip.proto != kProtoTcp || (ip.version == 4) != (h.gso_type == kVnetGsoTcpV4)) return 0;
+  size_t l4 = h.csum_start;
+  if (l4 < ip.l4_off || l4 + 20 > ip.len) return 0;
+  size_t thl = (pkt[l4 + 12] >> 4) * 4u;
+  size_t hdrs = l4 + thl;
+  if (thl < 20 || hdrs > ip.len) return 0;
+  size_t payload = ip.len - hdrs;
+  size_t n = payload == 0 ? 1 : (payload + h.gso_size - 1) / h.gso_size;
+  if (n > max_segs || hdrs + (payload < h.gso_size ? payload : h.gso_size) > slot_size) return 0;
+  uint32_t seq = LoadBe32(pkt + l4 + 4);
+  uint8_t flags = pkt[l4 + 13];
+  uint16_t id = ip.version == 4 ? LoadBe16(pkt + 4) : 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t off = i * h.gso_size;
+    size_t chunk = payload - off < h.gso_size ? payload - off : h.gso_size;
+    uint8_t* s = out + i * slot_size;
+    std::memcpy(s, pkt, hdrs);
+    std::memcpy(s + hdrs, pkt + hdrs + off, chunk);
+    size_t total = hdrs + chunk;
+    if (ip.version == 4) {
+      StoreBe16(s + 2, static_cast<uint16_t>(total));
+      StoreBe16(s + 4, static_cast<uint16_t>(id + i));
+      StoreBe16(s + 10, 0);
+      StoreBe16(s + 10, Checksum(s, ip.l4_off));
+    } else {
+      StoreBe16(s + 4, static_cast<uint16_t>(total - 40));
+    }
+    uint8_t* t = s + l4;
+    StoreBe32(t + 4, seq + static_cast<uint32_t>(off));
+    uint8_t f = flags;
+    if (i + 1 < n) f &= static_cast<uint8_t>(~0x09);  // FIN, PSH only on the last
+    if (i > 0) f &= static_cast<uint8_t>(~0x80);      // CWR only on the first
+    t[13] = f;
+    StoreBe16(t + 16, 0);
+    uint32_t l4_len = static_cast<uint32_t>(total - l4);
+    uint16_t pseudo = PseudoHeaderSum(ip.addr_len, s + (ip.src - pkt), s + (ip.dst - pkt),
+                                      kProtoTcp, l4_len);
+    StoreBe16(t + 16, Checksum(t, l4_len, pseudo));
+    seg_len[i] = static_cast<uint16_t>(total);
+  }
+  return n;
 }
 
 }  // namespace weft

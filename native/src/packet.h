@@ -91,6 +91,16 @@ bool DecrementTtl(uint8_t* p, const IpInfo& ip);
 // Everything else gets a zeroed header. May rewrite the L4 checksum field of `pkt`.
 void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* out);
 
+// Userspace TSO: splits a TCP super-packet read from a TUN with TUN_F_TSO4/6 (`h` its
+// virtio_net_hdr, `pkt`/`len` the packet after it) into MSS-sized segments. Segment i is built at
+// out + i * slot_size (headers copied, IPv4 total length / id + i / header checksum, IPv6
+// payload length, TCP seq + i * gso_size, FIN and PSH only on the last, CWR only on the first,
+// full TCP checksum). hdr_len is not trusted: it is recomputed from csum_start and the TCP data
+// offset. Returns the number of segments (≤ max_segs), or 0 when the packet is not a valid TCP
+// GSO packet or a segment would not fit a slot. `seg_len[i]` receives each segment's length.
+size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
+                size_t max_segs, uint16_t* seg_len);
+
 }  // namespace weft
 
 #endif  // WEFT_NATIVE_PACKET_H_

@@ -23,7 +23,7 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly bindIp: string;
   readonly port: number;
   readonly sockBufBytes?: number;
-  /** TUN_F_* bits wanted (none are used by the loop yet). */
+  /** TUN_F_* bits wanted; the engine uses CSUM and TSO4/6 (it splits TSO itself), never USO. */
   readonly offloads?: number;
 }
 
@@ -46,7 +46,16 @@ export interface NativeDataplane {
   checksum(data: Buffer): number;
   dropReasons(): string[];
   counterNames(): string[];
-  engineCreate(cfg: NativeEngineConfig): { id: number; tunName: string; offloadsAccepted: number };
+  engineCreate(cfg: NativeEngineConfig): {
+    id: number;
+    tunName: string;
+    offloadsAccepted: number;
+    offloadsEnabled: number;
+  };
+  /** Test export: the segments SplitTso cuts from a virtio_net_hdr + TCP GSO packet. */
+  tsoSplit(vnetHdrAndPacket: Buffer): Buffer[];
+  /** Test export: the TUN writes (vnet header + packet) the receive path makes of these packets. */
+  groCoalesce(packets: Buffer[], tunMtu: number): Buffer[];
   engineRun(id: number, worker: number): number;
   engineStop(id: number): void;
   engineClose(id: number): void;
@@ -58,5 +67,34 @@ export function loadDataplaneBinding(): NativeDataplane {
   return loadNative<NativeDataplane>();
 }
 
-/** TUN_F_* offload bits (native/src/tun.h). */
-export const TUN_OFFLOADS = { csum: 0x01, tso4: 0x02, tso6: 0x04, uso4: 0x20, uso6: 0x40 } as const;
+/**
+ * TUN_F_* offload bits (native/src/tun.h), plus `gro`: not a TUN flag but the engine's own
+ * coalescing of received TCP segments into GSO writes (native/src/coalesce.h).
+ */
+export const TUN_OFFLOADS = {
+  csum: 0x01,
+  tso4: 0x02,
+  tso6: 0x04,
+  uso4: 0x20,
+  uso6: 0x40,
+  gro: 0x10000,
+} as const;
+
+/** The offloads the engine uses by default (TUN checksum + TSO split in userspace, GRO). */
+export const DEFAULT_OFFLOADS =
+  TUN_OFFLOADS.csum | TUN_OFFLOADS.tso4 | TUN_OFFLOADS.tso6 | TUN_OFFLOADS.gro;
+
+/**
+ * The kill switch: WEFT_DATAPLANE_OFFLOADS = "none" | "all" (default) | a comma list of
+ * csum, tso4, tso6, gro. Unknown names are ignored.
+ */
+export function offloadsFromEnv(value = process.env.WEFT_DATAPLANE_OFFLOADS): number {
+  if (value === undefined || value === '' || value === 'all') return DEFAULT_OFFLOADS;
+  if (value === 'none') return 0;
+  let bits = 0;
+  for (const name of value.split(',')) {
+    const b = (TUN_OFFLOADS as Record<string, number>)[name.trim()];
+    if (b !== undefined && b !== TUN_OFFLOADS.uso4 && b !== TUN_OFFLOADS.uso6) bits |= b;
+  }
+  return bits;
+}

@@ -17,12 +17,12 @@ import { Worker } from 'node:worker_threads';
 import { WeftError } from '../common/errors.js';
 import { logger } from '../common/log.js';
 import type { Logger } from '../common/log.js';
-import { loadDataplaneBinding } from './binding.js';
+import { loadDataplaneBinding, offloadsFromEnv } from './binding.js';
 import { startJsEngine } from './js-engine.js';
 import type { WorkerMessage, WorkerStart } from './messages.js';
 import { encodePeerTable } from './peer-table.js';
 import type { PeerEntry } from './peer-table.js';
-import { decodeCounters } from './stats.js';
+import { COUNTERS, DROP_REASONS, decodeCounters } from './stats.js';
 import type { DataplaneStats } from './stats.js';
 
 export type DataplaneFormat = 'udp' | 'vxlan';
@@ -41,7 +41,7 @@ export interface DataplaneOptions {
   readonly vni: number;
   /** Our VtepMAC (VXLAN); ignored by udp. */
   readonly vtepMac: Buffer;
-  /** TUN_F_* offloads wanted (binding.ts TUN_OFFLOADS); the loop uses none yet. */
+  /** TUN_F_* offloads wanted (binding.ts TUN_OFFLOADS); default: WEFT_DATAPLANE_OFFLOADS. */
   readonly offloads?: number;
   readonly log?: Logger;
 }
@@ -76,6 +76,14 @@ function spawnWorker(data: WorkerStart): Worker {
 async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
   const log = opts.log ?? logger('dataplane');
   const native = loadDataplaneBinding();
+  const want = [...COUNTERS, ...DROP_REASONS.map((r) => `drop_${r}`)].join(',');
+  if (native.counterNames().join(',') !== want) {
+    throw new WeftError(
+      'WEFT_ERR_NATIVE_UNAVAILABLE',
+      'native addon counters do not match this build of weft (rebuild the addon)',
+      { details: { native: native.counterNames(), expected: want } },
+    );
+  }
   let created: ReturnType<typeof native.engineCreate>;
   try {
     created = native.engineCreate({
@@ -87,7 +95,7 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
       tunMtu: opts.tunMtu,
       vni: opts.vni,
       vtepMac: opts.vtepMac,
-      offloads: opts.offloads ?? 0,
+      offloads: opts.offloads ?? offloadsFromEnv(),
     });
   } catch (err) {
     throw new WeftError('WEFT_ERR_DATAPLANE', (err as Error).message, {
@@ -128,7 +136,12 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
     throw err;
   }
   log.debug(
-    { tun: created.tunName, workers: opts.workers, offloadsAccepted: created.offloadsAccepted },
+    {
+      tun: created.tunName,
+      workers: opts.workers,
+      offloadsAccepted: created.offloadsAccepted,
+      offloadsEnabled: created.offloadsEnabled,
+    },
     'dataplane started',
   );
   let closed: Promise<void> | null = null;

@@ -35,6 +35,8 @@ export const COUNTERS = [
   'send_batches',
   'recv_batches',
   'wakeups',
+  'tso_segments',
+  'gro_writes',
 ] as const;
 export type CounterName = (typeof COUNTERS)[number];
 export const COUNTERS_PER_WORKER = COUNTERS.length + DROP_REASONS.length;

@@ -1,0 +1,54 @@
+// The TUN write side's userspace GRO: consecutive TCP segments of one flow, received as separate
+// datagrams, are merged into one super-packet and written to the TUN once with a GSO
+// virtio_net_hdr (TCPV4/TCPV6, NEEDS_CSUM, the pseudo-header sum in the TCP checksum field); the
+// kernel segments or forwards it as GRO would. Merge rules (DESIGN §7.2): same addresses, ports,
+// ACK number, TCP header length and options, IPv4 TOS/TTL/DF (no IP options, no fragments;
+// IPv6 without extension headers and the same traffic class / flow label / hop limit);
+// contiguous sequence numbers; flags ACK or ACK|PSH; nothing after a PSH or a short segment;
+// every segment's checksum verified first; at most 64 KB and kMaxSegs segments.
+#ifndef WEFT_NATIVE_COALESCE_H_
+#define WEFT_NATIVE_COALESCE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "packet.h"
+
+namespace weft {
+
+class TcpCoalescer {
+ public:
+  static constexpr size_t kMaxSegs = 64;
+  static constexpr size_t kMaxLen = 65535;
+
+  // `buf` (≥ kVnetHdrLen + kMaxLen bytes) holds the pending super-packet behind its vnet header.
+  TcpCoalescer(uint8_t* buf, uint32_t tun_mtu) : buf_(buf), tun_mtu_(tun_mtu) {}
+
+  // Takes a copy of `pkt` (an inner packet described by `ip`) into the pending group. Returns
+  // false when it cannot join: the caller then Finish()es the group and calls Add again, and
+  // writes the packet on its own when it is refused by an empty group too.
+  bool Add(const uint8_t* pkt, const IpInfo& ip);
+
+  // Completes the pending group: returns the bytes to write (vnet header + packet) and their
+  // length, and empties the group. Returns 0 when the group is empty.
+  size_t Finish(const uint8_t** out);
+
+  bool empty() const { return segs_ == 0; }
+
+ private:
+  uint8_t* buf_;
+  uint32_t tun_mtu_;
+  size_t segs_ = 0;
+  size_t len_ = 0;       // packet bytes held (after the vnet header)
+  size_t hdrs_ = 0;      // IP + TCP header length
+  size_t l4_off_ = 0;
+  size_t seg_size_ = 0;  // payload length of the first segment (the GSO size)
+  size_t last_payload_ = 0;
+  uint32_t next_seq_ = 0;
+  uint8_t version_ = 0;
+  bool closed_ = false;  // a PSH or short segment ended the group
+};
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_COALESCE_H_

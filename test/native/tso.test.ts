@@ -1,0 +1,154 @@
+/**
+ * Userspace TSO (native/src/packet.cc SplitTso): a TCP super-packet from a TUN with TUN_F_TSO4/6
+ * becomes MSS-sized segments, each a valid packet on its own: IPv4 total length, id + i and
+ * header checksum; IPv6 payload length; seq + i·gso_size; FIN/PSH only on the last, CWR only on
+ * the first; a full TCP checksum. The payload is cut, not changed.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ipToBytes, parseIP } from '../../src/common/ip.js';
+import { loadDataplaneBinding } from '../../src/dataplane/binding.js';
+import { checksum, checksumSum } from '../../src/dataplane/js-codec.js';
+import { Rng, makePacket } from '../helpers/packets.js';
+
+const native = loadDataplaneBinding();
+const a = (s: string) => ipToBytes(parseIP(s)!);
+
+function vnet(gsoType: number, gsoSize: number, csumStart: number, hdrLen = 0): Buffer {
+  const h = Buffer.alloc(10);
+  h[0] = 1;
+  h[1] = gsoType;
+  h.writeUInt16LE(hdrLen, 2);
+  h.writeUInt16LE(gsoSize, 4);
+  h.writeUInt16LE(csumStart, 6);
+  h.writeUInt16LE(16, 8);
+  return h;
+}
+
+function tcpValid(seg: Buffer, l4: number, v6: boolean): boolean {
+  const src = v6 ? seg.subarray(8, 24) : seg.subarray(12, 16);
+  const dst = v6 ? seg.subarray(24, 40) : seg.subarray(16, 20);
+  const len = seg.length - l4;
+  let ps = checksumSum(src, 0, src.length);
+  ps = checksumSum(dst, 0, dst.length, ps);
+  ps += 6 + (len & 0xffff) + Math.floor(len / 0x10000);
+  while (ps > 0xffff) ps = (ps & 0xffff) + (ps >>> 16);
+  return checksumSum(seg, l4, seg.length, ps) === 0xffff;
+}
+
+describe('TSO split', () => {
+  for (const v6 of [false, true]) {
+    it(`IPv${v6 ? 6 : 4}: segments are valid, contiguous and carry the payload unchanged`, () => {
+      const rng = new Rng(v6 ? 61 : 62);
+      const pkt = makePacket(rng, {
+        src: a(v6 ? 'fc00::1' : '10.5.1.2'),
+        dst: a(v6 ? 'fc00::2' : '10.5.2.2'),
+        proto: 6,
+        payloadLen: 30000,
+        partial: true,
+      });
+      const ipl = v6 ? 40 : 20;
+      pkt[ipl + 13] = 0x80 | 0x10 | 0x08 | 0x01; // CWR ACK PSH FIN
+      const thl = (pkt[ipl + 12]! >> 4) * 4;
+      const mss = 1400;
+      // hdr_len deliberately wrong: it must not be trusted.
+      const segs = native.tsoSplit(Buffer.concat([vnet(v6 ? 4 : 1, mss, ipl, 7), pkt]));
+      const payload = pkt.length - ipl - thl;
+      assert.equal(segs.length, Math.ceil(payload / mss));
+      const seq0 = pkt.readUInt32BE(ipl + 4);
+      const parts: Buffer[] = [];
+      segs.forEach((s, i) => {
+        const last = i === segs.length - 1;
+        if (v6) assert.equal(s.readUInt16BE(4), s.length - 40);
+        else {
+          assert.equal(s.readUInt16BE(2), s.length);
+          assert.equal(s.readUInt16BE(4), (pkt.readUInt16BE(4) + i) & 0xffff);
+          assert.equal(checksum(s, 0, 20), 0, 'IPv4 header checksum');
+        }
+        assert.equal(s.readUInt32BE(ipl + 4), (seq0 + i * mss) >>> 0);
+        const f = s[ipl + 13]!;
+        assert.equal((f & 0x09) !== 0, last, `FIN/PSH on segment ${i}`);
+        assert.equal((f & 0x80) !== 0, i === 0, `CWR on segment ${i}`);
+        assert.ok(tcpValid(s, ipl, v6), `TCP checksum of segment ${i}`);
+        if (!last) assert.equal(s.length, ipl + thl + mss);
+        parts.push(s.subarray(ipl + thl));
+      });
+      assert.deepEqual(Buffer.concat(parts), pkt.subarray(ipl + thl));
+    });
+  }
+
+  it('refuses a GSO type that does not match the IP version, and a bad csum_start', () => {
+    const rng = new Rng(63);
+    const pkt = makePacket(rng, {
+      src: a('10.5.1.2'),
+      dst: a('10.5.2.2'),
+      proto: 6,
+      payloadLen: 5000,
+    });
+    assert.deepEqual(native.tsoSplit(Buffer.concat([vnet(4, 1400, 20), pkt])), []);
+    assert.deepEqual(native.tsoSplit(Buffer.concat([vnet(1, 1400, 4990), pkt])), []);
+    assert.deepEqual(native.tsoSplit(Buffer.concat([vnet(1, 0, 20), pkt])), []);
+    const udp = makePacket(rng, {
+      src: a('10.5.1.2'),
+      dst: a('10.5.2.2'),
+      proto: 17,
+      payloadLen: 5000,
+    });
+    assert.deepEqual(native.tsoSplit(Buffer.concat([vnet(1, 1400, 20), udp])), []);
+  });
+});
+
+describe('receive-side coalescing (userspace GRO)', () => {
+  const rng = new Rng(71);
+  function train(v6: boolean, payloadLen: number): { pkt: Buffer; segs: Buffer[] } {
+    const pkt = makePacket(rng, {
+      src: a(v6 ? 'fc00::1' : '10.5.1.2'),
+      dst: a(v6 ? 'fc00::2' : '10.5.2.2'),
+      proto: 6,
+      payloadLen,
+      partial: true,
+    });
+    const ipl = v6 ? 40 : 20;
+    pkt[ipl + 13] = 0x18; // ACK PSH
+    return { pkt, segs: native.tsoSplit(Buffer.concat([vnet(v6 ? 4 : 1, 1400, ipl), pkt])) };
+  }
+
+  for (const v6 of [false, true]) {
+    it(`IPv${v6 ? 6 : 4}: one flow's segments become one GSO write that splits back into them`, () => {
+      const { segs } = train(v6, 20000);
+      const writes = native.groCoalesce(segs, 1500);
+      assert.equal(writes.length, 1);
+      const w = writes[0]!;
+      assert.equal(w[0], 1, 'NEEDS_CSUM');
+      assert.equal(w[1], v6 ? 4 : 1, 'GSO type');
+      assert.equal(w.readUInt16LE(4), 1400, 'gso_size');
+      assert.deepEqual(native.tsoSplit(w), segs);
+    });
+  }
+
+  it('a sequence gap, another flow or a bad checksum starts a new write', () => {
+    const { segs } = train(false, 8000);
+    const other = train(false, 3000).segs;
+    const bad = Buffer.from(segs[3]!);
+    bad[bad.length - 1] ^= 0xff;
+    const writes = native.groCoalesce(
+      [segs[0]!, segs[1]!, other[0]!, segs[2]!, bad, segs[5]!],
+      1500,
+    );
+    // [0,1] · other · [2] · bad (plain) · [5] (gap after 2 → new group)
+    assert.equal(writes.length, 5);
+    assert.equal(writes[0]![1], 1);
+    assert.deepEqual(writes[3]!.subarray(10), bad);
+    assert.equal(writes[3]![1], 0);
+  });
+
+  it('a segment larger than the TUN MTU or without payload is written on its own', () => {
+    const { segs } = train(false, 4000);
+    const ack = Buffer.from(segs[0]!.subarray(0, 40));
+    ack.writeUInt16BE(40, 2);
+    ack.writeUInt16BE(0, 10);
+    ack.writeUInt16BE(checksum(ack, 0, 20), 10);
+    const writes = native.groCoalesce([ack, ...segs], 1000);
+    assert.equal(writes.length, 1 + segs.length);
+  });
+});
