@@ -510,7 +510,10 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
   if (o.Get("offloads").IsNumber()) cfg.offloads = o.Get("offloads").ToNumber().Uint32Value();
-  cfg.gro = (cfg.offloads & 0x10000u) != 0;  // binding.ts TUN_OFFLOADS.gro: not a TUN flag
+  // binding.ts TUN_OFFLOADS: gro, udpGso, udpGro are the engine's own, not TUN flags.
+  cfg.gro = (cfg.offloads & 0x10000u) != 0;
+  cfg.udp_gso = (cfg.offloads & 0x20000u) != 0;
+  cfg.udp_gro = (cfg.offloads & 0x40000u) != 0;
   cfg.codec = ConfigArg(info, 0);
   std::string error;
   std::unique_ptr<Engine> e = Engine::Create(cfg, &error);
@@ -576,7 +579,7 @@ Napi::Value EngineCounters(const Napi::CallbackInfo& info) {
 
 Napi::Value CounterNames(const Napi::CallbackInfo& info) {
   static const char* kNames[] = {"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "icmp_sent",
-                                 "tun_reads", "send_batches", "recv_batches", "wakeups", "tso_segments", "gro_writes"};
+                                 "tun_reads", "send_batches", "recv_batches", "wakeups", "tso_segments", "gro_writes", "gso_sends", "gso_disabled", "gro_trains"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kDropBase, "counter names out of step");
   Napi::Array a = Napi::Array::New(info.Env());
   uint32_t n = 0;

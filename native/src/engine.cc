@@ -26,6 +26,8 @@ constexpr size_t kTxPkt = 42;
 // RX slot layout: datagram at 16, so a vnet header fits before the inner packet of either
 // format (flannel-udp: at 6; VXLAN: inner at 38, vnet header at 28).
 constexpr size_t kRxData = 16;
+constexpr int kUdpSegment = 103;  // UDP_SEGMENT (linux/udp.h)
+constexpr int kUdpGro = 104;      // UDP_GRO
 
 void FillSockaddr(const PeerRecord& p, sockaddr_storage* ss, socklen_t* len) {
   std::memset(ss, 0, sizeof(sockaddr_in6));
@@ -65,6 +67,9 @@ class Engine::Loop {
     tx_iov_.resize(kArenaSlots);
     tx_addr_.resize(kArenaSlots);
     tx_bytes_.resize(kArenaSlots);
+    tx_segs_.resize(kArenaSlots);
+    cmsg_.resize(static_cast<size_t>(kArenaSlots) * kCmsgSpace);
+    udp_gso_ = e->cfg_.udp_gso;
     seg_len_.resize(kMaxSegs);
     rx_.resize(kBatch * kBufSize);
     icmp_.resize(kVnetHdrLen + kIcmpReplyMax);
@@ -154,21 +159,77 @@ class Engine::Loop {
       return;
     }
     int o = out_++;
-    tx_iov_[o].iov_base = VxlanFormat() ? pkt - kVxlanEncapLen : pkt;
-    tx_iov_[o].iov_len = r.payload_len;
+    int v = niov_++;
+    tx_iov_[v].iov_base = VxlanFormat() ? pkt - kVxlanEncapLen : pkt;
+    tx_iov_[v].iov_len = r.payload_len;
     tx_bytes_[o] = VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len;
+    tx_segs_[o] = 1;
     socklen_t alen;
     FillSockaddr(*r.peer, &tx_addr_[o], &alen);
     std::memset(&tx_msgs_[o], 0, sizeof(tx_msgs_[o]));
     tx_msgs_[o].msg_hdr.msg_name = &tx_addr_[o];
     tx_msgs_[o].msg_hdr.msg_namelen = alen;
-    tx_msgs_[o].msg_hdr.msg_iov = &tx_iov_[o];
+    tx_msgs_[o].msg_hdr.msg_iov = &tx_iov_[v];
     tx_msgs_[o].msg_hdr.msg_iovlen = 1;
   }
 
+  // Turns the one-segment messages queued since `first` (the segments of one TSO packet) into
+  // UDP GSO messages: same destination, equal sizes but a shorter last one, ≤ kGsoMaxSegs and
+  // ≤ kMaxUdpPayload bytes each. The kernel cuts them back into datagrams (UDP_SEGMENT).
+  void MergeGso(int first) {
+    int n = out_ - first;
+    if (!udp_gso_ || n < 2) return;
+    const msghdr& h0 = tx_msgs_[first].msg_hdr;
+    iovec* iov0 = h0.msg_iov;
+    size_t seg = iov0[0].iov_len;
+    for (int i = 1; i < n; i++) {
+      const msghdr& h = tx_msgs_[first + i].msg_hdr;
+      if (h.msg_iov != iov0 + i || h.msg_namelen != h0.msg_namelen ||
+          std::memcmp(h.msg_name, h0.msg_name, h0.msg_namelen) != 0) {
+        return;
+      }
+      size_t len = h.msg_iov[0].iov_len;
+      if (len > seg || (len < seg && i != n - 1)) return;
+    }
+    int per = static_cast<int>(kMaxUdpPayload / seg);
+    if (per > kGsoMaxSegs) per = kGsoMaxSegs;
+    if (per < 2) return;
+    void* name = h0.msg_name;
+    socklen_t namelen = h0.msg_namelen;
+    int m = first;
+    for (int i = 0; i < n; m++) {
+      int k = n - i < per ? n - i : per;
+      uint64_t bytes = 0;
+      for (int j = 0; j < k; j++) bytes += tx_bytes_[first + i + j];
+      msghdr& h = tx_msgs_[m].msg_hdr;
+      std::memset(&tx_msgs_[m], 0, sizeof(tx_msgs_[m]));
+      h.msg_name = name;
+      h.msg_namelen = namelen;
+      h.msg_iov = iov0 + i;
+      h.msg_iovlen = static_cast<size_t>(k);
+      if (k > 1) {
+        char* cbuf = &cmsg_[static_cast<size_t>(m) * kCmsgSpace];
+        std::memset(cbuf, 0, kCmsgSpace);
+        h.msg_control = cbuf;
+        h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+        cmsghdr* cm = CMSG_FIRSTHDR(&h);
+        cm->cmsg_level = IPPROTO_UDP;
+        cm->cmsg_type = kUdpSegment;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t size = static_cast<uint16_t>(seg);
+        std::memcpy(CMSG_DATA(cm), &size, sizeof(size));
+      }
+      tx_bytes_[m] = bytes;
+      tx_segs_[m] = static_cast<uint16_t>(k);
+      i += k;
+    }
+    out_ = m;
+  }
+
   void Flush() {
-    Send(out_, tx_bytes_.data());
+    Send(out_);
     out_ = 0;
+    niov_ = 0;
     used_ = 0;
   }
 
@@ -202,8 +263,10 @@ class Engine::Loop {
         }
         c_.Add(kTsoSegments, segs);
         int first = used_;
+        int first_msg = out_;
         used_ += static_cast<int>(segs);
         for (size_t i = 0; i < segs; i++) EncapSlot(first + static_cast<int>(i), seg_len_[i], table);
+        MergeGso(first_msg);
         continue;
       }
       if ((h.flags & kVnetFlagNeedsCsum) != 0) {
@@ -225,15 +288,18 @@ class Engine::Loop {
     return reads;
   }
 
-  void Send(int count, const uint64_t* bytes) {
+  void Send(int count) {
     int done = 0;
     bool waited = false;
     while (done < count) {
       int n = sendmmsg(w_->udp_fd, &tx_msgs_[done], count - done, 0);
       if (n > 0) {
         c_.Add(kSendBatches, 1);
-        for (int i = done; i < done + n; i++) c_.Add(kTxBytes, bytes[i]);
-        c_.Add(kTxPackets, n);
+        for (int i = done; i < done + n; i++) {
+          c_.Add(kTxBytes, tx_bytes_[i]);
+          c_.Add(kTxPackets, tx_segs_[i]);
+          if (tx_segs_[i] > 1) c_.Add(kGsoSends, 1);
+        }
         done += n;
         continue;
       }
@@ -244,12 +310,19 @@ class Engine::Loop {
         waited = true;
         continue;
       }
-      c_.Drop(DropReason::kSendError);  // the first message is refused: skip it
+      // The first message is refused: skip it. EIO on a GSO message means the device cannot
+      // checksum for UDP GSO: switch GSO off for this worker for good.
+      if (n < 0 && errno == EIO && tx_segs_[done] > 1 && udp_gso_) {
+        udp_gso_ = false;
+        c_.Add(kGsoDisabled, 1);
+      }
+      for (int j = 0; j < tx_segs_[done]; j++) c_.Drop(DropReason::kSendError);
       done++;
     }
   }
 
-  // Receives up to kBatch datagrams with one recvmmsg, decapsulates and writes them to the TUN.
+  // Receives up to kBatch datagrams (with UDP_GRO: trains of equal-size datagrams, one per
+  // buffer) with one recvmmsg, decapsulates them and writes them to the TUN, coalescing TCP.
   int UdpToTun(const PeerTable& table) {
     for (int i = 0; i < kBatch; i++) {
       std::memset(&rx_msgs_[i], 0, sizeof(rx_msgs_[i]));
@@ -257,17 +330,29 @@ class Engine::Loop {
       rx_msgs_[i].msg_hdr.msg_namelen = sizeof(rx_addr_[i]);
       rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
       rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+      rx_msgs_[i].msg_hdr.msg_control = &rx_cmsg_[static_cast<size_t>(i) * kRxCmsgSpace];
+      rx_msgs_[i].msg_hdr.msg_controllen = kRxCmsgSpace;
     }
     int n = recvmmsg(w_->udp_fd, rx_msgs_, kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) return 0;
     c_.Add(kRecvBatches, 1);
     for (int i = 0; i < n; i++) {
-      uint8_t* dgram = &rx_[i * kBufSize + kRxData];
+      uint8_t* data = &rx_[i * kBufSize + kRxData];
       size_t len = rx_msgs_[i].msg_len;
       if ((rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
         c_.Drop(DropReason::kOversized);
         continue;
       }
+      size_t seg = len;
+      for (cmsghdr* cm = CMSG_FIRSTHDR(&rx_msgs_[i].msg_hdr); cm != nullptr;
+           cm = CMSG_NXTHDR(&rx_msgs_[i].msg_hdr, cm)) {
+        if (cm->cmsg_level == IPPROTO_UDP && cm->cmsg_type == kUdpGro) {
+          int size;
+          std::memcpy(&size, CMSG_DATA(cm), sizeof(size));
+          if (size > 0 && static_cast<size_t>(size) < len) seg = static_cast<size_t>(size);
+        }
+      }
+      if (seg < len) c_.Add(kGroTrains, 1);
       const uint8_t* src;
       size_t src_len;
       if (rx_addr_[i].ss_family == AF_INET) {
@@ -279,34 +364,43 @@ class Engine::Loop {
             &reinterpret_cast<const sockaddr_in6*>(&rx_addr_[i])->sin6_addr);
         src_len = 16;
       }
-      DecapResult r = VxlanFormat()
-                          ? VxlanDecap(dgram, len, src_len, src, table, e_->cfg_.codec)
-                          : FlannelUdpDecap(dgram, len, src_len, src, table);
-      if (r.drop != DropReason::kNone) {
-        c_.Drop(r.drop);
-        continue;
+      // Datagram k of a train starts where k-1 ended: its vnet header space (before the inner
+      // packet) overlaps bytes of datagram k-1, which are consumed (copied or written) by then.
+      for (size_t off = 0; off < len; off += seg) {
+        size_t dlen = len - off < seg ? len - off : seg;
+        Deliver(data + off, dlen, src_len, src, table);
       }
-      uint8_t* inner = dgram + r.inner_off;
-      if (gro_) {
-        if (co_.Add(inner, r.ip) || (FlushGro(), co_.Add(inner, r.ip))) {
-          c_.Add(kRxPackets, 1);
-          c_.Add(kRxBytes, r.inner_len);
-          continue;
-        }
-      }
-      FlushGro();
-      VnetHdr h;
-      PrepareTunWrite(inner, r.ip, e_->cfg_.codec.tun_mtu, &h);
-      StoreVnetHdr(inner - kVnetHdrLen, h);
-      if (write(w_->tun_fd, inner - kVnetHdrLen, kVnetHdrLen + r.inner_len) < 0) {
-        c_.Drop(DropReason::kTunWriteError);
-        continue;
-      }
-      c_.Add(kRxPackets, 1);
-      c_.Add(kRxBytes, r.inner_len);
     }
     FlushGro();
     return n;
+  }
+
+  void Deliver(uint8_t* dgram, size_t len, size_t src_len, const uint8_t* src,
+               const PeerTable& table) {
+    DecapResult r = VxlanFormat() ? VxlanDecap(dgram, len, src_len, src, table, e_->cfg_.codec)
+                                  : FlannelUdpDecap(dgram, len, src_len, src, table);
+    if (r.drop != DropReason::kNone) {
+      c_.Drop(r.drop);
+      return;
+    }
+    uint8_t* inner = dgram + r.inner_off;
+    if (gro_) {
+      if (co_.Add(inner, r.ip) || (FlushGro(), co_.Add(inner, r.ip))) {
+        c_.Add(kRxPackets, 1);
+        c_.Add(kRxBytes, r.inner_len);
+        return;
+      }
+    }
+    FlushGro();
+    VnetHdr h;
+    PrepareTunWrite(inner, r.ip, e_->cfg_.codec.tun_mtu, &h);
+    StoreVnetHdr(inner - kVnetHdrLen, h);
+    if (write(w_->tun_fd, inner - kVnetHdrLen, kVnetHdrLen + r.inner_len) < 0) {
+      c_.Drop(DropReason::kTunWriteError);
+      return;
+    }
+    c_.Add(kRxPackets, 1);
+    c_.Add(kRxBytes, r.inner_len);
   }
 
   // Writes the pending coalesced group (if any) to the TUN.
@@ -329,6 +423,12 @@ class Engine::Loop {
   size_t slot_size_ = 2048;
   int used_ = 0;  // arena slots filled since the last flush
   int out_ = 0;   // messages queued since the last flush
+  int niov_ = 0;  // iovecs used since the last flush (one per segment)
+  static constexpr int kGsoMaxSegs = 64;
+  static constexpr size_t kCmsgSpace = CMSG_SPACE(sizeof(uint16_t));
+  bool udp_gso_ = false;
+  std::vector<uint16_t> tx_segs_;  // segments per queued message
+  std::vector<char> cmsg_;
   std::vector<uint8_t> tx_;
   std::vector<uint8_t> rd_;
   std::vector<uint8_t> rx_;
@@ -342,6 +442,8 @@ class Engine::Loop {
   std::vector<uint8_t> co_buf_;
   TcpCoalescer co_;
   bool gro_;
+  static constexpr size_t kRxCmsgSpace = CMSG_SPACE(sizeof(int));
+  std::vector<char> rx_cmsg_ = std::vector<char>(kBatch * kRxCmsgSpace);
   struct mmsghdr rx_msgs_[kBatch];
   struct iovec rx_iov_[kBatch];
   sockaddr_storage rx_addr_[kBatch];
@@ -381,6 +483,12 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     if (wp->udp_fd < 0) {
       *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
       return nullptr;
+    }
+    if (cfg.udp_gro) {
+      int one = 1;
+      if (setsockopt(wp->udp_fd, IPPROTO_UDP, kUdpGro, &one, sizeof(one)) < 0) {
+        e->cfg_.udp_gro = false;  // an old kernel: receive datagram by datagram
+      }
     }
     wp->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wp->event_fd < 0) {

@@ -39,6 +39,8 @@ struct EngineConfig {
   int sock_buf_bytes = 4 << 20;
   unsigned offloads = 0;  // TUN_F_* wanted (tun.h): CSUM and TSO4/6 are handled; not USO
   bool gro = false;       // coalesce received TCP segments into GSO writes (coalesce.h)
+  bool udp_gso = false;   // UDP_SEGMENT on send
+  bool udp_gro = false;   // UDP_GRO on receive
   CodecConfig codec;
 };
 
@@ -56,6 +58,9 @@ enum Counter : uint32_t {
   kWakeups,        // epoll_wait returns
   kTsoSegments,    // segments cut from TUN TSO super-packets
   kGroWrites,      // coalesced super-packets written to the TUN
+  kGsoSends,       // UDP GSO messages sent (each several datagrams)
+  kGsoDisabled,    // 1 once the socket refused UDP GSO (EIO) and it was switched off
+  kGroTrains,      // UDP GRO receives that carried several datagrams
   kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };

@@ -68,8 +68,9 @@ export function loadDataplaneBinding(): NativeDataplane {
 }
 
 /**
- * TUN_F_* offload bits (native/src/tun.h), plus `gro`: not a TUN flag but the engine's own
- * coalescing of received TCP segments into GSO writes (native/src/coalesce.h).
+ * TUN_F_* offload bits (native/src/tun.h), plus the engine's own: `gro` (received TCP segments
+ * coalesced into GSO TUN writes, native/src/coalesce.h), `udp_gso` (UDP_SEGMENT on send) and
+ * `udp_gro` (UDP_GRO on receive).
  */
 export const TUN_OFFLOADS = {
   csum: 0x01,
@@ -78,15 +79,22 @@ export const TUN_OFFLOADS = {
   uso4: 0x20,
   uso6: 0x40,
   gro: 0x10000,
+  udp_gso: 0x20000,
+  udp_gro: 0x40000,
 } as const;
 
 /** The offloads the engine uses by default (TUN checksum + TSO split in userspace, GRO). */
 export const DEFAULT_OFFLOADS =
-  TUN_OFFLOADS.csum | TUN_OFFLOADS.tso4 | TUN_OFFLOADS.tso6 | TUN_OFFLOADS.gro;
+  TUN_OFFLOADS.csum |
+  TUN_OFFLOADS.tso4 |
+  TUN_OFFLOADS.tso6 |
+  TUN_OFFLOADS.gro |
+  TUN_OFFLOADS.udp_gso |
+  TUN_OFFLOADS.udp_gro;
 
 /**
  * The kill switch: WEFT_DATAPLANE_OFFLOADS = "none" | "all" (default) | a comma list of
- * csum, tso4, tso6, gro. Unknown names are ignored.
+ * csum, tso4, tso6, gro, udp_gso, udp_gro. Unknown names are ignored.
  */
 export function offloadsFromEnv(value = process.env.WEFT_DATAPLANE_OFFLOADS): number {
   if (value === undefined || value === '' || value === 'all') return DEFAULT_OFFLOADS;

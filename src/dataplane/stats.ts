@@ -37,6 +37,9 @@ export const COUNTERS = [
   'wakeups',
   'tso_segments',
   'gro_writes',
+  'gso_sends',
+  'gso_disabled',
+  'gro_trains',
 ] as const;
 export type CounterName = (typeof COUNTERS)[number];
 export const COUNTERS_PER_WORKER = COUNTERS.length + DROP_REASONS.length;
