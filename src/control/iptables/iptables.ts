@@ -170,8 +170,8 @@ export class IptablesKeeper {
 }
 
 /**
- * The daemon task (DaemonConfig.tasks): keeps the rules until the daemon stops. Nothing to do
- * when neither --ip-masq nor --iptables-forward-rules asks for rules.
+ * The daemon task (DaemonConfig.tasks): keeps the rules until the daemon stops (and, when
+ * neither --ip-masq nor --iptables-forward-rules asks for rules, just waits for the stop).
  */
 export function iptablesTask(o: IptablesOptions) {
   return async (ctx: {
@@ -180,7 +180,16 @@ export function iptablesTask(o: IptablesOptions) {
     signal: AbortSignal;
   }): Promise<void> => {
     const want = wantedRules(ctx.netConfig, ctx.lease, o);
-    if (want.length === 0) return;
+    if (want.length === 0) {
+      // Nothing to keep; a task still runs until the daemon stops (returning early would read
+      // as a loop that ended unexpectedly).
+      if (!ctx.signal.aborted) {
+        await new Promise((resolve) =>
+          ctx.signal.addEventListener('abort', resolve, { once: true }),
+        );
+      }
+      return;
+    }
     const keeper = new IptablesKeeper(want, {
       ...(o.run ? { run: o.run } : {}),
       ...(o.log ? { log: o.log } : {}),

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type Family, parseCIDR } from '../../../../src/common/ip.js';
+import { parseNetConfig } from '../../../../src/control/config/net-config.js';
+import { iptablesTask } from '../../../../src/control/iptables/iptables.js';
 import {
   forwardRules,
   isInPlace,
@@ -74,3 +76,34 @@ for (const family of [4, 6] as Family[]) {
     });
   });
 }
+
+describe('iptablesTask', () => {
+  test('with no rules wanted it runs no command and lasts until the signal', async () => {
+    const calls: string[] = [];
+    const task = iptablesTask({
+      ipMasq: false,
+      forwardRules: false,
+      resyncSec: 1,
+      run: async (cmd) => {
+        calls.push(cmd);
+        return '';
+      },
+    });
+    const ac = new AbortController();
+    const cfg = parseNetConfig(JSON.stringify({ Network: '10.5.0.0/16' }));
+    const lease = {
+      key: '10.5.1.0-24',
+      subnet: parseCIDR('10.5.1.0/24')!,
+      ipv6Subnet: null,
+      attrs: { publicIP: '192.168.1.1', publicIPv6: null, backendType: '' },
+      expiration: null,
+    };
+    let ended = false;
+    const running = task({ lease, netConfig: cfg, signal: ac.signal }).then(() => (ended = true));
+    await new Promise((r) => setTimeout(r, 30));
+    assert.equal(ended, false);
+    ac.abort();
+    await running;
+    assert.deepEqual(calls, []);
+  });
+});
