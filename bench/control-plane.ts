@@ -14,9 +14,17 @@
  *   single    one `added` event at a time → applied (p50 / p99 over 500 events)
  *   resync    a full re-check of the programmed state (list + compare, nothing to repair)
  *
+ * End to end (`daemon` rows): one `weft daemon` (vxlan, embedded store) in the namespace.
+ *   snapshot  N peer leases already in the store → daemon started → all 3·N entries in the
+ *             kernel (time from the daemon's `ready` line, polled every 20 ms; its start-up,
+ *             run from the TypeScript sources through tsx, is reported apart)
+ *   single    one lease written to the store (10 peers present) → its route in the kernel,
+ *             p50 / p99 over 100 events (polled every 0.5 ms)
+ *
  * Run as root: `node --import tsx bench/control-plane.ts` (writes bench/results/control-plane.json).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Family, parseCIDR } from '../src/common/ip.js';
@@ -26,7 +34,13 @@ import { type Planner, Reconciler } from '../src/control/backend/reconcile.js';
 import { planVxlan } from '../src/control/backend/vxlan.js';
 import type { Lease, LeaseEvent } from '../src/control/lease/types.js';
 import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
+import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
+import { makeSubnetKey } from '../src/control/lease/subnet-key.js';
+import { EmbeddedRegistry } from '../src/control/registry/embedded.js';
 import { NetnsScope, ip } from '../test/helpers/netns.js';
+
+const WEFT_SRC = fileURLToPath(new URL('../test/helpers/weft-src.ts', import.meta.url));
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const log = logger('bench');
 log.level = 'silent';
@@ -150,6 +164,123 @@ async function measure(ns: string, backend: 'vxlan' | 'host-gw', peers: number):
   };
 }
 
+interface DaemonResult {
+  peers: number;
+  startToReadyMs: number;
+  readyToProgrammedMs: number;
+  singleP50Ms: number | null;
+  singleP99Ms: number | null;
+}
+
+/**
+ * Puts N leases in the embedded store: the first through the store (which lays out its
+ * directories), the rest straight into its files (its documented layout: a header line, then the
+ * value), one revision each, then the revision file. Creating them one by one through the store
+ * would cost O(N²) file reads and measure the store, not the backend.
+ */
+async function seedStore(reg: EmbeddedRegistry, dir: string, n: number): Promise<void> {
+  const viaStore = Math.min(n, 20);
+  for (let i = 0; i < viaStore; i++) {
+    const l = peer(i, 'vxlan');
+    await reg.createSubnet(makeSubnetKey(l.subnet, null), encodeLeaseAttrs(l.attrs), 86_400_000);
+  }
+  const base = Number(readFileSync(join(dir, 'revision'), 'utf8').trim());
+  const exp = Date.now() + 86_400_000;
+  for (let i = viaStore; i < n; i++) {
+    const l = peer(i, 'vxlan');
+    const key = makeSubnetKey(l.subnet, null);
+    const header = JSON.stringify({ revision: base + i - viaStore + 1, expiration: exp });
+    writeFileSync(join(dir, 'subnets', key), `${header}\n${encodeLeaseAttrs(l.attrs)}`);
+  }
+  if (n > viaStore) writeFileSync(join(dir, 'revision'), String(base + n - viaStore));
+}
+
+async function measureDaemon(
+  scope: NetnsScope,
+  ns: string,
+  peers: number,
+  singles: number,
+): Promise<DaemonResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'weft-cp-bench-'));
+  const store = join(dir, 'store');
+  const reg = new EmbeddedRegistry(store);
+  const nl = new NativeNetlink({ netns: ns });
+  try {
+    const conf = { Network: '10.0.0.0/8', SubnetLen: 24, Backend: { Type: 'vxlan' } };
+    await reg.setNetworkConfig(JSON.stringify(conf));
+    await seedStore(reg, store, peers);
+    const args = ['daemon', '--store-dir', store, '--iface', 'eth0'];
+    args.push('--subnet-file', join(dir, 'subnet.env'), '--iptables-forward-rules=false');
+    const t0 = performance.now();
+    const p = scope.spawn(ns, process.execPath, ['--import', 'tsx', WEFT_SRC, ...args], {
+      cwd: ROOT,
+    });
+    let ready = 0;
+    let errText = '';
+    p.stderr!.on('data', (d: Buffer) => {
+      const t = d.toString();
+      errText += t;
+      if (!ready && t.includes('"msg":"ready"')) ready = performance.now();
+    });
+    // Routes go in last (neigh → FDB → route per peer): count them first, the rest once they
+    // are all there. Polled every 20 ms so the dumps do not steal much CPU from the daemon.
+    const count = async () => {
+      const routes = (await nl.listRoutes({ family: 4, dev: 'flannel.1' })).length;
+      if (routes < peers) return routes;
+      return (
+        routes +
+        (await nl.listNeighs(4, 'flannel.1')).length +
+        (await nl.listFdb('flannel.1')).length
+      );
+    };
+    const deadline = Date.now() + 60_000;
+    while (!ready || (await count()) < 3 * peers) {
+      if (Date.now() > deadline || p.exitCode !== null) {
+        throw new Error(`daemon did not program ${peers} peers: ${errText.slice(-2000)}`);
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const done = performance.now();
+    const lat: number[] = [];
+    for (let k = 0; k < singles; k++) {
+      const l = peer(30_000 + k, 'vxlan');
+      const key = makeSubnetKey(l.subnet, null);
+      const dst = key.replace('-', '/');
+      const s = performance.now();
+      await reg.createSubnet(key, encodeLeaseAttrs(l.attrs), 86_400_000);
+      while ((await nl.listRoutes({ family: 4, dev: 'flannel.1', dst })).length === 0) {
+        if (performance.now() - s > 10_000) {
+          throw new Error(
+            `single event not applied in 10 s: ${errText
+              .split('\n')
+              .filter((l) => !l.includes('peer lease added'))
+              .join('\n')
+              .slice(-3000)}`,
+          );
+        }
+        await new Promise((r) => setTimeout(r, 0.5));
+      }
+      lat.push(performance.now() - s);
+    }
+    lat.sort((a, b) => a - b);
+    p.kill('SIGTERM');
+    if (p.exitCode === null) await new Promise((r) => p.once('exit', r));
+    // The daemon leaves its entries (as flannel does): remove the device for the next run.
+    ip(ns, 'link', 'del', 'flannel.1');
+    return {
+      peers,
+      startToReadyMs: ready - t0,
+      readyToProgrammedMs: done - ready,
+      singleP50Ms: lat.length ? pct(lat, 0.5) : null,
+      singleP99Ms: lat.length ? pct(lat, 0.99) : null,
+    };
+  } finally {
+    nl.close();
+    await reg.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) {
     console.error('control-plane bench: needs root (it builds a network namespace)');
@@ -159,6 +290,7 @@ async function main(): Promise<void> {
   const onSignal = () => void scope.cleanup().then(() => process.exit(130));
   process.once('SIGINT', onSignal);
   const results: Result[] = [];
+  const daemon: DaemonResult[] = [];
   try {
     const ns = scope.add();
     ip(ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'peer0');
@@ -191,6 +323,17 @@ async function main(): Promise<void> {
         results.push(r);
       }
     }
+    ip(ns, 'link', 'del', 'flannel.1');
+    for (const [peers, singles] of [
+      [10, 100],
+      [1000, 0],
+      [5000, 0],
+    ] as const) {
+      process.stderr.write(`control-plane: daemon (vxlan, embedded store) ${peers} peers ... `);
+      const r = await measureDaemon(scope, ns, peers, singles);
+      process.stderr.write(`${r.readyToProgrammedMs.toFixed(0)} ms\n`);
+      daemon.push(r);
+    }
   } finally {
     await scope.cleanup();
   }
@@ -202,11 +345,20 @@ async function main(): Promise<void> {
       `${r.backend.padEnd(8)} ${String(r.peers).padStart(5)}  ${r.snapshotMs.toFixed(0).padStart(12)} ms (${r.planMs.toFixed(0)}, ${r.userMs.toFixed(0)}/${r.sysMs.toFixed(0)} ms)  ${String(r.entries).padStart(7)}  ${r.singleP50Ms.toFixed(2).padStart(7)} ms  ${r.singleP99Ms.toFixed(2).padStart(7)} ms  ${r.resyncMs.toFixed(0).padStart(4)} ms`,
     );
   }
+  console.log(
+    '\ndaemon (vxlan, embedded)  peers  start→ready  ready→programmed  single p50  single p99',
+  );
+  const ms = (v: number | null) => (v === null ? '       -  ' : `${v.toFixed(1).padStart(7)} ms`);
+  for (const r of daemon) {
+    console.log(
+      `${''.padEnd(24)} ${String(r.peers).padStart(6)}  ${r.startToReadyMs.toFixed(0).padStart(8)} ms  ${r.readyToProgrammedMs.toFixed(0).padStart(13)} ms  ${ms(r.singleP50Ms)}  ${ms(r.singleP99Ms)}`,
+    );
+  }
   const dir = join(fileURLToPath(new URL('.', import.meta.url)), 'results');
   mkdirSync(dir, { recursive: true });
   writeFileSync(
     join(dir, 'control-plane.json'),
-    JSON.stringify({ date: new Date().toISOString(), results }, null, 2) + '\n',
+    JSON.stringify({ date: new Date().toISOString(), results, daemon }, null, 2) + '\n',
   );
 }
 
