@@ -130,7 +130,7 @@ describe('receive-side coalescing (userspace GRO)', () => {
     const { segs } = train(false, 8000);
     const other = train(false, 3000).segs;
     const bad = Buffer.from(segs[3]!);
-    bad[bad.length - 1] ^= 0xff;
+    bad[bad.length - 1] = bad[bad.length - 1]! ^ 0xff;
     const writes = native.groCoalesce(
       [segs[0]!, segs[1]!, other[0]!, segs[2]!, bad, segs[5]!],
       1500,
