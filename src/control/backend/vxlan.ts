@@ -400,15 +400,16 @@ function createKernelVxlan(
         if (!subnet) continue;
         const addr = `${subnetAddress(subnet)}/${d.family === 4 ? 32 : 128}`;
         // Only our /32 stays on the device: addresses inside the cluster network from an
-        // earlier subnet are removed (flannel's ensureV4AddressOnLink).
-        const ops: Op[] = [];
+        // earlier subnet are removed (flannel's ensureV4AddressOnLink) — after ours is added,
+        // since the kernel flushes a device's routes with its last IPv4 address.
+        const ops: Op[] = [{ op: 'replaceAddr', addr, dev: d.dev }];
         for (const a of await nl.listAddrs(d.family, d.dev)) {
           const net = parseCIDR(a.addr);
           if (a.addr !== addr && net && containsIP(d.network, net)) {
             ops.push({ op: 'delAddr', addr: a.addr, dev: d.dev });
           }
         }
-        ops.push({ op: 'replaceAddr', addr, dev: d.dev }, { op: 'setLink', dev: d.dev, up: true });
+        ops.push({ op: 'setLink', dev: d.dev, up: true });
         await applyAll(nl, ops);
         log.info({ dev: d.dev, addr }, 'vxlan device up');
       }

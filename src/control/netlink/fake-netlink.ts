@@ -2,7 +2,8 @@
  * A recording Netlink with in-memory kernel state, for unit tests. It keeps the kernel's rules
  * that matter to the backends: routes are keyed by (table, dst), neighbours by (dev, dst), FDB
  * entries by (dev, mac, dst); ops on unknown devices fail with ENODEV; deleting what is absent
- * succeeds (the seam is idempotent). `calls` records every applied batch; `failWith` injects an
+ * succeeds (the seam is idempotent); removing a device's last IPv4 address flushes its IPv4
+ * routes and neighbours. test/netns/fake-netlink-agrees.test.ts checks it against the kernel. `calls` records every applied batch; `failWith` injects an
  * errno for ops matching a predicate.
  */
 import { constants } from 'node:os';
@@ -31,6 +32,11 @@ interface FakeLink {
   up: boolean;
   kind: string;
   vxlan: LinkInfo['vxlan'];
+}
+
+function isV4(addrOrCIDR: string): boolean {
+  const slash = addrOrCIDR.indexOf('/');
+  return familyOf(slash < 0 ? addrOrCIDR : addrOrCIDR.slice(0, slash)) === 4;
 }
 
 export class FakeNetlink implements Netlink {
@@ -132,8 +138,20 @@ export class FakeNetlink implements Netlink {
       case 'replaceAddr':
         this.addrs.set(`${op.dev}|${op.addr}`, { addr: op.addr, dev: op.dev });
         return 0;
-      case 'delAddr':
-        return this.addrs.delete(`${op.dev}|${op.addr}`) ? 0 : E.EADDRNOTAVAIL;
+      case 'delAddr': {
+        if (!this.addrs.delete(`${op.dev}|${op.addr}`)) return E.EADDRNOTAVAIL;
+        if (
+          isV4(op.addr) &&
+          ![...this.addrs.values()].some((a) => a.dev === op.dev && isV4(a.addr))
+        ) {
+          // The kernel flushes a device's IPv4 routes and neighbours with its last IPv4 address.
+          for (const [k, r] of this.routes)
+            if (r.dev === op.dev && isV4(r.dst)) this.routes.delete(k);
+          for (const [k, n] of this.neighs)
+            if (n.dev === op.dev && isV4(n.dst)) this.neighs.delete(k);
+        }
+        return 0;
+      }
       case 'setLink': {
         const l = this.links.get(op.dev)!;
         if (op.up !== undefined) l.up = op.up;
