@@ -496,6 +496,10 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       return nullptr;
     }
   }
+  // The engine's own offloads, reported beside the TUN bits (binding.ts TUN_OFFLOADS).
+  if (cfg.gro) e->offloads_enabled_ |= 0x10000u;
+  if (cfg.udp_gso) e->offloads_enabled_ |= 0x20000u;
+  if (e->cfg_.udp_gro) e->offloads_enabled_ |= 0x40000u;
   return e;
 }
 

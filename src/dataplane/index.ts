@@ -17,13 +17,13 @@ import { Worker } from 'node:worker_threads';
 import { WeftError } from '../common/errors.js';
 import { logger } from '../common/log.js';
 import type { Logger } from '../common/log.js';
-import { loadDataplaneBinding, offloadsFromEnv } from './binding.js';
+import { TUN_OFFLOADS, loadDataplaneBinding, offloadsFromEnv } from './binding.js';
 import { startJsEngine } from './js-engine.js';
 import type { WorkerMessage, WorkerStart } from './messages.js';
 import { encodePeerTable } from './peer-table.js';
 import type { PeerEntry } from './peer-table.js';
-import { COUNTERS, DROP_REASONS, decodeCounters } from './stats.js';
-import type { DataplaneStats } from './stats.js';
+import { COUNTERS, DROP_REASONS, OFFLOAD_FEATURES, decodeCounters } from './stats.js';
+import type { DataplaneStats, OffloadFeature } from './stats.js';
 
 export type DataplaneFormat = 'udp' | 'vxlan';
 export type DataplaneEngine = 'native' | 'js';
@@ -144,6 +144,9 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
     },
     'dataplane started',
   );
+  const offloads = Object.fromEntries(
+    OFFLOAD_FEATURES.map((f) => [f, (created.offloadsEnabled & TUN_OFFLOADS[f]) !== 0]),
+  ) as Record<OffloadFeature, boolean>;
   let closed: Promise<void> | null = null;
   return {
     engine: 'native',
@@ -154,7 +157,7 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
     },
     stats() {
       if (closing) return decodeCounters('native', []);
-      return decodeCounters('native', native.engineCounters(id));
+      return { ...decodeCounters('native', native.engineCounters(id)), offloads };
     },
     close() {
       closed ??= (async () => {

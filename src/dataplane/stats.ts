@@ -49,8 +49,14 @@ export interface WorkerStats {
   readonly drops: Readonly<Record<DropReason, number>>;
 }
 
+/** Offloads as `weft_dataplane_offload_enabled{feature}` reports them. */
+export const OFFLOAD_FEATURES = ['csum', 'tso4', 'tso6', 'gro', 'udp_gso', 'udp_gro'] as const;
+export type OffloadFeature = (typeof OFFLOAD_FEATURES)[number];
+
 export interface DataplaneStats {
   readonly engine: 'native' | 'js';
+  /** Offloads in use (the js engine uses none). */
+  readonly offloads?: Readonly<Record<OffloadFeature, boolean>>;
   readonly workers: readonly WorkerStats[];
   readonly total: WorkerStats;
 }
@@ -167,6 +173,21 @@ export function registerDataplaneMetrics(
       for (const r of DROP_REASONS) {
         if (r === 'none') continue;
         this.inc({ reason: r }, s ? s.total.drops[r] : 0);
+      }
+    },
+  });
+  new Gauge({
+    name: 'weft_dataplane_offload_enabled',
+    help: 'Whether each dataplane offload is in use (probed at start; udp_gso turns 0 if the socket refuses it).',
+    labelNames: ['feature'],
+    registers: [registry],
+    collect() {
+      const s = read();
+      this.reset();
+      for (const f of OFFLOAD_FEATURES) {
+        const on = s?.offloads?.[f] ?? false;
+        const off = f === 'udp_gso' && (s?.total.counters.gso_disabled ?? 0) > 0;
+        this.set({ feature: f }, on && !off ? 1 : 0);
       }
     },
   });

@@ -131,6 +131,10 @@ describe('udp backend across 3 nodes', { skip }, () => {
     assert.ok(metric(m, 'weft_dataplane_rx_packets_total') > 0, 'rx packets');
     assert.equal(metric(m, 'weft_dataplane_workers', '{engine="native"}'), 1);
     assert.match(m, /weft_dataplane_dropped_packets_total\{reason="spoofed_source"\} \d+/);
+    const offload = (f: string) => metric(m, 'weft_dataplane_offload_enabled', `{feature="${f}"}`);
+    const want = process.env.WEFT_DATAPLANE_OFFLOADS === 'none' ? 0 : 1;
+    for (const f of ['csum', 'tso4', 'tso6', 'gro', 'udp_gso', 'udp_gro'])
+      assert.equal(offload(f), want, f);
   });
 
   test('a flood of random datagrams is dropped and counted while pods keep pinging', async () => {
