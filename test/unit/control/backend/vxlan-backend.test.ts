@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
@@ -157,6 +157,41 @@ describe('vxlan backend options', () => {
       createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'userspace' })),
       marker,
     );
+  });
+
+  test('Dataplane auto falls back to userspace when the kernel has no vxlan link type', async () => {
+    const nl = fakeWithExt();
+    nl.failWith((op) => op.op === 'addVxlan', constants.errno.EOPNOTSUPP);
+    let used = false;
+    const userspace: Backend = {
+      type: 'vxlan',
+      prepare: async () => {
+        used = true;
+        return { attrs: { backendType: 'vxlan' }, mtu: 1450 };
+      },
+      start: async () => {},
+      run: async () => {},
+      close: async () => {},
+    };
+    const b = createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'auto' }), {
+      openNetlink: () => nl,
+      userspace: () => userspace,
+    });
+    await b.prepare();
+    assert.equal(used, true);
+    assert.equal(nl.closed, true);
+  });
+
+  test('Dataplane auto keeps the kernel device when it works', async () => {
+    const nl = fakeWithExt();
+    const b = createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'auto' }), {
+      openNetlink: () => nl,
+      userspace: () => {
+        throw new Error('userspace must not be used');
+      },
+    });
+    await b.prepare();
+    assert.equal(nl.links.get('flannel.1')?.kind, 'vxlan');
   });
 
   test('vxlan and host-gw are registered by name', () => {
