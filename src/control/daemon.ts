@@ -186,18 +186,27 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
   }
 }
 
-/** Passes peer lease batches through, logging each event (flannel logs every subnet change). */
+/** Batches larger than this are logged as one summary line (a 5,000-peer snapshot would
+ * otherwise spend more time logging than programming the kernel). */
+const LOG_EACH_PEER_UP_TO = 16;
+
+/** Passes peer lease batches through, logging them (flannel logs every subnet change). */
 async function* logPeerEvents(batches: AsyncIterable<LeaseEvent[]>): AsyncIterable<LeaseEvent[]> {
   for await (const batch of batches) {
-    for (const e of batch) {
-      log.info(
-        {
-          key: e.lease.key,
-          publicIP: e.lease.attrs.publicIP,
-          backendType: e.lease.attrs.backendType,
-        },
-        e.type === 'added' ? 'peer lease added' : 'peer lease removed',
-      );
+    if (batch.length <= LOG_EACH_PEER_UP_TO) {
+      for (const e of batch) {
+        log.info(
+          {
+            key: e.lease.key,
+            publicIP: e.lease.attrs.publicIP,
+            backendType: e.lease.attrs.backendType,
+          },
+          e.type === 'added' ? 'peer lease added' : 'peer lease removed',
+        );
+      }
+    } else {
+      const added = batch.filter((e) => e.type === 'added').length;
+      log.info({ added, removed: batch.length - added }, 'peer leases changed');
     }
     yield batch;
   }

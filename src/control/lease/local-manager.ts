@@ -143,14 +143,48 @@ export class LocalManager implements SubnetManager {
       if (cfg.ipv6) v6 = this.#pickFree(cfg.ipv6, taken);
     }
     const key = makeSubnetKey(v4, v6);
+    let expiration: Date;
     try {
-      const expiration = await this.#registry.createSubnet(key, value, this.#ttlMs, signal);
-      this.#log.info({ key }, 'acquired lease');
-      return { key, subnet: v4, ipv6Subnet: v6, attrs, expiration };
+      expiration = await this.#registry.createSubnet(key, value, this.#ttlMs, signal);
     } catch (err) {
       if (isWeftError(err, 'WEFT_ERR_STORE_KEY_EXISTS')) return null;
       throw err;
     }
+    if (v4 && v6 && (await this.#lostDualStackRace(key, v4, v6, signal))) return null;
+    this.#log.info({ key }, 'acquired lease');
+    return { key, subnet: v4, ipv6Subnet: v6, attrs, expiration };
+  }
+
+  /**
+   * A dual-stack key names both subnets, so create-if-absent cannot see two nodes that picked
+   * the same IPv4 subnet with different IPv6 ones (or the reverse). After creating, look again:
+   * when another key shares either subnet and was written first (lower revision, then key order),
+   * this node lost — delete the key and try again.
+   */
+  async #lostDualStackRace(
+    key: string,
+    v4: IPNet,
+    v6: IPNet,
+    signal?: AbortSignal,
+  ): Promise<boolean> {
+    const { leases } = await this.#registry.listSubnets(signal);
+    const ours = leases.find((l) => l.key === key);
+    if (!ours) return true; // gone already: someone else resolved the clash against us
+    const clash = leases.some((l) => {
+      if (l.key === key) return false;
+      const nets = parseSubnetKey(l.key);
+      const shares = (nets?.v4 && sameNet(nets.v4, v4)) || (nets?.v6 && sameNet(nets.v6, v6));
+      return (
+        Boolean(shares) &&
+        (l.revision < ours.revision || (l.revision === ours.revision && l.key < key))
+      );
+    });
+    if (!clash) return false;
+    this.#log.info({ key }, 'another node took one of these subnets first; trying again');
+    await this.#registry.deleteSubnet(key, signal).catch((err: unknown) => {
+      if (!isWeftError(err, 'WEFT_ERR_STORE_NOT_FOUND')) throw err;
+    });
+    return true;
   }
 
   #pickFree(fc: FamilyConfig, taken: readonly IPNet[]): IPNet {

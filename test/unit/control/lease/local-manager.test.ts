@@ -246,3 +246,26 @@ test('watching our own lease throws revoked when it is deleted', async () => {
   await assert.rejects(next, { code: 'WEFT_ERR_LEASE_REVOKED' });
   ac.abort();
 });
+
+test('a dual-stack node that picked an IPv4 subnet another key already holds backs off and retries', async () => {
+  const cfg = JSON.stringify({
+    Network: '10.5.0.0/16',
+    EnableIPv6: true,
+    IPv6Network: 'fc00::/48',
+  });
+  const { reg, sm } = setup(cfg);
+  const original = reg.createSubnet.bind(reg);
+  let raced = false;
+  reg.createSubnet = async (key, value, ttl, signal) => {
+    if (!raced) {
+      raced = true;
+      // Another node creates the same IPv4 subnet with a different IPv6 one, just before us.
+      reg.putRaw('10.5.1.0-24&fc00:0:0:77::-64', encodeLeaseAttrs(attrs('192.168.9.9')), 60_000);
+    }
+    return original(key, value, ttl, signal);
+  };
+  const lease = await sm.acquireLease({ ...attrs('192.168.1.10'), publicIPv6: 'fd00::10' });
+  assert.equal(lease.key, '10.5.2.0-24&fc00:0:0:1::-64');
+  const keys = (await reg.listSubnets()).leases.map((l) => l.key).sort();
+  assert.deepEqual(keys, ['10.5.1.0-24&fc00:0:0:77::-64', '10.5.2.0-24&fc00:0:0:1::-64']);
+});
