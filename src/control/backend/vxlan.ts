@@ -219,14 +219,17 @@ async function readMacFile(path: string | null): Promise<string | null> {
 
 /**
  * Creates the device or reuses a compatible one; returns its MAC. The MAC survives restarts: an
- * existing device's MAC is kept (even when the device must be recreated), else the MAC file's,
- * else a new random one; the result is written to the MAC file.
+ * existing device's MAC is kept (even when the device must be recreated), else the one the store
+ * still publishes for us (kube mode), else the MAC file's, else a new random one; the result is
+ * written to the MAC file.
  */
 export async function ensureVxlanDevice(
   nl: Netlink,
   w: DeviceWanted,
   macFile: string | null,
   log: BackendContext['log'],
+  /** The MAC the store still publishes for us (kube: our node's backend-data annotation). */
+  storedMac: string | null = null,
 ): Promise<string> {
   const existing = await nl.getLink(w.name);
   let mac: string | null = usableMAC(existing?.mac) ? existing!.mac : null;
@@ -241,7 +244,8 @@ export async function ensureVxlanDevice(
       );
       await applyAll(nl, [{ op: 'delLink', dev: w.name }]);
     }
-    mac ??= (await readMacFile(macFile)) ?? randomVtepMAC();
+    mac ??=
+      (usableMAC(storedMac) ? storedMac : null) ?? (await readMacFile(macFile)) ?? randomVtepMAC();
     await applyAll(nl, [
       {
         op: 'addVxlan',
@@ -275,6 +279,14 @@ function macFilePath(options: Readonly<Record<string, unknown>>, dev: string): s
   if (typeof subnetFile === 'string' && subnetFile)
     return join(dirname(subnetFile), `weft-${dev}.vtep-mac`);
   return null;
+}
+
+/** The VtepMAC the lease store still holds for us (kube's annotation), when the daemon knows it. */
+function storedVtepMAC(options: Readonly<Record<string, unknown>>, family: 4 | 6): string | null {
+  const fn = options.storedVtepMACs;
+  if (typeof fn !== 'function') return null;
+  const macs = (fn as () => { v4: string | null; v6: string | null })();
+  return family === 4 ? macs.v4 : macs.v6;
 }
 
 function isNoKernelVxlan(err: unknown): boolean {
@@ -377,6 +389,7 @@ function createKernelVxlan(
           },
           macFilePath(ctx.options, dev),
           log,
+          storedVtepMAC(ctx.options, family),
         );
         devices.push({ family, dev, mac, network: clusterNetwork(ctx.netConfig, family)! });
         const data = { VNI: cfg.vni, VtepMAC: mac };

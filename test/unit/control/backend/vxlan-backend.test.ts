@@ -86,6 +86,18 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
     assert.equal(fresh.links.get('flannel.1')!.mac, mac);
   });
 
+  test('with no device, the VtepMAC the store still publishes (kube annotation) is reused', async () => {
+    const nl = fakeWithExt();
+    const ctx = backendContext(
+      { Type: 'vxlan' },
+      { options: { storedVtepMACs: () => ({ v4: '0a:11:22:33:44:55', v6: '0a:11:22:33:44:66' }) } },
+    );
+    const p = await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
+    assert.equal(nl.links.get('flannel.1')!.mac, '0a:11:22:33:44:55');
+    assert.equal(nl.links.get('flannel-v6.1')!.mac, '0a:11:22:33:44:66');
+    assert.deepEqual(p.attrs.backendData, { VNI: 1, VtepMAC: '0a:11:22:33:44:55' });
+  });
+
   test('a corrupt MAC file is ignored (a new MAC is made)', async () => {
     const nl = fakeWithExt();
     const sub = mkdtempSync(join(dir, 'c-'));
