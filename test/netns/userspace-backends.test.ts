@@ -16,6 +16,7 @@
  * vxlan userspace ⇄ kernel vxlan, both directions: ping, iperf3 TCP and UDP.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { encodeLeaseAttrs } from '../../src/control/lease/lease-json.js';
@@ -125,7 +126,7 @@ describe('udp backend across 3 nodes', { skip }, () => {
     assert.ok(udp.bps > 10e6 && udp.lost < 10, `UDP ${udp.bps} bit/s, ${udp.lost}% lost`);
   });
 
-  test('/metrics carries the dataplane counters', async () => {
+  test('/metrics carries the dataplane counters and offload gauges, and passes promtool', async () => {
     const m = await metrics(c.nodes[0]!.ns);
     assert.ok(metric(m, 'weft_dataplane_tx_packets_total') > 0, 'tx packets');
     assert.ok(metric(m, 'weft_dataplane_rx_packets_total') > 0, 'rx packets');
@@ -135,6 +136,8 @@ describe('udp backend across 3 nodes', { skip }, () => {
     const want = process.env.WEFT_DATAPLANE_OFFLOADS === 'none' ? 0 : 1;
     for (const f of ['csum', 'tso4', 'tso6', 'gro', 'udp_gso', 'udp_gro'])
       assert.equal(offload(f), want, f);
+    // The exposition passes Prometheus' own linter (throws with its complaints otherwise).
+    execFileSync('promtool', ['check', 'metrics'], { input: m, encoding: 'utf8' });
   });
 
   test('a flood of random datagrams is dropped and counted while pods keep pinging', async () => {
