@@ -43,8 +43,13 @@ export function buildNative({ strict = false } = {}) {
     return false;
   }
   console.error('weft: building the native addon (native/build/Release/weft.node)');
+  // Build against the installed Node headers; never download them (this machine has no network
+  // but the package registries). npm sets npm_config_nodedir for its own scripts.
+  const env = { ...process.env };
+  if (!env.npm_config_nodedir && existsSync('/usr/include/node/node.h')) env.npm_config_nodedir = '/usr';
   const r = spawnSync(process.execPath, [gyp, 'rebuild', '--directory', join(root, 'native')], {
     stdio: ['ignore', 'inherit', 'inherit'],
+    env,
   });
   if (r.status !== 0) {
     const msg = 'weft: native addon build failed (is libmnl-dev installed?); the js engine remains';

@@ -27,6 +27,7 @@ export const DEBIAN_PACKAGES = [
   'openssl',
   'procps',
   'kmod',
+  'clang', // libFuzzer for the bounded fuzz run of the packet decoder
 ];
 
 function say(msg) {
