@@ -46,7 +46,8 @@ export function buildNative({ strict = false } = {}) {
   // Build against the installed Node headers; never download them (this machine has no network
   // but the package registries). npm sets npm_config_nodedir for its own scripts.
   const env = { ...process.env };
-  if (!env.npm_config_nodedir && existsSync('/usr/include/node/node.h')) env.npm_config_nodedir = '/usr';
+  if (!env.npm_config_nodedir && existsSync('/usr/include/node/node.h'))
+    env.npm_config_nodedir = '/usr';
   const r = spawnSync(process.execPath, [gyp, 'rebuild', '--directory', join(root, 'native')], {
     stdio: ['ignore', 'inherit', 'inherit'],
     env,
