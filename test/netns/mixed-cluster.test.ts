@@ -163,15 +163,31 @@ describe(
 
     test('udp (D) sends to every lease on :8285 whatever its type, and nobody answers', async () => {
       // Capture what leaves D's underlay interface while D's pod pings the three other pods.
-      const cap = nsExecAsync(
-        D.ns,
-        'timeout',
-        ['8', 'tcpdump', '-n', '-l', '-i', 'eth0', '-c', '3', 'udp and dst port 8285'],
-        15_000,
-      ).catch((err: Error) => err.message);
-      await new Promise((r) => setTimeout(r, 700));
+      const cap = c.scope.spawn(D.ns, 'tcpdump', [
+        '-n',
+        '-l',
+        '-i',
+        'eth0',
+        '-c',
+        '3',
+        'udp and dst port 8285',
+      ]);
+      let out = '';
+      cap.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+      const done = new Promise((r) => cap.once('exit', r));
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error('tcpdump did not start')), 10_000);
+        cap.stderr!.on('data', (d: Buffer) => {
+          if (/listening on/.test(d.toString())) {
+            clearTimeout(t);
+            resolve();
+          }
+        });
+      });
       const reached = await Promise.all([A, B, C].map((n) => pings(D, n)));
-      const out = await cap;
+      const stop = setTimeout(() => cap.kill('SIGTERM'), 5000);
+      await done;
+      clearTimeout(stop);
       const dsts = [...out.matchAll(/> (10\.250\.0\.\d+)\.8285:/g)].map((m) => m[1]).sort();
       assert.deepEqual(dsts, ['10.250.0.1', '10.250.0.2', '10.250.0.3'], out);
       assert.deepEqual(reached, [false, false, false], 'a udp node reached a non-udp node');
