@@ -96,6 +96,21 @@ export const DEFAULT_OFFLOADS =
  * The kill switch: WEFT_DATAPLANE_OFFLOADS = "none" | "all" (default) | a comma list of
  * csum, tso4, tso6, gro, udp_gso, udp_gro. Unknown names are ignored.
  */
+/** The names the kill switch (and --dataplane-offloads) accepts, besides `all` and `none`. */
+export const OFFLOAD_NAMES = ['csum', 'tso4', 'tso6', 'gro', 'udp_gso', 'udp_gro'] as const;
+
+/** Why an offload list is invalid, or null when it is valid. */
+export function offloadListError(value: string): string | null {
+  if (value === '' || value === 'all' || value === 'none') return null;
+  const bad = value
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => !(OFFLOAD_NAMES as readonly string[]).includes(n));
+  return bad.length
+    ? `unknown offload(s) ${bad.join(', ')} (all, none, or a list of ${OFFLOAD_NAMES.join(', ')})`
+    : null;
+}
+
 export function offloadsFromEnv(value = process.env.WEFT_DATAPLANE_OFFLOADS): number {
   if (value === undefined || value === '' || value === 'all') return DEFAULT_OFFLOADS;
   if (value === 'none') return 0;

@@ -11,6 +11,7 @@
 import { WeftError, errorMessage } from '../../common/errors.js';
 import { type Family, formatCIDR } from '../../common/ip.js';
 import { LogOnce } from '../../common/log.js';
+import { offloadsFromEnv } from '../../dataplane/binding.js';
 import { startDataplane } from '../../dataplane/index.js';
 import type { Dataplane, DataplaneEngine, DataplaneFormat } from '../../dataplane/index.js';
 import type { PeerEntry } from '../../dataplane/peer-table.js';
@@ -47,6 +48,12 @@ function engineOption(ctx: BackendContext): DataplaneEngine {
   return e === 'js' ? 'js' : 'native';
 }
 
+/** --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all. */
+function offloadsOption(ctx: BackendContext): number {
+  const o = ctx.options.dataplaneOffloads;
+  return typeof o === 'string' && o !== '' ? offloadsFromEnv(o) : offloadsFromEnv();
+}
+
 function workersOption(ctx: BackendContext): number {
   const w = ctx.options.dataplaneWorkers;
   return typeof w === 'number' && Number.isInteger(w) && w >= 1 ? w : 1;
@@ -79,6 +86,7 @@ export function createUserspaceBackend(
         engine: engineOption(ctx),
         tunName: spec.tunName,
         workers: workersOption(ctx),
+        offloads: offloadsOption(ctx),
         bindIp,
         port: spec.port,
         tunMtu: mtu,

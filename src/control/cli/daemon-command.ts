@@ -67,6 +67,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
         backendOptions: {
           dataplaneEngine: o.dataplaneEngine,
           dataplaneWorkers: o.dataplaneWorkers,
+          dataplaneOffloads: o.dataplaneOffloads,
           ipMasq: o.ipMasq,
           storeDir: o.storeDir,
           // vxlan keeps its VtepMAC in a file beside subnet.env, and in kube mode in our

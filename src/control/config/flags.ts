@@ -20,6 +20,7 @@
  */
 import { isIP } from 'node:net';
 import { usageError } from '../../common/errors.js';
+import { offloadListError } from '../../dataplane/binding.js';
 
 export const ENV_PREFIX = 'FLANNELD_';
 
@@ -257,6 +258,17 @@ export const DAEMON_FLAGS = {
     'native',
     'userspace packet engine: the C++ addon, or the js reference engine',
   ),
+  'dataplane-offloads': {
+    kind: 'string',
+    default: '',
+    help: 'userspace dataplane offloads: all, none, or a comma list of csum,tso4,tso6,gro,udp_gso,udp_gro (default: $WEFT_DATAPLANE_OFFLOADS, else all)',
+    envSplit: false,
+    valueName: 'LIST',
+    convert: (text: string) => {
+      const rule = offloadListError(text);
+      return rule ? fail(rule) : ok(text);
+    },
+  } satisfies FlagDef<string>,
   'dataplane-workers': int(1, 'userspace dataplane worker threads (TUN queues)', {
     min: 1,
     max: 64,

@@ -62,6 +62,7 @@ describe('daemon flags: defaults (flannel names and values)', () => {
     logLevel: 'info',
     releaseLeaseOnExit: false,
     dataplaneEngine: 'native',
+    dataplaneOffloads: '',
     dataplaneWorkers: 1,
   };
   for (const [key, value] of Object.entries(expected)) {
@@ -343,5 +344,22 @@ describe('usage', () => {
 
   it('starts with the command line', () => {
     assert.ok(text.startsWith('Usage: weft daemon [OPTION]...\n'));
+  });
+});
+
+describe('dataplane flags', () => {
+  it('--dataplane-offloads takes all, none or a list of known offloads', () => {
+    assert.equal(
+      parseFlags(DAEMON_FLAGS, ['--dataplane-offloads=csum,tso4']).values.dataplaneOffloads,
+      'csum,tso4',
+    );
+    assert.equal(
+      parseFlags(DAEMON_FLAGS, ['--dataplane-offloads', 'none']).values.dataplaneOffloads,
+      'none',
+    );
+    assert.throws(() => parseFlags(DAEMON_FLAGS, ['--dataplane-offloads=tso9']), {
+      code: 'WEFT_ERR_USAGE',
+      message: /--dataplane-offloads: unknown offload\(s\) tso9/,
+    });
   });
 });
