@@ -18,7 +18,7 @@
  * Output: a table on stdout and bench/results/micro-latest.md.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Bench } from 'tinybench';
@@ -303,7 +303,7 @@ async function main(): Promise<void> {
   const md = [
     '# weft micro-benchmarks',
     '',
-    `${new Date().toISOString()} · Node ${process.version} · ${cpu} · tinybench, ${TIME_MS} ms per task`,
+    `${new Date().toISOString()} · Node ${process.version} · ${cpu} · tinybench, ${TIME_MS} ms per task · load average ${loadavg()[0]!.toFixed(1)} on ${cpus().length} cpus (figures swing with it)`,
     '',
     text,
     '',
