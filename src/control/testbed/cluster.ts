@@ -225,11 +225,9 @@ export class Cluster {
       );
       const fail = (err: Error) => {
         clearTimeout(timer);
-        reject(
-          Object.assign(err, {
-            message: `${err.message}\n${buf.split('\n').slice(-8).join('\n')}`,
-          }),
-        );
+        const why = lastErrorMessage(buf);
+        const tail = buf.split('\n').slice(-8).join('\n');
+        reject(Object.assign(err, { message: `${err.message}${why ? `: ${why}` : ''}\n${tail}` }));
       };
       p.stderr!.on('data', (d: Buffer) => {
         log.write(d);
@@ -333,6 +331,19 @@ export class Cluster {
     this.#etcd?.kill('SIGKILL');
     if (this.#ownNetns) await this.netns.cleanup();
   }
+}
+
+/** The `msg` of the last error-level JSON log line in `text`, if any. */
+function lastErrorMessage(text: string): string | null {
+  for (const line of text.trim().split('\n').reverse()) {
+    try {
+      const l = JSON.parse(line) as { level?: string; msg?: string };
+      if (l.level === 'error' || l.level === 'fatal') return l.msg ?? null;
+    } catch {
+      /* not JSON */
+    }
+  }
+  return null;
 }
 
 export interface PingResult {
