@@ -14,7 +14,7 @@ import {
   execFileSync,
   spawn,
 } from 'node:child_process';
-import { existsSync, readdirSync, readlinkSync } from 'node:fs';
+import { deleteNamespace, isRoot } from '../../src/control/testbed/netns.js';
 
 let counter = 0;
 
@@ -28,9 +28,7 @@ export function uniqueDev(tag = 'd'): string {
   return name;
 }
 
-export function isRoot(): boolean {
-  return process.getuid?.() === 0;
-}
+export { isRoot };
 
 /** Runs a command in namespace `ns` and returns its stdout; throws with stderr on failure. */
 export function nsExec(
@@ -91,28 +89,6 @@ export function nsSpawn(
   return spawn('ip', ['netns', 'exec', ns, cmd, ...args], { stdio: 'pipe', ...opts });
 }
 
-/** PIDs of processes whose network namespace is `ns`. */
-function pidsIn(ns: string): number[] {
-  const target = `/run/netns/${ns}`;
-  if (!existsSync(target)) return [];
-  let inode: string;
-  try {
-    inode = execFileSync('stat', ['-L', '-c', '%i', target], { encoding: 'utf8' }).trim();
-  } catch {
-    return [];
-  }
-  const out: number[] = [];
-  for (const p of readdirSync('/proc')) {
-    if (!/^\d+$/.test(p)) continue;
-    try {
-      if (readlinkSync(`/proc/${p}/ns/net`) === `net:[${inode}]`) out.push(Number(p));
-    } catch {
-      /* gone */
-    }
-  }
-  return out;
-}
-
 export class NetnsScope {
   readonly #namespaces: string[] = [];
   readonly #procs: ChildProcess[] = [];
@@ -149,21 +125,7 @@ export class NetnsScope {
     for (const p of this.#procs) {
       if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     }
-    await new Promise((r) => setTimeout(r, 50));
-    for (const ns of this.#namespaces.reverse()) {
-      for (const pid of pidsIn(ns)) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          /* already gone */
-        }
-      }
-      try {
-        execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' });
-      } catch {
-        /* already gone */
-      }
-    }
+    await Promise.all(this.#namespaces.reverse().map((ns) => deleteNamespace(ns)));
     this.#namespaces.length = 0;
   }
 }
