@@ -190,15 +190,14 @@ export class LocalManager implements SubnetManager {
   #pickFree(fc: FamilyConfig, taken: readonly IPNet[]): IPNet {
     const family: Family = fc.network.family;
     const step = 1n << BigInt(bits(family) - fc.subnetLen);
-    const takenAddrs = new Set(
-      taken.filter((t) => t.family === family && t.prefix === fc.subnetLen).map((t) => t.addr),
-    );
+    const mine = taken.filter((t) => t.family === family);
+    // Same-size subnets are matched by address; others (a config that changed SubnetLen) by overlap.
+    const takenAddrs = new Set(mine.filter((t) => t.prefix === fc.subnetLen).map((t) => t.addr));
+    const odd = mine.filter((t) => t.prefix !== fc.subnetLen);
     const free: bigint[] = [];
     for (let a = fc.subnetMin; a <= fc.subnetMax && free.length < FREE_CANDIDATES; a += step) {
       const n = { family, addr: a, prefix: fc.subnetLen };
-      if (!takenAddrs.has(a) && !taken.some((t) => t.family === family && overlapsNet(t, n))) {
-        free.push(a);
-      }
+      if (!takenAddrs.has(a) && !odd.some((t) => overlapsNet(t, n))) free.push(a);
     }
     if (free.length === 0) {
       throw new WeftError(

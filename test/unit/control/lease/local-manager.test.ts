@@ -269,3 +269,10 @@ test('a dual-stack node that picked an IPv4 subnet another key already holds bac
   const keys = (await reg.listSubnets()).leases.map((l) => l.key).sort();
   assert.deepEqual(keys, ['10.5.1.0-24&fc00:0:0:77::-64', '10.5.2.0-24&fc00:0:0:1::-64']);
 });
+
+test('a subnet of another size that overlaps a candidate (SubnetLen changed) keeps it taken', async () => {
+  const { reg, sm } = setup();
+  reg.putRaw('10.5.0.0-23', encodeLeaseAttrs(attrs('192.168.9.9')), 60_000);
+  const lease = await sm.acquireLease(attrs('192.168.1.10'));
+  assert.equal(lease.key, '10.5.2.0-24');
+});
