@@ -402,7 +402,9 @@ Napi::Value PeerLookup(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), r ? static_cast<double>(r - table->records()) : -1);
 }
 
-// tsoSplit(vnetHdrAndPacket) → Buffer[] segments ([] when it is not a valid TCP GSO packet)
+// tsoSplit(vnetHdrAndPacket, inPlace?) → Buffer[] segments ([] when it is not a valid TCP GSO
+// packet); inPlace: cut by SplitTsoHeaders, each segment reassembled from its headers and its
+// payload left in the packet (what the engine sends as an iovec pair)
 Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Buffer<uint8_t> b = BufArg(info, 0, "packet");
@@ -416,23 +418,50 @@ Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
   if (want > max_segs) want = max_segs;
   size_t seg_slot = h.gso_size + 200u;
   std::vector<uint8_t> segs(seg_slot * want);
+  if (info.Length() > 1 && info[1].ToBoolean().Value()) {
+    const uint8_t* pkt = b.Data() + kVnetHdrLen;
+    size_t hdrs = 0;
+    size_t n = SplitTsoHeaders(h, pkt, b.Length() - kVnetHdrLen, segs.data(), seg_slot, want, lens.data(), &hdrs);
+    size_t off = hdrs;
+    for (size_t i = 0; i < n; i++) {
+      std::vector<uint8_t> seg(segs.data() + i * seg_slot, segs.data() + i * seg_slot + hdrs);
+      seg.insert(seg.end(), pkt + off, pkt + off + lens[i]);
+      off += lens[i];
+      out.Set(static_cast<uint32_t>(i), Napi::Buffer<uint8_t>::Copy(env, seg.data(), seg.size()));
+    }
+    return out;
+  }
   size_t n = SplitTso(h, b.Data() + kVnetHdrLen, b.Length() - kVnetHdrLen, segs.data(), seg_slot, want, lens.data());
   for (size_t i = 0; i < n; i++) out.Set(static_cast<uint32_t>(i), Napi::Buffer<uint8_t>::Copy(env, segs.data() + i * seg_slot, lens[i]));
   return out;
 }
 
-// groCoalesce(packets, tunMtu) → Buffer[] TUN writes (vnet header + packet), as the receive
-// path would make them from these inner packets in this order.
+// groCoalesce(packets, tunMtu, gather?) → Buffer[] TUN writes (vnet header + packet), as the
+// receive path would make them from these inner packets in this order; gather: with a gathering
+// coalescer (later payloads read in place, the write assembled from FinishIov's iovecs).
 Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 2 || !info[0].IsArray()) throw Napi::TypeError::New(env, "dataplane: packets");
   Napi::Array in = info[0].As<Napi::Array>();
   uint32_t mtu = info[1].ToNumber().Uint32Value();
   std::vector<uint8_t> buf(kVnetHdrLen + TcpCoalescer::kMaxLen);
-  TcpCoalescer co(buf.data(), mtu);
+  bool gather = info.Length() > 2 && info[2].ToBoolean().Value();
+  TcpCoalescer co(buf.data(), mtu, gather);
+  std::vector<std::vector<uint8_t>> kept(in.Length());  // alive until the gathered writes
   Napi::Array out = Napi::Array::New(env);
   uint32_t n = 0;
   auto flush = [&]() {
+    if (gather) {
+      iovec iov[TcpCoalescer::kMaxSegs];
+      int k = co.FinishIov(iov);
+      std::vector<uint8_t> w;
+      for (int j = 0; j < k; j++) {
+        const uint8_t* base = static_cast<const uint8_t*>(iov[j].iov_base);
+        w.insert(w.end(), base, base + iov[j].iov_len);
+      }
+      if (k) out.Set(n++, Napi::Buffer<uint8_t>::Copy(env, w.data(), w.size()));
+      return;
+    }
     const uint8_t* p;
     size_t len = co.Finish(&p);
     if (len) out.Set(n++, Napi::Buffer<uint8_t>::Copy(env, p, len));
@@ -441,7 +470,8 @@ Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
     Napi::Value v = in.Get(i);
     if (!v.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: packet must be a Buffer");
     Napi::Buffer<uint8_t> b = v.As<Napi::Buffer<uint8_t>>();
-    std::vector<uint8_t> pkt(b.Data(), b.Data() + b.Length());
+    std::vector<uint8_t>& pkt = kept[i];
+    pkt.assign(b.Data(), b.Data() + b.Length());
     IpInfo ip;
     if (ParseIp(pkt.data(), pkt.size(), &ip) == DropReason::kNone &&
         (co.Add(pkt.data(), ip) || (flush(), co.Add(pkt.data(), ip)))) {

@@ -46,6 +46,7 @@ bool TcpCoalescer::Add(const uint8_t* pkt, const IpInfo& ip) {
     std::memcpy(g, pkt, ip.len);
     segs_ = 1;
     len_ = ip.len;
+    head_len_ = ip.len;
     hdrs_ = hdrs;
     l4_off_ = ip.l4_off;
     seg_size_ = payload;
@@ -75,7 +76,13 @@ bool TcpCoalescer::Add(const uint8_t* pkt, const IpInfo& ip) {
       std::memcmp(gt + 20, t + 20, hdrs - l4_off_ - 20) != 0) {
     return false;
   }
-  std::memcpy(g + len_, pkt + hdrs, payload);
+  if (gather_) {
+    span_[segs_] = pkt + hdrs;
+    span_len_[segs_] = payload;
+  } else {
+    std::memcpy(g + len_, pkt + hdrs, payload);
+    head_len_ += payload;
+  }
   len_ += payload;
   segs_++;
   last_payload_ = payload;
@@ -89,6 +96,31 @@ bool TcpCoalescer::Add(const uint8_t* pkt, const IpInfo& ip) {
 
 size_t TcpCoalescer::Finish(const uint8_t** out) {
   if (segs_ == 0) return 0;
+  size_t len = Complete();
+  *out = buf_;
+  segs_ = 0;
+  len_ = 0;
+  return kVnetHdrLen + len;
+}
+
+int TcpCoalescer::FinishIov(iovec* iov) {
+  if (segs_ == 0) return 0;
+  Complete();
+  iov[0].iov_base = buf_;
+  iov[0].iov_len = kVnetHdrLen + head_len_;
+  int n = 1;
+  if (gather_) {
+    for (size_t i = 1; i < segs_; i++, n++) {
+      iov[n].iov_base = const_cast<uint8_t*>(span_[i]);
+      iov[n].iov_len = span_len_[i];
+    }
+  }
+  segs_ = 0;
+  len_ = 0;
+  return n;
+}
+
+size_t TcpCoalescer::Complete() {
   uint8_t* g = buf_ + kVnetHdrLen;
   VnetHdr h;
   if (segs_ > 1) {
@@ -112,11 +144,7 @@ size_t TcpCoalescer::Finish(const uint8_t** out) {
     h.csum_offset = 16;
   }
   StoreVnetHdr(buf_, h);
-  *out = buf_;
-  size_t n = kVnetHdrLen + len_;
-  segs_ = 0;
-  len_ = 0;
-  return n;
+  return len_;
 }
 
 }  // namespace weft

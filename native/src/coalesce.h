@@ -9,6 +9,8 @@
 #ifndef WEFT_NATIVE_COALESCE_H_
 #define WEFT_NATIVE_COALESCE_H_
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -22,7 +24,11 @@ class TcpCoalescer {
   static constexpr size_t kMaxLen = 65535;
 
   // `buf` (≥ kVnetHdrLen + kMaxLen bytes) holds the pending super-packet behind its vnet header.
-  TcpCoalescer(uint8_t* buf, uint32_t tun_mtu) : buf_(buf), tun_mtu_(tun_mtu) {}
+  // With `gather`, only the first segment is copied into `buf`: later segments' payloads stay
+  // where Add found them (the caller keeps those bytes unchanged until the group is finished)
+  // and FinishIov returns the group as iovecs — one copy less per byte.
+  TcpCoalescer(uint8_t* buf, uint32_t tun_mtu, bool gather = false)
+      : buf_(buf), tun_mtu_(tun_mtu), gather_(gather) {}
 
   // Takes a copy of `pkt` (an inner packet described by `ip`) into the pending group. Returns
   // false when it cannot join: the caller then Finish()es the group and calls Add again, and
@@ -32,6 +38,10 @@ class TcpCoalescer {
   // Completes the pending group: returns the bytes to write (vnet header + packet) and their
   // length, and empties the group. Returns 0 when the group is empty.
   size_t Finish(const uint8_t** out);
+
+  // Finish for a gathering coalescer: fills iov[0..n) (room for kMaxSegs) with the vnet header,
+  // the first segment and the later payloads, and returns n (0 when the group is empty).
+  int FinishIov(iovec* iov);
 
   bool empty() const { return segs_ == 0; }
 
@@ -47,6 +57,13 @@ class TcpCoalescer {
   uint32_t next_seq_ = 0;
   uint8_t version_ = 0;
   bool closed_ = false;  // a PSH or short segment ended the group
+  bool gather_ = false;
+  size_t head_len_ = 0;  // bytes of the group held in buf_ (all of it unless gathering)
+  const uint8_t* span_[kMaxSegs] = {};  // gathering: payload of segment i (i ≥ 1)
+  size_t span_len_[kMaxSegs] = {};
+
+  // Sets the group's headers and vnet header in buf_; returns the group's packet length.
+  size_t Complete();
 };
 
 }  // namespace weft

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -56,15 +57,15 @@ class Engine::Loop {
         w_(w),
         c_(w->counters),
         co_buf_(kVnetHdrLen + TcpCoalescer::kMaxLen),
-        co_(co_buf_.data(), e->cfg_.codec.tun_mtu),
+        co_(co_buf_.data(), e->cfg_.codec.tun_mtu, /*gather=*/true),
         gro_(e->cfg_.gro) {
     // A slot holds one MTU-sized packet and the headroom before it (rounded to a cache line).
     slot_size_ = (kTxPkt + e->cfg_.codec.tun_mtu + 63) / 64 * 64;
     if (slot_size_ < 2048) slot_size_ = 2048;
     tx_.resize(static_cast<size_t>(kArenaSlots) * slot_size_);
-    rd_.resize(kBufSize);
+    rd_.resize(static_cast<size_t>(kReadBufs) * kBufSize);
     tx_msgs_.resize(kArenaSlots);
-    tx_iov_.resize(kArenaSlots);
+    tx_iov_.resize(2 * kArenaSlots);  // a TSO segment takes two: [headers][payload in rd_]
     tx_addr_.resize(kArenaSlots);
     tx_bytes_.resize(kArenaSlots);
     tx_segs_.resize(kArenaSlots);
@@ -117,8 +118,8 @@ class Engine::Loop {
       while (more && !e_->stop_.load(std::memory_order_relaxed)) {
         const PeerTable* table = e_->AcquireTable(w_);
         int tun = TunToUdp(*table);
-        int udp = UdpToTun(*table);
-        more = tun == kBatch || udp == kBatch;
+        bool udp_full = UdpToTun(*table);
+        more = tun == kBatch || udp_full;
       }
       w_->seen.store(0, std::memory_order_seq_cst);  // quiescent while asleep
     }
@@ -231,6 +232,80 @@ class Engine::Loop {
     out_ = 0;
     niov_ = 0;
     used_ = 0;
+    rd_used_ = 0;
+  }
+
+  // Sends a TSO super-packet without copying its payload: each segment is [encapsulation and
+  // headers in an arena slot][payload where the TUN read put it], gathered by iovec pairs into
+  // UDP GSO messages. The read buffer then stays in use until the flush. Returns false (nothing
+  // queued, nothing changed) when the packet needs the copying path: no route (which answers
+  // with ICMP), TTL expiry, another family, or a packet SplitTsoHeaders refuses.
+  bool SendTsoInPlace(const VnetHdr& h, const uint8_t* pkt, size_t len, const PeerTable& table) {
+    IpInfo ip;
+    if (ParseIp(pkt, len, &ip) != DropReason::kNone) return false;
+    const PeerRecord* peer = table.Lookup(ip.addr_len, ip.dst);
+    if (peer == nullptr || peer->public_family != sock_family_) return false;
+    if (VxlanFormat() ? !peer->has_vtep_mac() : (ip.version == 4 ? pkt[8] : pkt[7]) <= 1) {
+      return false;
+    }
+    size_t hdrs = 0;
+    size_t segs = SplitTsoHeaders(h, pkt, len, Slot(used_) + kTxPkt, slot_size_, kMaxSegs,
+                                  seg_len_.data(), &hdrs);
+    if (segs == 0 || hdrs + kTxPkt > slot_size_) return false;
+    c_.Add(kTsoSegments, segs);
+    size_t pre = VxlanFormat() ? kVxlanEncapLen : 0;
+    int v0 = niov_;
+    size_t off = hdrs;
+    for (size_t i = 0; i < segs; i++) {
+      uint8_t* s = Slot(used_ + static_cast<int>(i)) + kTxPkt;
+      if (VxlanFormat()) {
+        WriteVxlanEncap(s - pre, *peer, e_->cfg_.codec, ip.version);
+      } else {
+        DecrementTtl(s, ip);  // flannel-udp forwards: one hop, as FlannelUdpEncap does
+      }
+      tx_iov_[niov_].iov_base = s - pre;
+      tx_iov_[niov_++].iov_len = pre + hdrs;
+      tx_iov_[niov_].iov_base = const_cast<uint8_t*>(pkt + off);
+      tx_iov_[niov_++].iov_len = seg_len_[i];
+      off += seg_len_[i];
+    }
+    used_ += static_cast<int>(segs);
+    int first = out_;
+    socklen_t alen;
+    FillSockaddr(*peer, &tx_addr_[first], &alen);
+    size_t seg = pre + hdrs + h.gso_size;
+    size_t per = udp_gso_ ? kMaxUdpPayload / seg : 1;
+    if (per > static_cast<size_t>(kGsoMaxSegs)) per = kGsoMaxSegs;
+    if (per < 1) per = 1;
+    for (size_t i = 0; i < segs;) {
+      size_t k = segs - i < per ? segs - i : per;
+      int m = out_++;
+      msghdr& mh = tx_msgs_[m].msg_hdr;
+      std::memset(&tx_msgs_[m], 0, sizeof(tx_msgs_[m]));
+      mh.msg_name = &tx_addr_[first];
+      mh.msg_namelen = alen;
+      mh.msg_iov = &tx_iov_[static_cast<size_t>(v0) + 2 * i];
+      mh.msg_iovlen = 2 * k;
+      uint64_t bytes = 0;
+      for (size_t j = i; j < i + k; j++) bytes += hdrs + seg_len_[j];
+      if (k > 1) {
+        char* cbuf = &cmsg_[static_cast<size_t>(m) * kCmsgSpace];
+        std::memset(cbuf, 0, kCmsgSpace);
+        mh.msg_control = cbuf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+        cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = IPPROTO_UDP;
+        cm->cmsg_type = kUdpSegment;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t size = static_cast<uint16_t>(seg);
+        std::memcpy(CMSG_DATA(cm), &size, sizeof(size));
+      }
+      tx_bytes_[m] = bytes;
+      tx_segs_[m] = static_cast<uint16_t>(k);
+      i += k;
+    }
+    rd_used_++;
+    return true;
   }
 
   // Reads up to kBatch packets from the TUN (each may be a TSO super-packet, split here into
@@ -239,8 +314,9 @@ class Engine::Loop {
   int TunToUdp(const PeerTable& table) {
     int reads = 0;
     while (reads < kBatch) {
-      if (kArenaSlots - used_ < kMaxSegs) Flush();
-      ssize_t n = read(w_->tun_fd, rd_.data(), rd_.size());
+      if (kArenaSlots - used_ < kMaxSegs || rd_used_ == kReadBufs) Flush();
+      uint8_t* rd = &rd_[static_cast<size_t>(rd_used_) * kBufSize];
+      ssize_t n = read(w_->tun_fd, rd, kBufSize);
       if (n < 0) {
         if (errno == EINTR) continue;
         break;  // EAGAIN (or an error: the next epoll round tells)
@@ -251,10 +327,11 @@ class Engine::Loop {
         c_.Drop(DropReason::kTruncated);
         continue;
       }
-      uint8_t* pkt = rd_.data() + kVnetHdrLen;
+      uint8_t* pkt = rd + kVnetHdrLen;
       size_t len = static_cast<size_t>(n) - kVnetHdrLen;
-      VnetHdr h = LoadVnetHdr(rd_.data());
+      VnetHdr h = LoadVnetHdr(rd);
       if (h.gso_type != kVnetGsoNone) {
+        if (SendTsoInPlace(h, pkt, len, table)) continue;
         size_t segs = SplitTso(h, pkt, len, Slot(used_) + kTxPkt, slot_size_,
                                kMaxSegs, seg_len_.data());
         if (segs == 0) {
@@ -323,7 +400,8 @@ class Engine::Loop {
 
   // Receives up to kBatch datagrams (with UDP_GRO: trains of equal-size datagrams, one per
   // buffer) with one recvmmsg, decapsulates them and writes them to the TUN, coalescing TCP.
-  int UdpToTun(const PeerTable& table) {
+  // Returns whether the batch was full (more may be waiting).
+  bool UdpToTun(const PeerTable& table) {
     for (int i = 0; i < kBatch; i++) {
       std::memset(&rx_msgs_[i], 0, sizeof(rx_msgs_[i]));
       rx_msgs_[i].msg_hdr.msg_name = &rx_addr_[i];
@@ -333,12 +411,15 @@ class Engine::Loop {
       rx_msgs_[i].msg_hdr.msg_control = &rx_cmsg_[static_cast<size_t>(i) * kRxCmsgSpace];
       rx_msgs_[i].msg_hdr.msg_controllen = kRxCmsgSpace;
     }
-    int n = recvmmsg(w_->udp_fd, rx_msgs_, kBatch, MSG_DONTWAIT, nullptr);
-    if (n <= 0) return 0;
+    int batch = rx_batch_;
+    int n = recvmmsg(w_->udp_fd, rx_msgs_, batch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) return false;
+    bool big = false;
     c_.Add(kRecvBatches, 1);
     for (int i = 0; i < n; i++) {
       uint8_t* data = &rx_[i * kBufSize + kRxData];
       size_t len = rx_msgs_[i].msg_len;
+      big = big || len > kBigDatagram;
       if ((rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
         c_.Drop(DropReason::kOversized);
         continue;
@@ -372,7 +453,11 @@ class Engine::Loop {
       }
     }
     FlushGro();
-    return n;
+    // GRO trains fill up to 64 KB per buffer: while they arrive, a few per recvmmsg keep them
+    // in cache until they are checksummed, coalesced and written; small datagrams come 64 at a
+    // time.
+    rx_batch_ = big ? kGroBatch : kBatch;
+    return n == batch;
   }
 
   void Deliver(uint8_t* dgram, size_t len, size_t src_len, const uint8_t* src,
@@ -404,12 +489,13 @@ class Engine::Loop {
   }
 
   // Writes the pending coalesced group (if any) to the TUN.
+  // The group's later payloads are read in place from rx_ (gathering coalescer): this runs
+  // before those buffers are received into again or written over by a vnet header.
   void FlushGro() {
-    const uint8_t* p;
-    size_t n = co_.Finish(&p);
+    int n = co_.FinishIov(gro_iov_);
     if (n == 0) return;
-    if (n > kVnetHdrLen + e_->cfg_.codec.tun_mtu) c_.Add(kGroWrites, 1);
-    if (write(w_->tun_fd, p, n) < 0) c_.Drop(DropReason::kTunWriteError);
+    if (n > 1 || gro_iov_[0].iov_len > kVnetHdrLen + e_->cfg_.codec.tun_mtu) c_.Add(kGroWrites, 1);
+    if (writev(w_->tun_fd, gro_iov_, n) < 0) c_.Drop(DropReason::kTunWriteError);
   }
 
   Engine* e_;
@@ -422,6 +508,10 @@ class Engine::Loop {
   static constexpr int kMaxSegs = 128;  // per super-packet (64 KB / a 512-byte MSS)
   size_t slot_size_ = 2048;
   int used_ = 0;  // arena slots filled since the last flush
+  // TUN reads land in one of kReadBufs buffers; a TSO packet sent in place keeps its buffer
+  // until the flush.
+  static constexpr int kReadBufs = 8;
+  int rd_used_ = 0;
   int out_ = 0;   // messages queued since the last flush
   int niov_ = 0;  // iovecs used since the last flush (one per segment)
   static constexpr int kGsoMaxSegs = 64;
@@ -441,9 +531,13 @@ class Engine::Loop {
   // RX: consecutive TCP segments of one flow merged into one GSO write.
   std::vector<uint8_t> co_buf_;
   TcpCoalescer co_;
+  iovec gro_iov_[TcpCoalescer::kMaxSegs];
   bool gro_;
   static constexpr size_t kRxCmsgSpace = CMSG_SPACE(sizeof(int));
   std::vector<char> rx_cmsg_ = std::vector<char>(kBatch * kRxCmsgSpace);
+  static constexpr int kGroBatch = 8;
+  static constexpr size_t kBigDatagram = 16384;
+  int rx_batch_ = kBatch;  // datagrams (or GRO trains) per recvmmsg
   struct mmsghdr rx_msgs_[kBatch];
   struct iovec rx_iov_[kBatch];
   sockaddr_storage rx_addr_[kBatch];

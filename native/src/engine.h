@@ -1,9 +1,12 @@
 // The packet engine: per worker one TUN queue, one UDP socket and one eventfd, looped by
 // Run(worker) on a thread that stays in C++ until Stop(). Batch contract: a worker reads up to
 // kBatch TUN packets (each up to 64 KB behind its virtio_net_hdr, so TSO super-packets fit once
-// offloads are on) and sends them with one sendmmsg; it receives up to kBatch datagrams (64 KB
-// buffers: a same-host kernel vxlan sender delivers unsegmented ~64 KB datagrams) with one
-// recvmmsg and writes each to the TUN; it drains both until EAGAIN before sleeping in epoll.
+// offloads are on) and sends them with one sendmmsg (a TSO packet's payload is not copied: each
+// segment goes out as [headers in an arena slot][payload in the read buffer]); it receives up to
+// kBatch datagrams (64 KB buffers: a same-host kernel vxlan sender delivers unsegmented ~64 KB
+// datagrams; only 8 at a time while UDP GRO trains arrive, so they stay in cache) with one
+// recvmmsg and writes each to the TUN (coalesced TCP goes out by one writev that reads the later
+// payloads in place); it drains both until EAGAIN before sleeping in epoll.
 // Buffers belong to the worker for the whole run; nothing is allocated in the loop.
 //
 // Control (any thread): SetPeers swaps the whole peer table (readers never lock; old tables are

@@ -123,8 +123,12 @@ void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* 
   }
 }
 
-size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
-                size_t max_segs, uint16_t* seg_len) {
+namespace {
+
+// SplitTso and SplitTsoHeaders: with `copy` each slot gets the whole segment; without, only
+// its headers (the payload stays in `pkt`, and the TCP checksum is summed over it in place).
+size_t Split(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
+             size_t max_segs, uint16_t* seg_len, bool copy, size_t* hdrs_out) {
   if (h.gso_type != kVnetGsoTcpV4 && h.gso_type != kVnetGsoTcpV6) return 0;
   if (h.gso_size == 0) return 0;
   IpInfo ip;
@@ -137,7 +141,9 @@ size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, 
   if (thl < 20 || hdrs > ip.len) return 0;
   size_t payload = ip.len - hdrs;
   size_t n = payload == 0 ? 1 : (payload + h.gso_size - 1) / h.gso_size;
-  if (n > max_segs || hdrs + (payload < h.gso_size ? payload : h.gso_size) > slot_size) return 0;
+  size_t first = copy ? (payload < h.gso_size ? payload : h.gso_size) : 0;
+  if (n > max_segs || hdrs + first > slot_size) return 0;
+  if (hdrs_out != nullptr) *hdrs_out = hdrs;
   uint32_t seq = LoadBe32(pkt + l4 + 4);
   uint8_t flags = pkt[l4 + 13];
   uint16_t id = ip.version == 4 ? LoadBe16(pkt + 4) : 0;
@@ -146,7 +152,7 @@ size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, 
     size_t chunk = payload - off < h.gso_size ? payload - off : h.gso_size;
     uint8_t* s = out + i * slot_size;
     std::memcpy(s, pkt, hdrs);
-    std::memcpy(s + hdrs, pkt + hdrs + off, chunk);
+    if (copy) std::memcpy(s + hdrs, pkt + hdrs + off, chunk);
     size_t total = hdrs + chunk;
     if (ip.version == 4) {
       StoreBe16(s + 2, static_cast<uint16_t>(total));
@@ -166,10 +172,29 @@ size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, 
     uint32_t l4_len = static_cast<uint32_t>(total - l4);
     uint16_t pseudo = PseudoHeaderSum(ip.addr_len, s + (ip.src - pkt), s + (ip.dst - pkt),
                                       kProtoTcp, l4_len);
-    StoreBe16(t + 16, Checksum(t, l4_len, pseudo));
-    seg_len[i] = static_cast<uint16_t>(total);
+    if (copy) {
+      StoreBe16(t + 16, Checksum(t, l4_len, pseudo));
+      seg_len[i] = static_cast<uint16_t>(total);
+    } else {
+      // The TCP header is a multiple of 4 bytes long, so the payload sum continues in step.
+      uint16_t sum = ChecksumSum(t, thl, pseudo);
+      StoreBe16(t + 16, static_cast<uint16_t>(~ChecksumSum(pkt + hdrs + off, chunk, sum)));
+      seg_len[i] = static_cast<uint16_t>(chunk);
+    }
   }
   return n;
+}
+
+}  // namespace
+
+size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
+                size_t max_segs, uint16_t* seg_len) {
+  return Split(h, pkt, len, out, slot_size, max_segs, seg_len, true, nullptr);
+}
+
+size_t SplitTsoHeaders(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out,
+                       size_t slot_size, size_t max_segs, uint16_t* payload_len, size_t* hdrs) {
+  return Split(h, pkt, len, out, slot_size, max_segs, payload_len, false, hdrs);
 }
 
 }  // namespace weft

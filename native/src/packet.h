@@ -101,6 +101,13 @@ void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* 
 size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
                 size_t max_segs, uint16_t* seg_len);
 
+// SplitTso without the payload copy: slot i gets only segment i's headers (*hdrs bytes, the same
+// for every segment, everything else as SplitTso); its payload stays in `pkt` at
+// *hdrs + i * h.gso_size, payload_len[i] bytes long. The TCP checksums cover those payloads, so
+// a sender gathers [slot headers][payload in pkt] per segment (one iovec pair each).
+size_t SplitTsoHeaders(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out,
+                       size_t slot_size, size_t max_segs, uint16_t* payload_len, size_t* hdrs);
+
 }  // namespace weft
 
 #endif  // WEFT_NATIVE_PACKET_H_

@@ -6,6 +6,18 @@
 
 namespace weft {
 
+void WriteVxlanEncap(uint8_t* h, const PeerRecord& peer, const CodecConfig& cfg, uint8_t version) {
+  h[0] = 0x08;
+  h[1] = h[2] = h[3] = 0;
+  h[4] = static_cast<uint8_t>(cfg.vni >> 16);
+  h[5] = static_cast<uint8_t>(cfg.vni >> 8);
+  h[6] = static_cast<uint8_t>(cfg.vni);
+  h[7] = 0;
+  std::memcpy(h + 8, peer.vtep_mac, 6);
+  std::memcpy(h + 14, cfg.vtep_mac, 6);
+  StoreBe16(h + 20, version == 4 ? 0x0800 : 0x86dd);
+}
+
 EncapResult VxlanEncap(uint8_t* pkt, size_t len, const PeerTable& table, const CodecConfig& cfg,
                        uint8_t* icmp_out, size_t icmp_cap) {
   EncapResult res;
@@ -22,16 +34,7 @@ EncapResult VxlanEncap(uint8_t* pkt, size_t len, const PeerTable& table, const C
     res.icmp_len = BuildNetUnreachable(pkt, ip, icmp_out, icmp_cap);
     return res;
   }
-  uint8_t* h = pkt - kVxlanEncapLen;
-  h[0] = 0x08;
-  h[1] = h[2] = h[3] = 0;
-  h[4] = static_cast<uint8_t>(cfg.vni >> 16);
-  h[5] = static_cast<uint8_t>(cfg.vni >> 8);
-  h[6] = static_cast<uint8_t>(cfg.vni);
-  h[7] = 0;
-  std::memcpy(h + 8, peer->vtep_mac, 6);
-  std::memcpy(h + 14, cfg.vtep_mac, 6);
-  StoreBe16(h + 20, ip.version == 4 ? 0x0800 : 0x86dd);
+  WriteVxlanEncap(pkt - kVxlanEncapLen, *peer, cfg, ip.version);
   res.peer = peer;
   res.payload_len = kVxlanEncapLen + ip.len;
   return res;

@@ -19,6 +19,10 @@ constexpr size_t kVxlanEncapLen = kVxlanHdrLen + kEthHdrLen;
 constexpr uint16_t kVxlanSrcPortMin = 32768;
 constexpr uint16_t kVxlanSrcPortMax = 61000;
 
+// Writes the kVxlanEncapLen bytes before an inner packet of IP `version` (VXLAN header, then
+// Ethernet: peer VtepMAC, ours, ethertype).
+void WriteVxlanEncap(uint8_t* h, const PeerRecord& peer, const CodecConfig& cfg, uint8_t version);
+
 // TUN → UDP: `pkt` is the inner packet (len bytes) with kVxlanEncapLen writable bytes before it.
 // On success the payload starts at pkt - kVxlanEncapLen.
 EncapResult VxlanEncap(uint8_t* pkt, size_t len, const PeerTable& table, const CodecConfig& cfg,

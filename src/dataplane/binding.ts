@@ -52,10 +52,16 @@ export interface NativeDataplane {
     offloadsAccepted: number;
     offloadsEnabled: number;
   };
-  /** Test export: the segments SplitTso cuts from a virtio_net_hdr + TCP GSO packet. */
-  tsoSplit(vnetHdrAndPacket: Buffer): Buffer[];
-  /** Test export: the TUN writes (vnet header + packet) the receive path makes of these packets. */
-  groCoalesce(packets: Buffer[], tunMtu: number): Buffer[];
+  /**
+   * Test export: the segments SplitTso cuts from a virtio_net_hdr + TCP GSO packet (inPlace:
+   * SplitTsoHeaders, each segment reassembled from its headers and its payload in place).
+   */
+  tsoSplit(vnetHdrAndPacket: Buffer, inPlace?: boolean): Buffer[];
+  /**
+   * Test export: the TUN writes (vnet header + packet) the receive path makes of these packets
+   * (gather: a coalescer that reads later payloads in place, as the engine uses it).
+   */
+  groCoalesce(packets: Buffer[], tunMtu: number, gather?: boolean): Buffer[];
   engineRun(id: number, worker: number): number;
   engineStop(id: number): void;
   engineClose(id: number): void;

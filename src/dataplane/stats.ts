@@ -162,6 +162,36 @@ export function registerDataplaneMetrics(
     'recvmmsg calls that returned datagrams.',
     (s) => s.counters.recv_batches,
   );
+  counter(
+    'weft_dataplane_tun_reads_total',
+    'TUN reads that returned a packet (a TSO super-packet counts once).',
+    (s) => s.counters.tun_reads,
+  );
+  counter(
+    'weft_dataplane_tso_segments_total',
+    'Segments cut from TUN TSO super-packets.',
+    (s) => s.counters.tso_segments,
+  );
+  counter(
+    'weft_dataplane_gro_writes_total',
+    'Coalesced TCP super-packets written to the TUN.',
+    (s) => s.counters.gro_writes,
+  );
+  counter(
+    'weft_dataplane_gso_sends_total',
+    'UDP GSO messages sent (each several datagrams).',
+    (s) => s.counters.gso_sends,
+  );
+  counter(
+    'weft_dataplane_gro_trains_total',
+    'UDP GRO receives that carried several datagrams.',
+    (s) => s.counters.gro_trains,
+  );
+  counter(
+    'weft_dataplane_wakeups_total',
+    'Times a dataplane worker woke from epoll_wait.',
+    (s) => s.counters.wakeups,
+  );
   new Counter({
     name: 'weft_dataplane_dropped_packets_total',
     help: 'Packets dropped by the dataplane, by reason (a fixed set).',

@@ -77,6 +77,25 @@ describe('TSO split', () => {
     });
   }
 
+  for (const v6 of [false, true]) {
+    it(`IPv${v6 ? 6 : 4}: the in-place split (headers only, payload left in the packet) makes the same segments`, () => {
+      const rng = new Rng(v6 ? 63 : 64);
+      const pkt = makePacket(rng, {
+        src: a(v6 ? 'fc00::1' : '10.5.1.2'),
+        dst: a(v6 ? 'fc00::2' : '10.5.2.2'),
+        proto: 6,
+        payloadLen: 20001, // an odd-length last segment
+        partial: true,
+      });
+      const ipl = v6 ? 40 : 20;
+      pkt[ipl + 13] = 0x18; // ACK PSH
+      const gso = Buffer.concat([vnet(v6 ? 4 : 1, 1400, ipl), pkt]);
+      const copied = native.tsoSplit(gso);
+      assert.equal(copied.length, Math.ceil((pkt.length - ipl - 20) / 1400));
+      assert.deepEqual(native.tsoSplit(gso, true), copied);
+    });
+  }
+
   it('refuses a GSO type that does not match the IP version, and a bad csum_start', () => {
     const rng = new Rng(63);
     const pkt = makePacket(rng, {
@@ -140,6 +159,18 @@ describe('receive-side coalescing (userspace GRO)', () => {
     assert.equal(writes[0]![1], 1);
     assert.deepEqual(writes[3]!.subarray(10), bad);
     assert.equal(writes[3]![1], 0);
+  });
+
+  it('gathering (later payloads read in place) writes the same bytes as copying', () => {
+    const v4 = train(false, 30000).segs;
+    const v6 = train(true, 9000).segs;
+    const other = train(false, 3000).segs;
+    const bad = Buffer.from(v4[3]!);
+    bad[bad.length - 1] = bad[bad.length - 1]! ^ 0xff;
+    const mixed = [...v4.slice(0, 3), other[0]!, bad, ...v4.slice(4), ...v6, ...other.slice(1)];
+    const copied = native.groCoalesce(mixed, 1500);
+    assert.ok(copied.length >= 5 && copied.length < mixed.length);
+    assert.deepEqual(native.groCoalesce(mixed, 1500, true), copied);
   });
 
   it('a segment larger than the TUN MTU or without payload is written on its own', () => {
