@@ -173,6 +173,20 @@ describe('native codec == TypeScript reference', () => {
       assert.equal(native.checksum(b), js.checksum(b), `length ${b.length}`);
     }
   });
+
+  it('checksum matches on all-ones buffers and unaligned starts (the widest carries)', () => {
+    const ones = Buffer.alloc(65535 + 7, 0xff);
+    for (const [off, len] of [
+      [0, 65535],
+      [1, 65534],
+      [3, 4097],
+      [7, 128],
+      [5, 127],
+    ] as const) {
+      const b = ones.subarray(off, off + len);
+      assert.equal(native.checksum(b), js.checksum(b), `offset ${off} length ${len}`);
+    }
+  });
 });
 
 describe('codec behaviour (fixed packets)', () => {
