@@ -429,13 +429,18 @@ export async function iperf(
           timeoutMs: 60_000,
         });
         const json = JSON.parse(out) as {
+          error?: string;
           end?: { sum_received?: { bits_per_second?: number }; sum?: { bits_per_second?: number } };
         };
+        // iperf3 -J reports some failures (the server not listening yet) inside its JSON.
+        if (json.error) throw Object.assign(new Error(`iperf3: ${json.error}`), { stdout: out });
         const bps = json.end?.sum_received?.bits_per_second ?? json.end?.sum?.bits_per_second ?? 0;
         return { bitsPerSecond: bps, json: json as Record<string, unknown> };
       } catch (err) {
         lastErr = err;
-        if (!/Connection refused|unable to connect/i.test(String(err))) throw err;
+        const text = `${String(err)} ${(err as { stdout?: string }).stdout ?? ''}`;
+        if (!/Connection refused|unable to connect|unable to send control message/i.test(text))
+          throw err;
         await new Promise((r) => setTimeout(r, 100));
       }
     }
