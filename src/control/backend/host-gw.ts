@@ -14,6 +14,7 @@ import {
   clusterNetwork,
   enabledFamilies,
   kernelMetrics,
+  reconcilerMetricHooks,
   leasePublicIP,
   leaseSubnet,
   subnetCIDR,
@@ -74,11 +75,7 @@ export function createHostGwBackend(ctx: BackendContext, deps: KernelBackendDeps
         log,
         ownership,
         ...(deps.resyncMs === undefined ? {} : { resyncMs: deps.resyncMs }),
-        onApplied: (r) => {
-          metrics.ops.inc(r.ops);
-          metrics.failures.inc(r.failed);
-        },
-        onRepaired: (n) => metrics.repairs.inc(n),
+        ...reconcilerMetricHooks(metrics),
       });
       await runPlanned(events, signal, {
         reconciler,

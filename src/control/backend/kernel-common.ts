@@ -8,6 +8,7 @@ import { type Family, type IPNet, formatCIDR, formatIP } from '../../common/ip.j
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease } from '../lease/types.js';
 import type { ExternalInterface } from './backend.js';
+import type { ReconcilerOptions } from './reconcile.js';
 
 export function leaseSubnet(lease: Lease, family: Family): IPNet | null {
   return family === 4 ? lease.subnet : lease.ipv6Subnet;
@@ -93,5 +94,18 @@ export function kernelMetrics(reg: PromRegistry): KernelMetrics {
       'weft_backend_kernel_repairs_total',
       'Kernel entries restored or removed by the periodic re-check',
     ),
+  };
+}
+
+/** The reconcile-loop hooks that feed the kernel backends' counters. */
+export function reconcilerMetricHooks(
+  m: KernelMetrics,
+): Pick<ReconcilerOptions, 'onApplied' | 'onRepaired'> {
+  return {
+    onApplied: (r) => {
+      m.ops.inc(r.ops);
+      m.failures.inc(r.failed);
+    },
+    onRepaired: (n) => m.repairs.inc(n),
   };
 }

@@ -38,6 +38,7 @@ import {
   clusterNetwork,
   enabledFamilies,
   kernelMetrics,
+  reconcilerMetricHooks,
   leasePublicIP,
   leaseSubnet,
   subnetAddress,
@@ -453,11 +454,7 @@ function createKernelVxlan(
         log,
         ownership,
         ...(deps.resyncMs === undefined ? {} : { resyncMs: deps.resyncMs }),
-        onApplied: (r) => {
-          metrics.ops.inc(r.ops);
-          metrics.failures.inc(r.failed);
-        },
-        onRepaired: (n) => metrics.repairs.inc(n),
+        ...reconcilerMetricHooks(metrics),
       });
       await runPlanned(events, signal, {
         reconciler,
