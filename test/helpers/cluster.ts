@@ -115,6 +115,26 @@ function tail(logs: readonly LogLine[]): string {
     .join(' | ');
 }
 
+/** Appends a daemon's stderr to `file` and its JSON log lines to `logs`. */
+export function captureLogs(p: ChildProcess, logs: LogLine[], file: string): void {
+  const out = createWriteStream(file, { flags: 'a' });
+  let partial = '';
+  p.stderr!.on('data', (d: Buffer) => {
+    out.write(d);
+    partial += d.toString();
+    const lines = partial.split('\n');
+    partial = lines.pop()!;
+    for (const l of lines) {
+      try {
+        logs.push(JSON.parse(l) as LogLine);
+      } catch {
+        /* not JSON */
+      }
+    }
+  });
+  p.on('close', () => out.end());
+}
+
 export class Cluster {
   readonly scope = new NetnsScope();
   readonly nodes: ClusterNode[] = [];
@@ -223,22 +243,7 @@ export class Cluster {
     });
     node.daemon = p;
     node.logs = [];
-    const logFile = createWriteStream(join(this.dir, `node${i}.log`), { flags: 'a' });
-    let partial = '';
-    p.stderr!.on('data', (d: Buffer) => {
-      logFile.write(d);
-      partial += d.toString();
-      const lines = partial.split('\n');
-      partial = lines.pop()!;
-      for (const l of lines) {
-        try {
-          node.logs.push(JSON.parse(l) as LogLine);
-        } catch {
-          /* not JSON */
-        }
-      }
-    });
-    p.on('close', () => logFile.end());
+    captureLogs(p, node.logs, join(this.dir, `node${i}.log`));
     const log = join(this.dir, `node${i}.log`);
     await new Promise<void>((resolve, reject) => {
       const deadline = setTimeout(

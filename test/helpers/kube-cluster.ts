@@ -16,11 +16,11 @@
  * own net-conf), so one cluster can mix backends: pass one Backend block per node.
  */
 import { type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { ROOT, readEnvFile, waitFor, type LogLine } from './cluster.js';
+import { ROOT, captureLogs, readEnvFile, waitFor, type LogLine } from './cluster.js';
 import { NetnsScope, ip, nsExec, nsExecAsync } from './netns.js';
 
 export const KUBE_API = 'http://10.250.0.254:6443';
@@ -151,22 +151,7 @@ export class KubeCluster {
     );
     node.daemon = p;
     node.logs = [];
-    const file = createWriteStream(join(this.dir, `node${i}.log`), { flags: 'a' });
-    let partial = '';
-    p.stderr!.on('data', (d: Buffer) => {
-      file.write(d);
-      partial += d.toString();
-      const lines = partial.split('\n');
-      partial = lines.pop()!;
-      for (const l of lines) {
-        try {
-          node.logs.push(JSON.parse(l) as LogLine);
-        } catch {
-          /* not JSON */
-        }
-      }
-    });
-    p.on('close', () => file.end());
+    captureLogs(p, node.logs, join(this.dir, `node${i}.log`));
     const log = join(this.dir, `node${i}.log`);
     let onExit: (code: number | null) => void = () => undefined;
     const exited = new Promise<never>((_, reject) => {
