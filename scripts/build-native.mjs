@@ -4,7 +4,7 @@
 // A failed build is reported but does not fail the install: weft then runs with the js engine,
 // and `npm test` (via scripts/setup.mjs) insists on a working addon.
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -34,7 +34,29 @@ export function nodeGypPath() {
   return null;
 }
 
+/**
+ * Builds native/build/weft-tun (native/tun-helper/weft-tun.c: libc only, no node-gyp), the
+ * js engine's way to a TUN when the addon does not load. Reported, not fatal (unless strict).
+ */
+export function buildTunHelper({ strict = false } = {}) {
+  const out = join(root, 'native', 'build', 'weft-tun');
+  mkdirSync(dirname(out), { recursive: true });
+  const src = join(root, 'native', 'tun-helper', 'weft-tun.c');
+  const r = spawnSync(process.env.CC || 'cc', ['-std=c99', '-O2', '-Wall', '-o', out, src], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  if (r.status !== 0) {
+    const msg = `weft: tun helper build failed (${r.error?.message ?? `cc exit ${r.status}`}); the js engine needs the addon to open a TUN`;
+    if (strict) throw new Error(msg);
+    console.error(msg);
+    return false;
+  }
+  return true;
+}
+
 export function buildNative({ strict = false } = {}) {
+  // First, and independent of node-gyp: the helper still builds when the addon cannot.
+  buildTunHelper({ strict });
   const gyp = nodeGypPath();
   if (!gyp) {
     const msg = 'weft: cannot find node-gyp (npm bundles it); the native addon was not built';

@@ -16,7 +16,7 @@ import { WeftError, errorMessage } from './errors.js';
 let cached: { ok: true; mod: unknown } | { ok: false; err: WeftError } | undefined;
 
 /** The package root: the nearest directory above this file holding package.json. */
-function packageRoot(): string {
+export function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (;;) {
     if (existsSync(join(dir, 'package.json'))) return dir;

@@ -7,10 +7,15 @@
  * matches the sender's pid against the unit's main pid, and the helper may be gone before
  * systemd reads the message), so the datagram is sent from this process by the native addon
  * (native/src/sd_notify.cc). Without $NOTIFY_SOCKET (not under systemd) nothing is sent.
+ * Without the addon (the js-engine fallback) nothing is sent either: a warning is logged once,
+ * and a `Type=notify` unit must then be switched to `Type=simple`.
  */
-import { WeftError } from '../common/errors.js';
+import { WeftError, errorMessage } from '../common/errors.js';
+import { LogOnce, logger } from '../common/log.js';
 import { loadNative } from '../common/native.js';
 import { constants } from 'node:os';
+
+const once = new LogOnce();
 
 interface SdNotifyBinding {
   sdNotify(socketPath: string, state: string): number;
@@ -19,9 +24,10 @@ interface SdNotifyBinding {
 export type SdNotifyState = 'READY=1' | 'STOPPING=1' | 'RELOADING=1' | `STATUS=${string}`;
 
 /**
- * Sends `state` (one or more `KEY=VALUE` lines) to $NOTIFY_SOCKET. Resolves false when the
- * variable is unset, true when sent; throws WEFT_ERR_SD_NOTIFY (with the errno) or
- * WEFT_ERR_NATIVE_UNAVAILABLE otherwise. Callers log the error: readiness is not worth a crash.
+ * Sends `state` (one or more `KEY=VALUE` lines) to $NOTIFY_SOCKET. Returns false when the
+ * variable is unset or the addon does not load (logged once), true when sent; throws
+ * WEFT_ERR_SD_NOTIFY (with the errno) otherwise. Callers log the error: readiness is not worth a
+ * crash.
  */
 export function sdNotify(
   state: SdNotifyState | string,
@@ -30,7 +36,21 @@ export function sdNotify(
 ): boolean {
   const socket = env.NOTIFY_SOCKET;
   if (!socket) return false;
-  const errno = (binding ?? loadNative<SdNotifyBinding>()).sdNotify(socket, state);
+  let b = binding;
+  if (!b) {
+    try {
+      b = loadNative<SdNotifyBinding>();
+    } catch (err) {
+      if (once.first('no-addon')) {
+        logger('sd-notify').warn(
+          { socket, err: errorMessage(err) },
+          'sd_notify skipped: the native addon is unavailable',
+        );
+      }
+      return false;
+    }
+  }
+  const errno = b.sdNotify(socket, state);
   if (errno !== 0) {
     const name =
       Object.entries(constants.errno).find(([, v]) => v === errno)?.[0] ?? `errno ${errno}`;

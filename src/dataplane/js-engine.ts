@@ -1,9 +1,13 @@
 /**
  * The js engine: the reference codec (js-codec.ts) per packet, a dgram socket and one TUN queue.
  * It is the slow, simple path (`--dataplane-engine=js`): one JS crossing per packet, the
- * benchmark's baseline and a check on the native engine. Node cannot issue TUNSETIFF itself,
- * so the addon opens the TUN (`tunOpen`: IFF_TUN | IFF_NO_PI, non-blocking); reads are polled
- * (drain until EAGAIN, then a 1 ms timer), writes are synchronous.
+ * benchmark's baseline, a check on the native engine, and the fallback when the addon cannot
+ * load. Node cannot issue TUNSETIFF itself, so the TUN (IFF_TUN | IFF_NO_PI) is opened by:
+ * - the addon when it loads (`tunOpen`, non-blocking fd): reads are polled (drain until EAGAIN,
+ *   then a 1 ms timer), writes are synchronous;
+ * - else the TUN helper (tun-helper.ts, a small C program): packets cross its stdio as frames.
+ *   A helper that dies is logged once (error) and every later TUN write counts as
+ *   tun_write_error.
  */
 import { createSocket } from 'node:dgram';
 import type { RemoteInfo, Socket } from 'node:dgram';
@@ -11,30 +15,79 @@ import { closeSync, readSync, writeSync } from 'node:fs';
 import { WeftError, errorMessage } from '../common/errors.js';
 import { formatIP, parseIP } from '../common/ip.js';
 import { LogOnce, logger } from '../common/log.js';
-import { loadNative } from '../common/native.js';
+import { loadNative, nativeAvailable } from '../common/native.js';
 import { checksum, decap, encap } from './js-codec.js';
 import type { CodecConfig } from './js-codec.js';
 import type { Dataplane, DataplaneOptions } from './index.js';
 import { JsPeerTable, encodePeerTable } from './peer-table.js';
 import { COUNTERS, COUNTERS_PER_WORKER, DROP_REASONS, decodeCounters } from './stats.js';
 import type { CounterName, DropReason } from './stats.js';
+import { openTunHelper } from './tun-helper.js';
 
 interface TunOpener {
   tunOpen(name: string): { fd: number; name: string };
 }
 
+/** One open TUN queue: packets come in through the sink given at open, go out by `write`. */
+interface TunPort {
+  readonly name: string;
+  /** Hands one packet to the kernel; false when it could not (the caller counts the drop). */
+  write(pkt: Buffer): boolean;
+  close(): Promise<void>;
+}
+
+/** Receives each packet read from the TUN (a view that is only valid during the call). */
+type PacketSink = (pkt: Buffer) => void;
+
+/** The addon's non-blocking TUN fd, drained by polling. */
+function addonTun(
+  native: TunOpener,
+  name: string,
+  sink: PacketSink,
+  onReadError: (err: unknown) => void,
+): TunPort {
+  const tun = native.tunOpen(name);
+  const buf = Buffer.alloc(65536);
+  let stopped = false;
+  let timer: NodeJS.Timeout | null = null;
+  const pump = () => {
+    timer = null;
+    if (stopped) return;
+    for (let i = 0; i < 256; i++) {
+      let n: number;
+      try {
+        n = readSync(tun.fd, buf, 0, buf.length, null);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') onReadError(err);
+        timer = setTimeout(pump, 1);
+        return;
+      }
+      sink(buf.subarray(0, n));
+    }
+    setImmediate(pump);
+  };
+  pump();
+  return {
+    name: tun.name,
+    write(pkt) {
+      try {
+        writeSync(tun.fd, pkt);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    async close() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      closeSync(tun.fd);
+    },
+  };
+}
+
 export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> {
   const log = opts.log ?? logger('dataplane-js');
   const once = new LogOnce();
-  const native = loadNative<TunOpener>();
-  let tun: { fd: number; name: string };
-  try {
-    tun = native.tunOpen(opts.tunName);
-  } catch (err) {
-    throw new WeftError('WEFT_ERR_DATAPLANE', `tun ${opts.tunName}: ${errorMessage(err)}`, {
-      cause: err,
-    });
-  }
   const counters = new Float64Array(COUNTERS_PER_WORKER);
   const count = (c: CounterName, n = 1) => {
     counters[COUNTERS.indexOf(c)]! += n;
@@ -44,37 +97,83 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
   };
   const cfg: CodecConfig = { vni: opts.vni, vtepMac: opts.vtepMac, tunMtu: opts.tunMtu };
   let table = new JsPeerTable(Buffer.alloc(0));
+  // Null until the UDP socket is bound (and after close): TUN packets are then dropped.
+  let sock: Socket | null = null;
+  // Set once the TUN is open; the sink below only runs after that.
+  let tun: TunPort | null = null;
+
+  const writeTun = (pkt: Buffer): boolean => {
+    if (tun?.write(pkt)) return true;
+    drop('tun_write_error');
+    return false;
+  };
+
+  /** A packet the kernel routed into the TUN: encapsulate and send, or drop (maybe ICMP back). */
+  const fromTun: PacketSink = (pkt) => {
+    count('tun_reads');
+    const r = encap(opts.format, table, cfg, pkt);
+    if (r.drop !== 'none' || !r.payload || r.peer === null) {
+      drop(r.drop);
+      if (r.icmp && writeTun(r.icmp)) count('icmp_sent');
+      return;
+    }
+    if (!sock) {
+      drop('send_error');
+      return;
+    }
+    const peer = table.peers[r.peer]!;
+    const inner = opts.format === 'vxlan' ? r.payload.length - 22 : r.payload.length;
+    sock.send(r.payload, peer.port, formatIP(peer.publicIP.family, peer.publicIP.addr), (err) => {
+      if (err) drop('send_error');
+    });
+    count('tx_packets');
+    count('tx_bytes', inner);
+    count('send_batches');
+  };
+
+  try {
+    if (nativeAvailable()) {
+      tun = addonTun(loadNative<TunOpener>(), opts.tunName, fromTun, (err) => {
+        if (once.first('tun-read')) log.warn({ err: errorMessage(err) }, 'tun read failed');
+      });
+    } else {
+      tun = await openTunHelper(opts.tunName, {
+        onPackets: (pkts) => pkts.forEach(fromTun),
+        onExit: (why) => {
+          if (once.first('tun-helper-exit'))
+            log.error({ tun: opts.tunName, why }, 'tun helper exited; the js dataplane is down');
+        },
+      });
+      log.info({ tun: tun.name }, 'tun opened through the helper (native addon unavailable)');
+    }
+  } catch (err) {
+    throw new WeftError('WEFT_ERR_DATAPLANE', `tun ${opts.tunName}: ${errorMessage(err)}`, {
+      cause: err,
+    });
+  }
+  const port = tun;
+
   const family = parseIP(opts.bindIp)?.family ?? 4;
-  const sock: Socket = createSocket({ type: family === 4 ? 'udp4' : 'udp6', reuseAddr: false });
+  const s: Socket = createSocket({ type: family === 4 ? 'udp4' : 'udp6', reuseAddr: false });
   await new Promise<void>((resolve, reject) => {
-    sock.once('error', reject);
-    sock.bind(opts.port, opts.bindIp, () => {
-      sock.off('error', reject);
+    s.once('error', reject);
+    s.bind(opts.port, opts.bindIp, () => {
+      s.off('error', reject);
       resolve();
     });
-  }).catch((err: unknown) => {
-    closeSync(tun.fd);
+  }).catch(async (err: unknown) => {
+    await port.close();
     throw new WeftError(
       'WEFT_ERR_DATAPLANE',
       `udp ${opts.bindIp}:${opts.port}: ${errorMessage(err)}`,
       { cause: err },
     );
   });
-  sock.on('error', (err) => {
+  s.on('error', (err) => {
     if (once.first('udp-error')) log.warn({ err: errorMessage(err) }, 'udp socket error');
   });
 
-  const writeTun = (pkt: Buffer): boolean => {
-    try {
-      writeSync(tun.fd, pkt);
-      return true;
-    } catch {
-      drop('tun_write_error');
-      return false;
-    }
-  };
-
-  sock.on('message', (msg: Buffer, rinfo: RemoteInfo) => {
+  s.on('message', (msg: Buffer, rinfo: RemoteInfo) => {
     const src = parseIP(rinfo.address);
     if (!src) return;
     const r = decap(opts.format, table, cfg, src, msg);
@@ -96,49 +195,13 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
       count('rx_bytes', h.length - 10);
     }
   });
-
-  const buf = Buffer.alloc(65536);
-  let stopped = false;
-  let timer: NodeJS.Timeout | null = null;
-  const pump = () => {
-    timer = null;
-    if (stopped) return;
-    for (let i = 0; i < 256; i++) {
-      let n: number;
-      try {
-        n = readSync(tun.fd, buf, 0, buf.length, null);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EAGAIN' && once.first('tun-read')) {
-          log.warn({ err: errorMessage(err) }, 'tun read failed');
-        }
-        timer = setTimeout(pump, 1);
-        return;
-      }
-      count('tun_reads');
-      const r = encap(opts.format, table, cfg, buf.subarray(0, n));
-      if (r.drop !== 'none' || !r.payload || r.peer === null) {
-        drop(r.drop);
-        if (r.icmp && writeTun(r.icmp)) count('icmp_sent');
-        continue;
-      }
-      const peer = table.peers[r.peer]!;
-      const inner = opts.format === 'vxlan' ? r.payload.length - 22 : r.payload.length;
-      sock.send(r.payload, peer.port, formatIP(peer.publicIP.family, peer.publicIP.addr), (err) => {
-        if (err) drop('send_error');
-      });
-      count('tx_packets');
-      count('tx_bytes', inner);
-      count('send_batches');
-    }
-    setImmediate(pump);
-  };
-  pump();
-  log.debug({ tun: tun.name }, 'js dataplane started');
+  sock = s;
+  log.debug({ tun: port.name }, 'js dataplane started');
 
   let closed: Promise<void> | null = null;
   return {
     engine: 'js',
-    tunName: tun.name,
+    tunName: port.name,
     setPeers(entries) {
       table = new JsPeerTable(encodePeerTable(entries));
     },
@@ -147,11 +210,10 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
     },
     close() {
       closed ??= (async () => {
-        stopped = true;
-        if (timer) clearTimeout(timer);
-        await new Promise<void>((r) => sock.close(() => r()));
-        closeSync(tun.fd);
-        log.debug({ tun: tun.name }, 'js dataplane stopped');
+        sock = null;
+        await new Promise<void>((r) => s.close(() => r()));
+        await port.close();
+        log.debug({ tun: port.name }, 'js dataplane stopped');
       })();
       return closed;
     },

@@ -1,18 +1,22 @@
 /**
- * The recording fake used by the unit tests must behave like the kernel for the ops the backends
- * send: the same script of ops (IPv4 and IPv6, idempotent repeats, deletes of absent entries,
- * unknown devices) runs against FakeNetlink and against the kernel in a namespace, and the
- * per-op results and the final entries must agree.
+ * The recording fake used by the unit tests, and the iproute2 implementation used when the addon
+ * does not load, must behave like the kernel through the native implementation for the ops the
+ * backends send: the same script of ops (IPv4 and IPv6, idempotent repeats, deletes of absent
+ * entries, unknown devices) runs against NativeNetlink in one namespace, Iproute2Netlink in a
+ * second one and FakeNetlink, and the per-op results and the final entries must agree.
  *
- *   ┌──────── weft-<pid>-0 ────────┐
- *   │ eth0 (veth to peer0)          │  10.250.0.1/24, fd00:250::1/64
- *   │ flannel.1  vxlan local v4     │
- *   │ flannel-v6.1  vxlan local v6  │
- *   └──────────────────────────────┘
+ *   ┌──────── weft-<pid>-0 ────────┐   ┌──────── weft-<pid>-1 ────────┐
+ *   │ native netlink (libmnl)       │   │ iproute2 netlink (ip, bridge) │
+ *   │ eth0 (veth to peer0)          │   │ the same devices and          │
+ *   │   10.250.0.1/24, fd00:250::1  │   │ addresses                     │
+ *   │ flannel.1  vxlan local v4     │   │                               │
+ *   │ flannel-v6.1  vxlan local v6  │   │                               │
+ *   └──────────────────────────────┘   └──────────────────────────────┘
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { FakeNetlink } from '../../src/control/netlink/fake-netlink.js';
+import { Iproute2Netlink } from '../../src/control/netlink/iproute2-netlink.js';
 import { NativeNetlink } from '../../src/control/netlink/native-netlink.js';
 import type { Netlink, Op } from '../../src/control/netlink/netlink.js';
 import { NetnsScope, ip, isRoot } from '../helpers/netns.js';
@@ -89,22 +93,29 @@ async function run(nl: Netlink): Promise<{ results: string[]; state: unknown }> 
   return { results, state };
 }
 
-describe('FakeNetlink agrees with the kernel', { skip }, () => {
+/** A namespace with the underlay device the script's vxlan devices hang off. */
+function underlayNs(scope: NetnsScope): string {
+  const ns = scope.add();
+  ip(ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'peer0');
+  ip(ns, 'addr', 'add', '10.250.0.1/24', 'dev', 'eth0');
+  ip(ns, 'addr', 'add', 'fd00:250::1/64', 'dev', 'eth0', 'nodad');
+  ip(ns, 'link', 'set', 'eth0', 'up');
+  ip(ns, 'link', 'set', 'peer0', 'up');
+  return ns;
+}
+
+describe('FakeNetlink and Iproute2Netlink agree with the kernel', { skip }, () => {
   const scope = new NetnsScope();
-  let ns = '';
   let native: NativeNetlink;
+  let iproute2: Iproute2Netlink;
 
   before(() => {
-    ns = scope.add();
-    ip(ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'peer0');
-    ip(ns, 'addr', 'add', '10.250.0.1/24', 'dev', 'eth0');
-    ip(ns, 'addr', 'add', 'fd00:250::1/64', 'dev', 'eth0', 'nodad');
-    ip(ns, 'link', 'set', 'eth0', 'up');
-    ip(ns, 'link', 'set', 'peer0', 'up');
-    native = new NativeNetlink({ netns: ns });
+    native = new NativeNetlink({ netns: underlayNs(scope) });
+    iproute2 = new Iproute2Netlink({ netns: underlayNs(scope) });
   });
   after(async () => {
     native?.close();
+    iproute2?.close();
     await scope.cleanup();
   });
 
@@ -134,12 +145,15 @@ describe('FakeNetlink agrees with the kernel', { skip }, () => {
     const fake = new FakeNetlink();
     fake.addLink('lo');
     fake.addLink('eth0');
-    for (const nl of [native, fake] as Netlink[]) {
+    for (const nl of [native, iproute2, fake] as Netlink[]) {
       assert.deepEqual(await nl.apply(devices), [null, null, null, null]);
     }
     const k = await run(native);
     const f = await run(fake);
-    assert.deepEqual(f.results, k.results);
-    assert.deepEqual(f.state, k.state);
+    const i = await run(iproute2);
+    assert.deepEqual(f.results, k.results, 'fake results');
+    assert.deepEqual(f.state, k.state, 'fake state');
+    assert.deepEqual(i.results, k.results, 'iproute2 results');
+    assert.deepEqual(i.state, k.state, 'iproute2 state');
   });
 });

@@ -6,7 +6,7 @@
 import type { Family } from '../../common/ip.js';
 import { logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
-import { NativeNetlink } from '../netlink/native-netlink.js';
+import { openNetlink } from '../netlink/open-netlink.js';
 import type { Netlink, Op } from '../netlink/netlink.js';
 import type { Backend, BackendContext } from './backend.js';
 import {
@@ -40,7 +40,7 @@ export function planHostGw(event: LeaseEvent, family: Family, ctx: HostGwPlanCon
 }
 
 export interface KernelBackendDeps {
-  /** Opens the Netlink the backend uses (default: the native one, in the current namespace). */
+  /** Opens the Netlink the backend uses (default: openNetlink(), in the current namespace). */
   readonly openNetlink?: () => Netlink;
   readonly resyncMs?: number;
 }
@@ -54,7 +54,7 @@ export function createHostGwBackend(ctx: BackendContext, deps: KernelBackendDeps
     type: HOST_GW,
     async prepare() {
       assertNoNAT(HOST_GW, ctx.extIface, families);
-      nl = (deps.openNetlink ?? (() => new NativeNetlink()))();
+      nl = (deps.openNetlink ?? openNetlink)();
       return { attrs: { backendType: HOST_GW }, mtu: ctx.extIface.mtu };
     },
     async start(_lease: Lease) {},

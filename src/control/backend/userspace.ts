@@ -11,13 +11,14 @@
 import { WeftError, errorMessage } from '../../common/errors.js';
 import { type Family, formatCIDR } from '../../common/ip.js';
 import { LogOnce } from '../../common/log.js';
+import { loadNative } from '../../common/native.js';
 import { offloadsFromEnv } from '../../dataplane/binding.js';
 import { startDataplane } from '../../dataplane/index.js';
 import type { Dataplane, DataplaneEngine, DataplaneFormat } from '../../dataplane/index.js';
 import type { PeerEntry } from '../../dataplane/peer-table.js';
 import { registerDataplaneMetrics } from '../../dataplane/stats.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
-import { NativeNetlink } from '../netlink/native-netlink.js';
+import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
 import {
@@ -46,6 +47,21 @@ export interface UserspaceSpec {
 function engineOption(ctx: BackendContext): DataplaneEngine {
   const e = ctx.options.dataplaneEngine;
   return e === 'js' ? 'js' : 'native';
+}
+
+/** The native engine needs the addon: without it, say so and name the way out. */
+function checkEngine(type: string, engine: DataplaneEngine): void {
+  if (engine !== 'native') return;
+  try {
+    loadNative();
+  } catch (err) {
+    throw new WeftError(
+      'WEFT_ERR_NATIVE_UNAVAILABLE',
+      `${type}: the native dataplane engine cannot run (${errorMessage(err)}); ` +
+        'start with --dataplane-engine=js to use the js engine instead',
+      { cause: err },
+    );
+  }
 }
 
 /** --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all. */
@@ -80,10 +96,12 @@ export function createUserspaceBackend(
       if (!bindIp) {
         throw new WeftError('WEFT_ERR_BACKEND', `${spec.type}: ${ext.name} has no address to bind`);
       }
-      nl = (deps.openNetlink ?? (() => new NativeNetlink()))();
+      const engine = engineOption(ctx);
+      checkEngine(spec.type, engine);
+      nl = (deps.openNetlink ?? openNetlink)();
       dp = await startDataplane({
         format: spec.format,
-        engine: engineOption(ctx),
+        engine,
         tunName: spec.tunName,
         workers: workersOption(ctx),
         offloads: offloadsOption(ctx),

@@ -30,7 +30,7 @@ import {
 } from '../../common/ip.js';
 import { LogOnce, logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
-import { NativeNetlink } from '../netlink/native-netlink.js';
+import { openNetlink } from '../netlink/open-netlink.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import type { Backend, BackendContext, BackendFactory, PreparedBackend } from './backend.js';
 import type { KernelBackendDeps } from './host-gw.js';
@@ -369,7 +369,7 @@ function createKernelVxlan(
   return {
     type: VXLAN,
     async prepare(): Promise<PreparedBackend> {
-      nl = (deps.openNetlink ?? (() => new NativeNetlink()))();
+      nl = (deps.openNetlink ?? openNetlink)();
       let backendData: unknown;
       let backendV6Data: unknown;
       let mtu = 0;
