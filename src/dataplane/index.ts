@@ -9,17 +9,19 @@
  *   close()              → workers leave their loops, threads exit, every fd is closed, the
  *                          TUN device disappears with its addresses and routes
  *
- * Engines: `native` (the addon; one worker thread per TUN queue, each parked in C++) and `js`
+ * Engines: `native` (the addon; a piscina pool of one thread per TUN queue, each running one
+ * task that stays parked in C++ until close() signals the engine's eventfd) and `js`
  * (js-engine.ts: the reference codec per packet on dgram, one queue, for when speed does not
  * matter or the native engine is unwanted).
  */
-import { Worker } from 'node:worker_threads';
-import { WeftError } from '../common/errors.js';
+import { MessageChannel } from 'node:worker_threads';
+import { Piscina } from 'piscina';
+import { WeftError, errorMessage } from '../common/errors.js';
 import { logger } from '../common/log.js';
 import type { Logger } from '../common/log.js';
 import { TUN_OFFLOADS, loadDataplaneBinding, offloadsFromEnv } from './binding.js';
 import { startJsEngine } from './js-engine.js';
-import type { WorkerMessage, WorkerStart } from './messages.js';
+import type { WorkerMessage, WorkerResult, WorkerTask } from './messages.js';
 import { encodePeerTable } from './peer-table.js';
 import type { PeerEntry } from './peer-table.js';
 import { COUNTERS, DROP_REASONS, OFFLOAD_FEATURES, decodeCounters } from './stats.js';
@@ -52,6 +54,11 @@ export interface Dataplane {
   setPeers(entries: readonly PeerEntry[]): void;
   stats(): DataplaneStats;
   close(): Promise<void>;
+  /**
+   * native: the worker_threads threadId of the pool thread running each queue (index = queue),
+   * all distinct; the js engine runs on the calling thread and leaves this out.
+   */
+  readonly threadIds?: readonly number[];
 }
 
 export async function startDataplane(opts: DataplaneOptions): Promise<Dataplane> {
@@ -60,17 +67,38 @@ export async function startDataplane(opts: DataplaneOptions): Promise<Dataplane>
 }
 
 /**
- * A worker thread running worker.js. Under tsx (sources are .ts) a worker does not inherit the
- * loader, so a small bootstrap registers tsx first.
+ * The pool's task file: worker.js from dist/; from the .ts sources under tsx, a bootstrap that
+ * registers tsx in the thread first (see worker-bootstrap.mjs).
  */
-function spawnWorker(data: WorkerStart): Worker {
-  if (!import.meta.url.endsWith('.ts')) {
-    return new Worker(new URL('./worker.js', import.meta.url), { workerData: data });
-  }
-  const tsx = import.meta.resolve('tsx/esm/api');
-  const file = new URL('./worker.ts', import.meta.url).href;
-  const code = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(file)}); });`;
-  return new Worker(code, { eval: true, workerData: data });
+function poolWorkerFile(): string {
+  const ts = import.meta.url.endsWith('.ts');
+  return new URL(ts ? './worker-bootstrap.mjs' : './worker.js', import.meta.url).href;
+}
+
+/** Where the engine's queues are: before every one has started, running, or being closed. */
+type Phase = 'starting' | 'running' | 'closing';
+
+/**
+ * One queue's pool task. `started` resolves with the thread's id once the task is about to enter
+ * the native loop; `done` settles when the task leaves it (the rc) or could not enter it.
+ */
+function runQueue(
+  pool: Piscina<WorkerTask, WorkerResult>,
+  engineId: number,
+  worker: number,
+): { started: Promise<number>; done: Promise<WorkerResult> } {
+  const { port1, port2 } = new MessageChannel();
+  const started = new Promise<number>((resolve) => {
+    port1.once('message', (m: WorkerMessage) => resolve(m.threadId));
+  });
+  const task: WorkerTask = { engineId, worker, port: port2 };
+  const done = pool.run(task, { transferList: [port2] });
+  // The port is only for 'started'; once the task is over nothing else can come.
+  void done.then(
+    () => port1.close(),
+    () => port1.close(),
+  );
+  return { started, done };
 }
 
 async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
@@ -104,41 +132,72 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
     });
   }
   const id = created.id;
-  const threads: Worker[] = [];
-  const exited: Promise<void>[] = [];
-  let closing = false;
-  try {
-    const started: Promise<void>[] = [];
-    for (let w = 0; w < opts.workers; w++) {
-      const data: WorkerStart = { engineId: id, worker: w };
-      const t = spawnWorker(data);
-      threads.push(t);
-      started.push(
-        new Promise<void>((resolve, reject) => {
-          t.on('message', (m: WorkerMessage) => {
-            if (m.type === 'started') resolve();
-            else if (m.type === 'error')
-              reject(new WeftError('WEFT_ERR_DATAPLANE', `worker ${w}: ${m.message}`));
-            else if (m.type === 'stopped' && (m.rc !== 0 || !closing)) {
-              log.error({ worker: w, errno: m.rc }, 'dataplane worker left its loop');
-            }
-          });
-          t.once('error', reject);
-        }),
-      );
-      exited.push(new Promise<void>((resolve) => t.once('exit', () => resolve())));
-    }
-    await Promise.all(started);
-  } catch (err) {
-    closing = true;
+  const pool = new Piscina<WorkerTask, WorkerResult>({
+    filename: poolWorkerFile(),
+    minThreads: opts.workers,
+    maxThreads: opts.workers,
+    concurrentTasksPerWorker: 1,
+    idleTimeout: Infinity,
+    maxQueue: 0,
+  });
+  // Only a thread that dies with no task emits this; one with a task rejects the task instead.
+  pool.on('error', (err: unknown) => log.error({ err: errorMessage(err) }, 'dataplane pool error'));
+  let phase: Phase = 'starting';
+  const queues = Array.from({ length: opts.workers }, (_, w) => runQueue(pool, id, w));
+  const settled = Promise.allSettled(queues.map((q) => q.done));
+  queues.forEach((q, w) =>
+    q.done.then(
+      (rc) => {
+        // While starting, leaving the loop fails startDataplane instead (below).
+        if (phase === 'running' || (phase === 'closing' && rc !== 0)) {
+          log.error({ worker: w, errno: rc }, 'dataplane worker left its loop');
+        }
+      },
+      (err: unknown) => {
+        if (phase === 'running') {
+          log.error({ worker: w, err: errorMessage(err) }, 'dataplane worker failed');
+        }
+      },
+    ),
+  );
+  const stopAll = async () => {
     native.engineClose(id);
-    await Promise.all(exited);
+    await settled;
+    await pool.destroy();
+  };
+  let threadIds: number[];
+  try {
+    // Every queue says 'started', or the first one to end (or fail) before that is the error.
+    const ended = Promise.race(
+      queues.map((q, w) =>
+        q.done.then(
+          (rc) => {
+            throw new WeftError('WEFT_ERR_DATAPLANE', `worker ${w} left its loop at start`, {
+              details: { tun: created.tunName, worker: w, errno: rc },
+            });
+          },
+          (err: unknown) => {
+            throw new WeftError('WEFT_ERR_DATAPLANE', `worker ${w}: ${errorMessage(err)}`, {
+              cause: err,
+              details: { tun: created.tunName, worker: w },
+            });
+          },
+        ),
+      ),
+    );
+    ended.catch(() => undefined);
+    threadIds = await Promise.race([Promise.all(queues.map((q) => q.started)), ended]);
+    phase = 'running';
+  } catch (err) {
+    phase = 'closing';
+    await stopAll();
     throw err;
   }
   log.debug(
     {
       tun: created.tunName,
       workers: opts.workers,
+      threadIds,
       offloadsAccepted: created.offloadsAccepted,
       offloadsEnabled: created.offloadsEnabled,
     },
@@ -151,19 +210,19 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
   return {
     engine: 'native',
     tunName: created.tunName,
+    threadIds,
     setPeers(entries) {
-      if (closing) return;
+      if (phase === 'closing') return;
       native.engineSetPeers(id, encodePeerTable(entries));
     },
     stats() {
-      if (closing) return decodeCounters('native', []);
+      if (phase === 'closing') return decodeCounters('native', []);
       return { ...decodeCounters('native', native.engineCounters(id)), offloads };
     },
     close() {
       closed ??= (async () => {
-        closing = true;
-        native.engineClose(id);
-        await Promise.all(exited);
+        phase = 'closing';
+        await stopAll();
         log.debug({ tun: created.tunName }, 'dataplane stopped');
       })();
       return closed;

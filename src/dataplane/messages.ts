@@ -1,20 +1,36 @@
 /**
- * Every message that crosses the worker-thread boundary, in one place. The main thread sends
- * nothing after start: a worker enters the native loop and stays there until the engine's
- * eventfd says stop; peers and counters go through the engine, not through messages.
+ * Every message that crosses the worker-thread boundary, in one place. A dataplane worker is a
+ * piscina pool thread running one task per TUN queue: the task enters the native loop and stays
+ * there until the engine's eventfd says stop; peers and counters go through the engine, not
+ * through messages. The only message is the task's 'started', on a port the task carries.
  */
+import type { MessagePort } from 'node:worker_threads';
 
-/** workerData of a native dataplane worker. */
-export interface WorkerStart {
+/** One pool task = one queue (worker.ts runs it). Its port is transferred with it. */
+export interface WorkerTask {
   readonly engineId: number;
   /** The worker's index = its TUN queue and UDP socket. */
   readonly worker: number;
+  /** Carries one WorkerMessage back, then is closed by the worker. */
+  readonly port: MessagePort;
 }
 
-export type WorkerMessage =
-  /** About to enter the native loop. */
-  | { readonly type: 'started'; readonly worker: number }
-  /** Left the loop: rc 0 after a stop, else the errno that ended it. */
-  | { readonly type: 'stopped'; readonly worker: number; readonly rc: number }
-  /** The worker could not run (addon failed to load in the worker, ...). */
-  | { readonly type: 'error'; readonly worker: number; readonly message: string };
+/**
+ * What a task resolves with: the native loop's rc, 0 after a stop, else the errno that ended it.
+ * A task that could not enter the loop (the addon does not load in the thread, the engine is
+ * gone, ...) rejects instead.
+ */
+export type WorkerResult = number;
+
+/**
+ * Sent on the task's port once the addon is loaded in the thread and the engine has this queue,
+ * right before the thread enters the native loop.
+ */
+export interface WorkerStarted {
+  readonly type: 'started';
+  readonly worker: number;
+  /** worker_threads threadId of the pool thread that runs this queue. */
+  readonly threadId: number;
+}
+
+export type WorkerMessage = WorkerStarted;

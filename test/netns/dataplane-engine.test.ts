@@ -9,7 +9,9 @@
  *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
  *
  * Also: peer tables swapped hundreds of times under a ping flood (no loss), a removed peer
- * answered with ICMP net-unreachable, and stop/start cycles that leak no fd.
+ * answered with ICMP net-unreachable, the queues hosted one per piscina pool thread, a worker
+ * that cannot enter its loop failing the start with nothing left, and stop/start cycles that
+ * leak no fd.
  */
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
@@ -229,6 +231,61 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     } finally {
       await stopPair(nodes);
     }
+  });
+
+  /** Runs test/helpers/dataplane-probe.ts in ns A and returns its report. */
+  async function probe(mode: 'pool' | 'no-addon'): Promise<Record<string, unknown>> {
+    const cfg = {
+      format: 'udp',
+      tunName: 'wprobe0',
+      workers: 3,
+      bindIp: A.under,
+      port: 8999,
+      tunMtu: 1472,
+      vni: 1,
+      vtepMac: A.mac,
+    };
+    const out = await nsExecAsync(
+      A.ns,
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-probe.ts'), mode, JSON.stringify(cfg)],
+      30_000,
+    );
+    return JSON.parse(out.trim().split('\n').pop()!) as Record<string, unknown>;
+  }
+
+  test('each queue runs on its own thread of the piscina pool, and close ends them all', async () => {
+    const r = (await probe('pool')) as {
+      threadIds: number[];
+      statsWorkers: number;
+      threads: [number, number, number];
+      fds: [number, number];
+    };
+    assert.equal(r.threadIds.length, 3);
+    assert.equal(new Set(r.threadIds).size, 3, `thread ids ${r.threadIds.join(',')}`);
+    assert.ok(!r.threadIds.includes(0), 'a queue ran on the main thread');
+    assert.equal(r.statsWorkers, 3);
+    const [before, running, after] = r.threads;
+    assert.ok(running >= before + 3, `threads ${before} → ${running} while running`);
+    assert.equal(after, before, `threads ${before} → ${after} after close`);
+    assert.equal(r.fds[1], r.fds[0], `fds ${r.fds[0]} → ${r.fds[1]}`);
+  });
+
+  test('a worker that cannot enter its loop fails startDataplane with nothing left', async () => {
+    // The probe exits by itself (nsExecAsync rejects on a timeout): no thread or handle is left.
+    const r = (await probe('no-addon')) as {
+      error: { name: string; code: string; message: string } | null;
+      tunLeft: boolean;
+      threads: [number, number];
+      fds: [number, number];
+    };
+    assert.ok(r.error, 'startDataplane succeeded without the addon in its workers');
+    assert.equal(r.error.name, 'WeftError');
+    assert.equal(r.error.code, 'WEFT_ERR_DATAPLANE');
+    assert.match(r.error.message, /^worker \d: .*native addon unavailable/);
+    assert.equal(r.tunLeft, false, 'the TUN device outlived the failed start');
+    assert.equal(r.threads[1], r.threads[0], `threads ${r.threads[0]} → ${r.threads[1]}`);
+    assert.equal(r.fds[1], r.fds[0], `fds ${r.fds[0]} → ${r.fds[1]}`);
   });
 
   test('stop/start cycles leak no fd and traffic flows after them', async () => {
