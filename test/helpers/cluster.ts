@@ -36,6 +36,8 @@ export interface ClusterOptions {
   readonly ipMasq?: boolean;
   /** Extra daemon flags. */
   readonly flags?: readonly string[];
+  /** Extra daemon environment (e.g. WEFT_NATIVE_ADDON=/nonexistent: run without the addon). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 export interface Pod {
@@ -239,7 +241,7 @@ export class Cluster {
     ];
     const p = this.scope.spawn(node.ns, process.execPath, args, {
       cwd: ROOT,
-      env: { ...process.env, WEFT_LOG_LEVEL: 'info' },
+      env: { ...process.env, WEFT_LOG_LEVEL: 'info', ...this.options.env },
     });
     node.daemon = p;
     node.logs = [];

@@ -13,7 +13,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Iproute2Netlink, errnoFromIpText } from '../../src/control/netlink/iproute2-netlink.js';
+import { Iproute2Netlink } from '../../src/control/netlink/iproute2-netlink.js';
 import { NativeNetlink } from '../../src/control/netlink/native-netlink.js';
 import type { Netlink, Op } from '../../src/control/netlink/netlink.js';
 import { NetnsScope, ip, isRoot } from '../helpers/netns.js';
@@ -200,17 +200,5 @@ describe('Iproute2Netlink agrees with NativeNetlink', { skip }, () => {
       /^replace route 10\.5\.3\.0\/24 via 10\.5\.3\.0 dev nosuchdev onlink: ENODEV$/,
     );
     assert.match(String(err!.details.ip), /nosuchdev/);
-  });
-});
-
-describe('errnoFromIpText', () => {
-  test('maps strerror text, extended acks and unknown messages', () => {
-    assert.equal(errnoFromIpText('RTNETLINK answers: File exists\n'), 17);
-    assert.equal(errnoFromIpText('RTNETLINK answers: No such process'), 3);
-    assert.equal(errnoFromIpText('Error: FIB table does not exist.\nCommand failed -:1'), 3);
-    assert.equal(errnoFromIpText('Cannot find device "x0"'), 19);
-    assert.equal(errnoFromIpText('Device "x0" does not exist.'), 19);
-    assert.equal(errnoFromIpText('Error: ipv6: address not found.'), 99);
-    assert.equal(errnoFromIpText('Error: something new.'), 22);
   });
 });

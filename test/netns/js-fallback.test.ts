@@ -1,0 +1,159 @@
+/**
+ * weft without its native addon (WEFT_NATIVE_ADDON=/nonexistent: what an ABI mismatch, a failed
+ * build or a missing libmnl look like): the udp backend on the js engine, the TUN opened by the
+ * helper (weft-tun), the kernel programmed through iproute2. Real daemons in namespaces built by
+ * test/helpers/cluster.ts:
+ *
+ *            underlay br0 (L2)                        10.250.0.0/24
+ *     ┌──────────┼──────────┬────────────────┐
+ *   node 0     node 1      node 9 (last test: the default native engine without the addon,
+ *   flannel0   flannel0    must exit 1 naming --dataplane-engine=js)
+ *   (weft-tun) (weft-tun)
+ *   cni0       cni0
+ *   pod 0.0    pod 1.0
+ *
+ * The last tests break things on purpose: node 1's helper is killed (the daemon must say so),
+ * then a third daemon starts without the js engine flag.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Cluster, ROOT, waitFor } from '../helpers/cluster.js';
+import { ip, isRoot, nsExecAsync } from '../helpers/netns.js';
+// @ts-expect-error: a plain .mjs build script without types
+import { buildTunHelper } from '../../scripts/build-native.mjs';
+
+const skip = isRoot() ? false : 'needs root (network namespaces)';
+const HEALTH_PORT = '9095';
+const NO_ADDON = { WEFT_NATIVE_ADDON: '/nonexistent/weft.node' };
+
+async function ping(ns: string, dst: string, count = 1): Promise<string> {
+  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', '0.2', '-W', '2', dst], 60_000);
+}
+
+describe('udp backend on the js engine without the native addon', { skip }, () => {
+  let c: Cluster;
+  before(async () => {
+    assert.equal(buildTunHelper({ strict: true }), true);
+    c = await Cluster.create({
+      nodes: 2,
+      backend: { Type: 'udp' },
+      flags: [
+        '--dataplane-engine',
+        'js',
+        '--healthz-port',
+        HEALTH_PORT,
+        '--healthz-ip',
+        '127.0.0.1',
+      ],
+      env: NO_ADDON,
+    });
+  });
+  after(async () => {
+    await c?.destroy();
+  });
+
+  test('the TUN comes from the helper and the kernel ops from iproute2', () => {
+    for (const n of c.nodes) {
+      const msgs = n.logs.map((l) => l.msg);
+      assert.ok(
+        msgs.includes('tun opened through the helper (native addon unavailable)'),
+        `node ${n.index}`,
+      );
+      assert.ok(
+        msgs.includes('native addon unavailable: kernel ops go through the ip and bridge commands'),
+        `node ${n.index}`,
+      );
+      const started = n.logs.find((l) => l.msg === 'userspace dataplane started');
+      assert.equal(started?.engine, 'js');
+    }
+    const net = c.nodes[0]!.env.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0');
+    assert.match(
+      c.ipIn(0, 'addr', 'show', 'flannel0'),
+      new RegExp(`inet ${net.replace(/\./g, '\\.')}/32`),
+    );
+    assert.match(c.ipIn(0, 'link', 'show', 'flannel0'), /mtu 1472 .*state UNKNOWN/);
+    assert.match(c.ipIn(0, 'route', 'show', '10.5.0.0/16'), /dev flannel0/);
+  });
+
+  test('pods ping each other both ways', async () => {
+    const [a, b] = [c.pods[0]!, c.pods[1]!];
+    await waitFor(
+      async () => {
+        await ping(a.ns, b.ip);
+        return true;
+      },
+      15_000,
+      'first ping',
+    );
+    assert.match(await ping(a.ns, b.ip, 3), / 0% packet loss/);
+    assert.match(await ping(b.ns, a.ip, 3), / 0% packet loss/);
+  });
+
+  test('the js engine counts the traffic in /metrics', async () => {
+    const m = await nsExecAsync(c.nodes[0]!.ns, process.execPath, [
+      '-e',
+      `fetch('http://127.0.0.1:${HEALTH_PORT}/metrics').then(r=>r.text()).then(t=>process.stdout.write(t))`,
+    ]);
+    const value = (name: string) =>
+      Number(/^(\S+) (\S+)$/.exec(m.split('\n').find((l) => l.startsWith(name + ' ')) ?? '')?.[2]);
+    assert.ok(value('weft_dataplane_tx_packets_total') >= 6, 'tx packets');
+    assert.ok(value('weft_dataplane_rx_packets_total') >= 6, 'rx packets');
+  });
+
+  test('a helper that dies is reported as an error, not a silent stall', async () => {
+    const node = c.nodes[1]!;
+    const pids = execFileSync('ip', ['netns', 'pids', node.ns], { encoding: 'utf8' })
+      .split('\n')
+      .filter(Boolean);
+    const helper = pids.find((p) => {
+      try {
+        return readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'weft-tun';
+      } catch {
+        return false;
+      }
+    });
+    assert.ok(helper, 'the helper runs in node 1');
+    process.kill(Number(helper), 'SIGKILL');
+    const line = await waitFor(
+      () => node.logs.find((l) => l.msg === 'tun helper exited; the js dataplane is down'),
+      5000,
+      'the helper exit log line',
+    );
+    assert.match(String(line.why), /signal SIGKILL/);
+    assert.equal(node.logs.filter((l) => l.msg === line.msg).length, 1);
+  });
+
+  test('the default native engine without the addon exits 1 naming --dataplane-engine=js', () => {
+    const ns = c.scope.add();
+    c.scope.vethBetween(c.underlay, 'u9', ns, 'eth0');
+    ip(c.underlay, 'link', 'set', 'u9', 'master', 'br0', 'up');
+    ip(ns, 'addr', 'add', '10.250.0.9/24', 'dev', 'eth0');
+    ip(ns, 'link', 'set', 'eth0', 'up');
+    const r = spawnSync(
+      'ip',
+      [
+        'netns',
+        'exec',
+        ns,
+        process.execPath,
+        '--import',
+        'tsx',
+        join(ROOT, 'test', 'helpers', 'weft-src.ts'),
+        'daemon',
+        '--store-dir',
+        c.storeDir,
+        '--iface',
+        'eth0',
+        '--subnet-file',
+        join(c.dir, 'node9.env'),
+      ],
+      { cwd: ROOT, env: { ...process.env, ...NO_ADDON }, encoding: 'utf8', timeout: 30_000 },
+    );
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /WEFT_ERR_NATIVE_UNAVAILABLE/);
+    assert.match(r.stderr, /--dataplane-engine=js/);
+  });
+});
