@@ -122,8 +122,8 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
       5000,
       'the helper exit log line',
     );
-    assert.match(String(line.why), /signal SIGKILL/);
-    assert.equal(node.logs.filter((l) => l.msg === line.msg).length, 1);
+    assert.match(String(line?.why), /signal SIGKILL/);
+    assert.equal(node.logs.filter((l) => l.msg === line?.msg).length, 1);
   });
 
   test('the default native engine without the addon exits 1 naming --dataplane-engine=js', () => {
