@@ -92,6 +92,18 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
     assert.match(await ping(b.ns, a.ip, 3), / 0% packet loss/);
   });
 
+  test('iperf3 TCP crosses the helpers', async (t) => {
+    const [a, b] = [c.pods[0]!, c.pods[1]!];
+    const srv = nsExecAsync(b.ns, 'iperf3', ['-s', '-1', '-B', b.ip], 30_000);
+    await new Promise((r) => setTimeout(r, 300));
+    const out = await nsExecAsync(a.ns, 'iperf3', ['-c', b.ip, '-t', '2', '-J'], 30_000);
+    await srv;
+    const bps = (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end
+      .sum_received.bits_per_second;
+    t.diagnostic(`js engine via weft-tun: ${(bps / 1e6).toFixed(0)} Mbit/s`);
+    assert.ok(bps > 5e6, `TCP ${bps} bit/s`);
+  });
+
   test('the js engine counts the traffic in /metrics', async () => {
     const m = await nsExecAsync(c.nodes[0]!.ns, process.execPath, [
       '-e',
@@ -101,6 +113,31 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
       Number(/^(\S+) (\S+)$/.exec(m.split('\n').find((l) => l.startsWith(name + ' ')) ?? '')?.[2]);
     assert.ok(value('weft_dataplane_tx_packets_total') >= 6, 'tx packets');
     assert.ok(value('weft_dataplane_rx_packets_total') >= 6, 'rx packets');
+  });
+
+  test('vxlan userspace also runs without the addon', async () => {
+    // A second pair of nodes in the same store would mix backends; a short separate cluster.
+    const v = await Cluster.create({
+      nodes: 2,
+      backend: { Type: 'vxlan', Dataplane: 'userspace' },
+      flags: ['--dataplane-engine', 'js'],
+      env: NO_ADDON,
+    });
+    try {
+      const [a, b] = [v.pods[0]!, v.pods[1]!];
+      await waitFor(
+        async () => {
+          await ping(a.ns, b.ip);
+          return true;
+        },
+        15_000,
+        'first vxlan ping',
+      );
+      assert.match(await ping(b.ns, a.ip, 2), / 0% packet loss/);
+      assert.match(v.ipIn(0, '-d', 'link', 'show', 'flannel.1'), /tun type tun pi off/);
+    } finally {
+      await v.destroy();
+    }
   });
 
   test('a helper that dies is reported as an error, not a silent stall', async () => {
