@@ -72,7 +72,10 @@ export class FrameParser {
 export interface TunHelper {
   readonly name: string;
   readonly pid: number;
-  /** Queues one packet for the TUN; false when the helper is gone or its pipe is full. */
+  /**
+   * Queues one packet for the TUN; false when the helper is gone, its pipe is full or the
+   * packet cannot be framed (empty, over 65535 bytes).
+   */
   write(pkt: Uint8Array): boolean;
   close(): Promise<void>;
 }
@@ -156,6 +159,7 @@ export async function openTunHelper(name: string, h: TunHelperHandlers): Promise
     pid: child.pid ?? -1,
     write(pkt) {
       if (exited || closing || child.stdin!.writableLength > STDIN_HIGH_WATER) return false;
+      if (pkt.length === 0 || pkt.length > MAX_FRAME_PAYLOAD) return false;
       child.stdin!.write(encodeFrame(pkt));
       return true;
     },

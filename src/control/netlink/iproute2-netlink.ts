@@ -318,8 +318,9 @@ export class Iproute2Netlink implements Netlink {
   /** Ops of one tool as one batch; one by one when the batch fails. */
   async #batch(ops: readonly Op[], idx: readonly number[], results: Array<WeftError | null>) {
     if (idx.length === 0) return;
-    if (idx.length > 1) {
-      const cmds = idx.map((i) => opArgs(ops[i]!));
+    const cmds = idx.map((i) => opArgs(ops[i]!));
+    // A batch line is split on blanks: an argument that is empty or holds one runs alone.
+    if (idx.length > 1 && cmds.every((c) => c.args.every((a) => /^\S+$/.test(a)))) {
       const r = await this.#run(
         cmds[0]!.tool,
         ['-force', '-batch', '-'],
