@@ -55,8 +55,16 @@ export function buildTunHelper({ strict = false } = {}) {
 }
 
 export function buildNative({ strict = false } = {}) {
-  // First, and independent of node-gyp: the helper still builds when the addon cannot.
-  buildTunHelper({ strict });
+  // The helper is built after node-gyp (whose `rebuild` empties native/build) and whether or not
+  // the addon builds: it is what the js engine uses when the addon cannot load.
+  try {
+    return buildAddon({ strict });
+  } finally {
+    buildTunHelper({ strict });
+  }
+}
+
+function buildAddon({ strict }) {
   const gyp = nodeGypPath();
   if (!gyp) {
     const msg = 'weft: cannot find node-gyp (npm bundles it); the native addon was not built';

@@ -92,12 +92,20 @@ function ensureNodeModules() {
 }
 
 async function ensureNative() {
-  const addon = join(root, 'native', 'build', 'Release', 'weft.node');
-  const sources = Math.max(
-    newestMtime(join(root, 'native', 'src')),
-    newestMtime(join(root, 'native', 'binding.gyp')),
+  // The addon and the TUN helper (native/tun-helper: the js engine's way to a TUN when the
+  // addon cannot load) are rebuilt together when either is missing or older than its sources.
+  const fresh = (out, ...srcs) =>
+    existsSync(out) && statSync(out).mtimeMs >= Math.max(...srcs.map((s) => newestMtime(s)));
+  const addonFresh = fresh(
+    join(root, 'native', 'build', 'Release', 'weft.node'),
+    join(root, 'native', 'src'),
+    join(root, 'native', 'binding.gyp'),
   );
-  if (existsSync(addon) && statSync(addon).mtimeMs >= sources) return;
+  const helperFresh = fresh(
+    join(root, 'native', 'build', 'weft-tun'),
+    join(root, 'native', 'tun-helper'),
+  );
+  if (addonFresh && helperFresh) return;
   const { buildNative } = await import('./build-native.mjs');
   try {
     buildNative({ strict: true });
