@@ -27,7 +27,9 @@ bool MakeSockaddr(const std::string& ip, uint16_t port, sockaddr_storage* out, s
   return false;
 }
 
-int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, std::string* error) {
+int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, std::string* error,
+                  int rcv_buf_bytes) {
+  if (rcv_buf_bytes < 0) rcv_buf_bytes = buf_bytes;
   int family = addr.ss_family;
   int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -43,8 +45,8 @@ int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, st
     return -e;
   };
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) return fail("SO_REUSEPORT");
-  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf_bytes, sizeof(buf_bytes)) < 0) {
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof(buf_bytes));
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv_buf_bytes, sizeof(rcv_buf_bytes)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv_buf_bytes, sizeof(rcv_buf_bytes));
   }
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf_bytes, sizeof(buf_bytes)) < 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof(buf_bytes));

@@ -18,7 +18,9 @@ bool MakeSockaddr(const std::string& ip, uint16_t port, sockaddr_storage* out, s
 // Opens a non-blocking UDP socket bound to `addr` with SO_REUSEPORT, receive and send buffers
 // of `buf_bytes` (SO_*BUFFORCE, falling back to SO_*BUF) and path-MTU discovery off (outer DF
 // clear, as kernel vxlan sends). Returns the fd or -errno with `error` set.
-int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, std::string* error);
+// `rcv_buf_bytes` < 0: the receive buffer is `buf_bytes` too.
+int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, std::string* error,
+                  int rcv_buf_bytes = -1);
 
 }  // namespace weft
 
