@@ -525,7 +525,7 @@ std::shared_ptr<Engine> EngineArg(const Napi::CallbackInfo& info) {
   return it->second;
 }
 
-// engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, vni, vtepMac, tunMtu})
+// engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, busyPollUs, vni, vtepMac, tunMtu})
 Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "dataplane: engine config");
@@ -540,6 +540,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
   if (o.Get("offloads").IsNumber()) cfg.offloads = o.Get("offloads").ToNumber().Uint32Value();
+  if (o.Get("busyPollUs").IsNumber()) cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();
   // binding.ts TUN_OFFLOADS: gro, udpGso, udpGro are the engine's own, not TUN flags.
   cfg.gro = (cfg.offloads & 0x10000u) != 0;
   cfg.udp_gso = (cfg.offloads & 0x20000u) != 0;
@@ -559,11 +560,14 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// engineRun(id, worker) → 0 or an errno; blocks until engineStop/engineClose
+// engineRun(id, worker, direction = 0) → 0 or an errno; blocks until engineStop/engineClose.
+// direction: 0 both, 1 TUN → UDP only, 2 UDP → TUN only (a queue runs 0, or 1 and 2).
 Napi::Value EngineRun(const Napi::CallbackInfo& info) {
   std::shared_ptr<Engine> e = EngineArg(info);
   int w = info.Length() > 1 ? info[1].ToNumber().Int32Value() : -1;
-  int rc = e->Run(w);
+  int dir = info.Length() > 2 ? info[2].ToNumber().Int32Value() : 0;
+  if (dir < 0 || dir > 2) return Napi::Number::New(info.Env(), EINVAL);
+  int rc = e->Run(w, static_cast<Direction>(dir));
   return Napi::Number::New(info.Env(), rc);
 }
 
@@ -609,7 +613,7 @@ Napi::Value EngineCounters(const Napi::CallbackInfo& info) {
 
 Napi::Value CounterNames(const Napi::CallbackInfo& info) {
   static const char* kNames[] = {"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "icmp_sent",
-                                 "tun_reads", "send_batches", "recv_batches", "wakeups", "tso_segments", "gro_writes", "gso_sends", "gso_disabled", "gro_trains"};
+                                 "tun_reads", "send_batches", "recv_batches", "wakeups", "tso_segments", "gro_writes", "gso_sends", "gso_disabled", "gro_trains", "busy_polls"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kDropBase, "counter names out of step");
   Napi::Array a = Napi::Array::New(info.Env());
   uint32_t n = 0;

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "checksum.h"
 #include "coalesce.h"
@@ -52,10 +53,12 @@ void FillSockaddr(const PeerRecord& p, sockaddr_storage* ss, socklen_t* len) {
 // One worker's loop state: every buffer it needs, allocated once when Run starts.
 class Engine::Loop {
  public:
-  Loop(Engine* e, Worker* w)
+  Loop(Engine* e, Worker* w, Direction dir)
       : e_(e),
         w_(w),
-        c_(w->counters),
+        dir_(dir),
+        slot_(dir == Direction::kRx ? 1 : 0),
+        c_(w->counters[slot_]),
         co_buf_(kVnetHdrLen + TcpCoalescer::kMaxLen),
         co_(co_buf_.data(), e->cfg_.codec.tun_mtu, /*gather=*/true),
         gro_(e->cfg_.gro) {
@@ -67,12 +70,13 @@ class Engine::Loop {
     tx_msgs_.resize(kArenaSlots);
     tx_iov_.resize(2 * kArenaSlots);  // a TSO segment takes two: [headers][payload in rd_]
     tx_addr_.resize(kArenaSlots);
+    tx_fd_.resize(kArenaSlots);
     tx_bytes_.resize(kArenaSlots);
     tx_segs_.resize(kArenaSlots);
     cmsg_.resize(static_cast<size_t>(kArenaSlots) * kCmsgSpace);
     udp_gso_ = e->cfg_.udp_gso;
     seg_len_.resize(kMaxSegs);
-    rx_.resize(kBatch * kBufSize);
+    if (dir != Direction::kTx) rx_.resize(kBatch * kBufSize);
     icmp_.resize(kVnetHdrLen + kIcmpReplyMax);
     for (int i = 0; i < kBatch; i++) {
       rx_iov_[i].iov_base = &rx_[i * kBufSize + kRxData];
@@ -85,8 +89,11 @@ class Engine::Loop {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return errno;
     struct epoll_event ev;
-    int fds[3] = {w_->tun_fd, w_->udp_fd, w_->event_fd};
+    int fds[3] = {w_->event_fd, w_->tun_fd, w_->udp_fd};
+    if (dir_ == Direction::kTx) fds[2] = -1;
+    if (dir_ == Direction::kRx) fds[1] = -1;
     for (int fd : fds) {
+      if (fd < 0) continue;
       std::memset(&ev, 0, sizeof(ev));
       ev.events = EPOLLIN;
       ev.data.fd = fd;
@@ -98,38 +105,69 @@ class Engine::Loop {
     }
     int rc = 0;
     struct epoll_event events[3];
+    const uint64_t spin_ns = static_cast<uint64_t>(e_->cfg_.busy_poll_us) * 1000;
+    uint64_t spin_until = 0;  // while set, poll epoll without sleeping until this time
     while (!e_->stop_.load(std::memory_order_acquire)) {
-      int n = epoll_wait(ep, events, 3, -1);
+      int n = epoll_wait(ep, events, 3, spin_until != 0 ? 0 : -1);
       if (n < 0) {
         if (errno == EINTR) continue;
         rc = errno;
         break;
       }
-      c_.Add(kWakeups, 1);
-      for (int i = 0; i < n; i++) {
-        if (events[i].data.fd == w_->event_fd) {
-          uint64_t v;
-          while (read(w_->event_fd, &v, sizeof(v)) > 0) {
-          }
-        }
+      if (n == 0) {
+        if (spin_until != 0 && NowNs() >= spin_until) spin_until = 0;
+        continue;
       }
+      c_.Add(spin_until != 0 ? kBusyPolls : kWakeups, 1);
+      // The eventfd is written only by Stop and never drained: every loop of the queue sees it
+      // (draining it here could hide it from the queue's other thread).
+      uint64_t moved0 = Moved();
       // Drain both directions until each returns a short batch (it hit EAGAIN).
       bool more = true;
       while (more && !e_->stop_.load(std::memory_order_relaxed)) {
-        const PeerTable* table = e_->AcquireTable(w_);
-        int tun = TunToUdp(*table);
-        bool udp_full = UdpToTun(*table);
+        const PeerTable* table = e_->AcquireTable(&w_->seen[slot_]);
+        int tun = 0;
+        if (dir_ != Direction::kRx) {
+          std::lock_guard<std::mutex> lock(w_->tun_read_mu);
+          tun = TunToUdp(*table);
+        }
+        bool udp_full = false;
+        if (dir_ != Direction::kTx) {
+          uint64_t rx0 = c_.v[kRxPackets].load(std::memory_order_relaxed);
+          udp_full = UdpToTun(*table);
+          if (dir_ == Direction::kRx && c_.v[kRxPackets].load(std::memory_order_relaxed) != rx0 &&
+              w_->tun_read_mu.try_lock()) {
+            TunToUdp(*table);
+            w_->tun_read_mu.unlock();
+          }
+        }
         more = tun == kBatch || udp_full;
       }
-      w_->seen.store(0, std::memory_order_seq_cst);  // quiescent while asleep
+      w_->seen[slot_].store(0, std::memory_order_seq_cst);  // quiescent while asleep
+      // A drain of a few packets is latency-bound traffic whose answer is on its way: poll for
+      // it rather than pay a wake-up on each hop. Bulk traffic sleeps (it would only steal CPU
+      // from the applications producing it).
+      spin_until = spin_ns != 0 && Moved() - moved0 <= kBusyPollMaxPackets ? NowNs() + spin_ns : 0;
     }
-    w_->seen.store(0, std::memory_order_seq_cst);
+    w_->seen[slot_].store(0, std::memory_order_seq_cst);
     close(ep);
     return rc;
   }
 
  private:
   bool VxlanFormat() const { return e_->cfg_.format == Format::kVxlan; }
+
+  // Packets moved either way so far (this worker's own counters: relaxed reads are exact here).
+  uint64_t Moved() const {
+    return c_.v[kTxPackets].load(std::memory_order_relaxed) +
+           c_.v[kRxPackets].load(std::memory_order_relaxed);
+  }
+
+  static uint64_t NowNs() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+  }
 
   void WriteIcmp(size_t len) {
     std::memset(icmp_.data(), 0, kVnetHdrLen);
@@ -141,6 +179,18 @@ class Engine::Loop {
   }
 
   uint8_t* Slot(int i) { return &tx_[static_cast<size_t>(i) * slot_size_]; }
+
+  // The socket an inner packet leaves by: for VXLAN one of the source-port sockets, by flow
+  // hash (every segment of a flow leaves from the same port); else the bound one.
+  int SendFd(const uint8_t* pkt, const IpInfo& ip) const {
+    if (w_->src_count == 0) return w_->udp_fd;
+    return w_->src_fds[VxlanSourcePort(pkt, ip) % static_cast<unsigned>(w_->src_count)];
+  }
+  int SendFd(const uint8_t* pkt, size_t len) const {
+    IpInfo ip;
+    if (w_->src_count == 0 || ParseIp(pkt, len, &ip) != DropReason::kNone) return w_->udp_fd;
+    return SendFd(pkt, ip);
+  }
 
   // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
   void EncapSlot(int slot, size_t len, const PeerTable& table) {
@@ -165,6 +215,7 @@ class Engine::Loop {
     tx_iov_[v].iov_len = r.payload_len;
     tx_bytes_[o] = VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len;
     tx_segs_[o] = 1;
+    tx_fd_[o] = SendFd(pkt, len);
     socklen_t alen;
     FillSockaddr(*r.peer, &tx_addr_[o], &alen);
     std::memset(&tx_msgs_[o], 0, sizeof(tx_msgs_[o]));
@@ -186,6 +237,7 @@ class Engine::Loop {
     for (int i = 1; i < n; i++) {
       const msghdr& h = tx_msgs_[first + i].msg_hdr;
       if (h.msg_iov != iov0 + i || h.msg_namelen != h0.msg_namelen ||
+          tx_fd_[first + i] != tx_fd_[first] ||
           std::memcmp(h.msg_name, h0.msg_name, h0.msg_namelen) != 0) {
         return;
       }
@@ -197,6 +249,7 @@ class Engine::Loop {
     if (per < 2) return;
     void* name = h0.msg_name;
     socklen_t namelen = h0.msg_namelen;
+    int fd = tx_fd_[first];
     int m = first;
     for (int i = 0; i < n; m++) {
       int k = n - i < per ? n - i : per;
@@ -222,6 +275,7 @@ class Engine::Loop {
       }
       tx_bytes_[m] = bytes;
       tx_segs_[m] = static_cast<uint16_t>(k);
+      tx_fd_[m] = fd;
       i += k;
     }
     out_ = m;
@@ -271,6 +325,7 @@ class Engine::Loop {
     }
     used_ += static_cast<int>(segs);
     int first = out_;
+    int fd = SendFd(pkt, ip);
     socklen_t alen;
     FillSockaddr(*peer, &tx_addr_[first], &alen);
     size_t seg = pre + hdrs + h.gso_size;
@@ -302,6 +357,7 @@ class Engine::Loop {
       }
       tx_bytes_[m] = bytes;
       tx_segs_[m] = static_cast<uint16_t>(k);
+      tx_fd_[m] = fd;
       i += k;
     }
     rd_used_++;
@@ -365,11 +421,20 @@ class Engine::Loop {
     return reads;
   }
 
+  // Sends the queued messages: one sendmmsg per run of messages leaving by the same socket.
   void Send(int count) {
-    int done = 0;
+    for (int start = 0; start < count;) {
+      int end = start + 1;
+      while (end < count && tx_fd_[end] == tx_fd_[start]) end++;
+      SendRun(tx_fd_[start], start, end);
+      start = end;
+    }
+  }
+
+  void SendRun(int fd, int done, int count) {
     bool waited = false;
     while (done < count) {
-      int n = sendmmsg(w_->udp_fd, &tx_msgs_[done], count - done, 0);
+      int n = sendmmsg(fd, &tx_msgs_[done], count - done, 0);
       if (n > 0) {
         c_.Add(kSendBatches, 1);
         for (int i = done; i < done + n; i++) {
@@ -382,7 +447,7 @@ class Engine::Loop {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
-        struct pollfd p = {w_->udp_fd, POLLOUT, 0};
+        struct pollfd p = {fd, POLLOUT, 0};
         poll(&p, 1, 10);
         waited = true;
         continue;
@@ -500,6 +565,8 @@ class Engine::Loop {
 
   Engine* e_;
   Worker* w_;
+  Direction dir_;
+  int slot_;  // this thread's index into the worker's running/seen/counters
   WorkerCounters& c_;
   uint8_t sock_family_ = 4;
   // TX: TUN reads land in rd_; packets (or TSO segments) are copied into arena slots, each
@@ -526,6 +593,7 @@ class Engine::Loop {
   std::vector<struct mmsghdr> tx_msgs_;
   std::vector<struct iovec> tx_iov_;
   std::vector<sockaddr_storage> tx_addr_;
+  std::vector<int> tx_fd_;  // the socket each queued message leaves by
   std::vector<uint64_t> tx_bytes_;
   std::vector<uint16_t> seg_len_;
   // RX: consecutive TCP segments of one flow merged into one GSO write.
@@ -536,6 +604,7 @@ class Engine::Loop {
   static constexpr size_t kRxCmsgSpace = CMSG_SPACE(sizeof(int));
   std::vector<char> rx_cmsg_ = std::vector<char>(kBatch * kRxCmsgSpace);
   static constexpr int kGroBatch = 8;
+  static constexpr uint64_t kBusyPollMaxPackets = 8;
   static constexpr size_t kBigDatagram = 16384;
   int rx_batch_ = kBatch;  // datagrams (or GRO trains) per recvmmsg
   struct mmsghdr rx_msgs_[kBatch];
@@ -578,6 +647,24 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
       return nullptr;
     }
+    if (cfg.format == Format::kVxlan) {
+      // Bound to the same address, port 0: the kernel gives each an ephemeral port. Nothing
+      // is sent to them, so a minimal receive buffer.
+      sockaddr_storage src = addr;
+      if (src.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(&src)->sin_port = 0;
+      } else {
+        reinterpret_cast<sockaddr_in6*>(&src)->sin6_port = 0;
+      }
+      for (int k = 0; k < kSourcePorts; k++) {
+        wp->src_fds[k] = OpenUdpSocket(src, alen, cfg.sock_buf_bytes, error, 0);
+        if (wp->src_fds[k] < 0) {
+          *error = "udp " + cfg.bind_ip + ":0 (vxlan source port): " + *error;
+          return nullptr;
+        }
+        wp->src_count = k + 1;
+      }
+    }
     if (cfg.udp_gro) {
       int one = 1;
       if (setsockopt(wp->udp_fd, IPPROTO_UDP, kUdpGro, &one, sizeof(one)) < 0) {
@@ -601,18 +688,19 @@ Engine::~Engine() {
   for (auto& w : workers_) {
     if (w->tun_fd >= 0) close(w->tun_fd);
     if (w->udp_fd >= 0) close(w->udp_fd);
+    for (int k = 0; k < w->src_count; k++) close(w->src_fds[k]);
     if (w->event_fd >= 0) close(w->event_fd);
   }
   delete table_.load();
   for (const Retired& r : retired_) delete r.table;
 }
 
-const PeerTable* Engine::AcquireTable(Worker* w) {
+const PeerTable* Engine::AcquireTable(std::atomic<uint64_t>* seen) {
   // Publish the generation we are about to read under, then confirm it did not move: a
   // SetPeers that retires a table after this point sees `seen` and keeps the table alive.
   for (;;) {
     uint64_t g = gen_.load(std::memory_order_seq_cst);
-    w->seen.store(g, std::memory_order_seq_cst);
+    seen->store(g, std::memory_order_seq_cst);
     if (gen_.load(std::memory_order_seq_cst) == g) break;
   }
   return table_.load(std::memory_order_seq_cst);
@@ -634,8 +722,10 @@ void Engine::ReclaimLocked() {
   for (const Retired& r : retired_) {
     bool in_use = false;
     for (auto& w : workers_) {
-      uint64_t s = w->seen.load(std::memory_order_seq_cst);
-      if (s != 0 && s < r.gen) in_use = true;
+      for (const auto& seen : w->seen) {
+        uint64_t s = seen.load(std::memory_order_seq_cst);
+        if (s != 0 && s < r.gen) in_use = true;
+      }
     }
     if (in_use) {
       retired_[keep++] = r;
@@ -648,17 +738,26 @@ void Engine::ReclaimLocked() {
 
 size_t Engine::peer_count() const { return table_.load()->size(); }
 
-int Engine::Run(int w) {
+int Engine::Run(int w, Direction dir) {
   if (w < 0 || w >= workers()) return EINVAL;
+  if (dir != Direction::kBoth && dir != Direction::kTx && dir != Direction::kRx) return EINVAL;
   Worker* wp = workers_[w].get();
-  bool expected = false;
-  if (!wp->running.compare_exchange_strong(expected, true)) return EBUSY;
+  // kBoth claims both direction slots, so it never runs beside a kTx or kRx loop.
+  int first = dir == Direction::kRx ? 1 : 0;
+  int last = dir == Direction::kTx ? 0 : 1;
+  for (int i = first; i <= last; i++) {
+    bool expected = false;
+    if (!wp->running[i].compare_exchange_strong(expected, true)) {
+      for (int j = first; j < i; j++) wp->running[j].store(false);
+      return EBUSY;
+    }
+  }
   int rc;
   {
-    std::unique_ptr<Loop> loop(new Loop(this, wp));
+    std::unique_ptr<Loop> loop(new Loop(this, wp, dir));
     rc = loop->Run();
   }
-  wp->running.store(false);
+  for (int i = first; i <= last; i++) wp->running[i].store(false);
   return rc;
 }
 
@@ -672,8 +771,11 @@ void Engine::Stop() {
 }
 
 void Engine::ReadCounters(int w, uint64_t* out) const {
-  const WorkerCounters& c = workers_[w]->counters;
-  for (uint32_t i = 0; i < kCounterCount; i++) out[i] = c.v[i].load(std::memory_order_relaxed);
+  const Worker& wk = *workers_[w];
+  for (uint32_t i = 0; i < kCounterCount; i++) {
+    out[i] = wk.counters[0].v[i].load(std::memory_order_relaxed) +
+             wk.counters[1].v[i].load(std::memory_order_relaxed);
+  }
 }
 
 }  // namespace weft

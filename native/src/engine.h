@@ -33,6 +33,10 @@ namespace weft {
 
 enum class Format : uint8_t { kUdp, kVxlan };
 
+// What one thread of a queue moves: both directions, or one. Two threads per queue (kTx and kRx)
+// let one CPU send a flow's data while another takes its ACKs.
+enum class Direction : uint8_t { kBoth = 0, kTx = 1, kRx = 2 };
+
 struct EngineConfig {
   Format format = Format::kUdp;
   std::string tun_name;
@@ -44,6 +48,9 @@ struct EngineConfig {
   bool gro = false;       // coalesce received TCP segments into GSO writes (coalesce.h)
   bool udp_gso = false;   // UDP_SEGMENT on send
   bool udp_gro = false;   // UDP_GRO on receive
+  // After a drain that moved few packets (latency-bound traffic: ping, RPC), poll this long
+  // before sleeping in epoll, so the reply that is on its way needs no wake-up. 0 = never.
+  int busy_poll_us = 0;
   CodecConfig codec;
 };
 
@@ -64,6 +71,7 @@ enum Counter : uint32_t {
   kGsoSends,       // UDP GSO messages sent (each several datagrams)
   kGsoDisabled,    // 1 once the socket refused UDP GSO (EIO) and it was switched off
   kGroTrains,      // UDP GRO receives that carried several datagrams
+  kBusyPolls,      // drains that found work while busy-polling (a wake-up saved)
   kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
@@ -88,9 +96,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Runs worker `w` until Stop(). Returns 0, or an errno for a fatal error (EBUSY when that
-  // worker already runs, EINVAL for a bad index).
-  int Run(int w);
+  // Runs worker `w`'s loop for `dir` until Stop(). A queue runs either one kBoth loop or a kTx
+  // and a kRx loop (on two threads). Returns 0, or an errno for a fatal error (EBUSY when that
+  // direction of the worker already runs, EINVAL for a bad index or direction).
+  int Run(int w, Direction dir = Direction::kBoth);
   void Stop();
   bool SetPeers(const uint8_t* buf, size_t len, std::string* error);
   // Copies worker `w`'s counters into out[0..kCounterCount).
@@ -103,13 +112,26 @@ class Engine {
   size_t peer_count() const;
 
  private:
+  // VXLAN sends from kSourcePorts sockets bound to ephemeral ports, picked by the inner flow's
+  // hash, so the outer source port carries the flow entropy a kernel vxlan sender gives
+  // (ECMP and RSS on the way spread flows); udp_fd (the VXLAN port) only receives.
+  static constexpr int kSourcePorts = 8;
+
   struct Worker {
     int tun_fd = -1;
     int udp_fd = -1;
+    int src_fds[kSourcePorts] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    int src_count = 0;  // 0: send from udp_fd (flannel-udp sends from its port, as flannel)
     int event_fd = -1;
-    std::atomic<bool> running{false};
-    std::atomic<uint64_t> seen{0};  // generation of the table in use; 0 = quiescent
-    WorkerCounters counters;
+    // Per direction thread (index: kTx 0, kRx 1; a kBoth loop uses 0 and claims both).
+    std::atomic<bool> running[2] = {false, false};
+    std::atomic<uint64_t> seen[2] = {0, 0};  // generation of the table in use; 0 = quiescent
+    WorkerCounters counters[2];               // summed by ReadCounters
+    // Held while reading the TUN and sending what was read, so the queue's packets leave in
+    // the order they were read. The kTx loop takes it to drain; the kRx loop, after writing to
+    // the TUN, drains with it too when it is free: the reply a local pod answers with during
+    // that write then leaves without waking the kTx thread.
+    std::mutex tun_read_mu;
   };
   struct Retired {
     const PeerTable* table;
@@ -118,7 +140,7 @@ class Engine {
   class Loop;
 
   Engine() = default;
-  const PeerTable* AcquireTable(Worker* w);
+  const PeerTable* AcquireTable(std::atomic<uint64_t>* seen);
   void ReclaimLocked();
 
   EngineConfig cfg_;

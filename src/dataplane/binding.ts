@@ -25,6 +25,8 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly sockBufBytes?: number;
   /** TUN_F_* bits wanted; the engine uses CSUM and TSO4/6 (it splits TSO itself), never USO. */
   readonly offloads?: number;
+  /** µs to busy-poll after a drain of ≤ 8 packets before sleeping; 0 = always sleep. */
+  readonly busyPollUs?: number;
 }
 
 export interface NativeDataplane {
@@ -62,7 +64,8 @@ export interface NativeDataplane {
    * (gather: a coalescer that reads later payloads in place, as the engine uses it).
    */
   groCoalesce(packets: Buffer[], tunMtu: number, gather?: boolean): Buffer[];
-  engineRun(id: number, worker: number): number;
+  /** direction: 0 both ways, 1 TUN → UDP only, 2 UDP → TUN only (messages.ts DIRECTIONS). */
+  engineRun(id: number, worker: number, direction?: number): number;
   engineStop(id: number): void;
   engineClose(id: number): void;
   engineSetPeers(id: number, table: Buffer): number;

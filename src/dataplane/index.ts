@@ -9,8 +9,9 @@
  *   close()              → workers leave their loops, threads exit, every fd is closed, the
  *                          TUN device disappears with its addresses and routes
  *
- * Engines: `native` (the addon; a piscina pool of one thread per TUN queue, each running one
- * task that stays parked in C++ until close() signals the engine's eventfd) and `js`
+ * Engines: `native` (the addon; a piscina pool of one thread per TUN queue — or two, one per
+ * direction, with queueThreads: 2 — each running one task that stays parked in C++ until
+ * close() signals the engine's eventfd) and `js`
  * (js-engine.ts: the reference codec per packet on dgram, one queue, for when speed does not
  * matter or the native engine is unwanted).
  */
@@ -21,7 +22,7 @@ import { logger } from '../common/log.js';
 import type { Logger } from '../common/log.js';
 import { TUN_OFFLOADS, loadDataplaneBinding, offloadsFromEnv } from './binding.js';
 import { startJsEngine } from './js-engine.js';
-import type { WorkerMessage, WorkerResult, WorkerTask } from './messages.js';
+import type { Direction, WorkerMessage, WorkerResult, WorkerTask } from './messages.js';
 import { encodePeerTable } from './peer-table.js';
 import type { PeerEntry } from './peer-table.js';
 import { COUNTERS, DROP_REASONS, OFFLOAD_FEATURES, decodeCounters } from './stats.js';
@@ -45,6 +46,14 @@ export interface DataplaneOptions {
   readonly vtepMac: Buffer;
   /** TUN_F_* offloads wanted (binding.ts TUN_OFFLOADS); default: WEFT_DATAPLANE_OFFLOADS. */
   readonly offloads?: number;
+  /** Busy-poll this many µs after a light drain before sleeping (native engine; 0 = never). */
+  readonly busyPollUs?: number;
+  /**
+   * Native engine: 1 thread per queue moving both directions (default), or 2, one per
+   * direction, so a flow's data and its ACKs are moved by different threads (and CPUs). On the
+   * 2-CPU bench machine the split measured no faster (bench/README), so it is opt-in.
+   */
+  readonly queueThreads?: 1 | 2;
   readonly log?: Logger;
 }
 
@@ -55,8 +64,9 @@ export interface Dataplane {
   stats(): DataplaneStats;
   close(): Promise<void>;
   /**
-   * native: the worker_threads threadId of the pool thread running each queue (index = queue),
-   * all distinct; the js engine runs on the calling thread and leaves this out.
+   * native: the worker_threads threadId of the pool thread running each loop (queue 0's tx and
+   * rx, then queue 1's, ...), all distinct; the js engine runs on the calling thread and leaves
+   * this out.
    */
   readonly threadIds?: readonly number[];
 }
@@ -82,16 +92,17 @@ type Phase = 'starting' | 'running' | 'closing';
  * One queue's pool task. `started` resolves with the thread's id once the task is about to enter
  * the native loop; `done` settles when the task leaves it (the rc) or could not enter it.
  */
-function runQueue(
+function runLoop(
   pool: Piscina<WorkerTask, WorkerResult>,
   engineId: number,
   worker: number,
+  direction: Direction,
 ): { started: Promise<number>; done: Promise<WorkerResult> } {
   const { port1, port2 } = new MessageChannel();
   const started = new Promise<number>((resolve) => {
     port1.once('message', (m: WorkerMessage) => resolve(m.threadId));
   });
-  const task: WorkerTask = { engineId, worker, port: port2 };
+  const task: WorkerTask = { engineId, worker, direction, port: port2 };
   const done = pool.run(task, { transferList: [port2] });
   // The port is only for 'started'; once the task is over nothing else can come.
   void done.then(
@@ -124,6 +135,7 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
       vni: opts.vni,
       vtepMac: opts.vtepMac,
       offloads: opts.offloads ?? offloadsFromEnv(),
+      busyPollUs: opts.busyPollUs ?? 0,
     });
   } catch (err) {
     throw new WeftError('WEFT_ERR_DATAPLANE', (err as Error).message, {
@@ -132,10 +144,14 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
     });
   }
   const id = created.id;
+  const directions: readonly Direction[] = opts.queueThreads === 2 ? ['tx', 'rx'] : ['both'];
+  const loops = Array.from({ length: opts.workers }, (_, w) =>
+    directions.map((d) => ({ worker: w, direction: d })),
+  ).flat();
   const pool = new Piscina<WorkerTask, WorkerResult>({
     filename: poolWorkerFile(),
-    minThreads: opts.workers,
-    maxThreads: opts.workers,
+    minThreads: loops.length,
+    maxThreads: loops.length,
     concurrentTasksPerWorker: 1,
     idleTimeout: Infinity,
     maxQueue: 0,
@@ -143,19 +159,19 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
   // Only a thread that dies with no task emits this; one with a task rejects the task instead.
   pool.on('error', (err: unknown) => log.error({ err: errorMessage(err) }, 'dataplane pool error'));
   let phase: Phase = 'starting';
-  const queues = Array.from({ length: opts.workers }, (_, w) => runQueue(pool, id, w));
+  const queues = loops.map((l) => runLoop(pool, id, l.worker, l.direction));
   const settled = Promise.allSettled(queues.map((q) => q.done));
-  queues.forEach((q, w) =>
+  queues.forEach((q, i) =>
     q.done.then(
       (rc) => {
         // While starting, leaving the loop fails startDataplane instead (below).
         if (phase === 'running' || (phase === 'closing' && rc !== 0)) {
-          log.error({ worker: w, errno: rc }, 'dataplane worker left its loop');
+          log.error({ ...loops[i], errno: rc }, 'dataplane worker left its loop');
         }
       },
       (err: unknown) => {
         if (phase === 'running') {
-          log.error({ worker: w, err: errorMessage(err) }, 'dataplane worker failed');
+          log.error({ ...loops[i], err: errorMessage(err) }, 'dataplane worker failed');
         }
       },
     ),
@@ -169,17 +185,19 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
   try {
     // Every queue says 'started', or the first one to end (or fail) before that is the error.
     const ended = Promise.race(
-      queues.map((q, w) =>
+      queues.map((q, i) =>
         q.done.then(
           (rc) => {
+            const w = loops[i]!.worker;
             throw new WeftError('WEFT_ERR_DATAPLANE', `worker ${w} left its loop at start`, {
-              details: { tun: created.tunName, worker: w, errno: rc },
+              details: { tun: created.tunName, ...loops[i], errno: rc },
             });
           },
           (err: unknown) => {
+            const w = loops[i]!.worker;
             throw new WeftError('WEFT_ERR_DATAPLANE', `worker ${w}: ${errorMessage(err)}`, {
               cause: err,
-              details: { tun: created.tunName, worker: w },
+              details: { tun: created.tunName, ...loops[i] },
             });
           },
         ),

@@ -6,11 +6,19 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 
-/** One pool task = one queue (worker.ts runs it). Its port is transferred with it. */
+/**
+ * What one loop of a queue moves (native Direction): both ways, or TUN → UDP / UDP → TUN only.
+ * A queue runs one 'both' loop or a 'tx' and an 'rx' loop on two threads.
+ */
+export const DIRECTIONS = { both: 0, tx: 1, rx: 2 } as const;
+export type Direction = keyof typeof DIRECTIONS;
+
+/** One pool task = one loop of a queue (worker.ts runs it). Its port is transferred with it. */
 export interface WorkerTask {
   readonly engineId: number;
   /** The worker's index = its TUN queue and UDP socket. */
   readonly worker: number;
+  readonly direction: Direction;
   /** Carries one WorkerMessage back, then is closed by the worker. */
   readonly port: MessagePort;
 }
@@ -29,7 +37,8 @@ export type WorkerResult = number;
 export interface WorkerStarted {
   readonly type: 'started';
   readonly worker: number;
-  /** worker_threads threadId of the pool thread that runs this queue. */
+  readonly direction: Direction;
+  /** worker_threads threadId of the pool thread that runs this loop. */
   readonly threadId: number;
 }
 

@@ -40,6 +40,7 @@ export const COUNTERS = [
   'gso_sends',
   'gso_disabled',
   'gro_trains',
+  'busy_polls',
 ] as const;
 export type CounterName = (typeof COUNTERS)[number];
 export const COUNTERS_PER_WORKER = COUNTERS.length + DROP_REASONS.length;
@@ -191,6 +192,11 @@ export function registerDataplaneMetrics(
     'weft_dataplane_wakeups_total',
     'Times a dataplane worker woke from epoll_wait.',
     (s) => s.counters.wakeups,
+  );
+  counter(
+    'weft_dataplane_busy_polls_total',
+    'Times a busy-polling worker found packets without sleeping (a wake-up saved).',
+    (s) => s.counters.busy_polls,
   );
   new Counter({
     name: 'weft_dataplane_dropped_packets_total',

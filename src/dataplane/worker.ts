@@ -6,6 +6,7 @@
  */
 import { threadId } from 'node:worker_threads';
 import { loadDataplaneBinding } from './binding.js';
+import { DIRECTIONS } from './messages.js';
 import type { WorkerMessage, WorkerResult, WorkerTask } from './messages.js';
 
 export default function runQueue(task: WorkerTask): WorkerResult {
@@ -16,9 +17,14 @@ export default function runQueue(task: WorkerTask): WorkerResult {
     if (!Number.isInteger(task.worker) || task.worker < 0 || task.worker >= queues) {
       throw new RangeError(`engine ${task.engineId} has no queue ${task.worker} (${queues})`);
     }
-    const started: WorkerMessage = { type: 'started', worker: task.worker, threadId };
+    const started: WorkerMessage = {
+      type: 'started',
+      worker: task.worker,
+      direction: task.direction,
+      threadId,
+    };
     task.port.postMessage(started);
-    return native.engineRun(task.engineId, task.worker);
+    return native.engineRun(task.engineId, task.worker, DIRECTIONS[task.direction]);
   } finally {
     task.port.close();
   }

@@ -1,7 +1,8 @@
 /**
  * The dataplane below the backends: two node namespaces, each running test/helpers/dataplane-node.ts
  * (a Dataplane with its TUN addressed by hand), IPv4 and IPv6 inner traffic, both formats, both
- * engines (native with 2 workers = 2 TUN queues + 2 SO_REUSEPORT sockets, and js):
+ * engines (native with 2 workers = 2 TUN queues + 2 SO_REUSEPORT sockets, one thread each or one
+ * thread per direction each; and js):
  *
  *   ns A                                        ns B
  *   tun 10.7.1.0/32 fd07:0:0:1::/128            tun 10.7.2.0/32 fd07:0:0:2::/128
@@ -9,9 +10,9 @@
  *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
  *
  * Also: peer tables swapped hundreds of times under a ping flood (no loss), a removed peer
- * answered with ICMP net-unreachable, the queues hosted one per piscina pool thread, a worker
- * that cannot enter its loop failing the start with nothing left, and stop/start cycles that
- * leak no fd.
+ * answered with ICMP net-unreachable, VXLAN's flow-hashed source ports, busy polling, the loops
+ * hosted one per piscina pool thread, a worker that cannot enter its loop failing the start with
+ * nothing left, and stop/start cycles that leak no fd.
  */
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
@@ -81,9 +82,11 @@ async function startPair(
   sides: [Side, Side],
   format: 'udp' | 'vxlan',
   engine: 'native' | 'js',
+  extra: Record<string, unknown> = {},
 ): Promise<[Node, Node]> {
   const nodes = sides.map((s) => {
     const cfg = {
+      ...extra,
       format,
       engine,
       tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
@@ -157,9 +160,11 @@ describe('dataplane engine between two namespaces', { skip }, () => {
   after(() => scope.cleanup());
 
   for (const format of ['udp', 'vxlan'] as const) {
-    for (const engine of ['native', 'js'] as const) {
-      test(`${format} / ${engine}: IPv4 and IPv6 ping both ways, TCP through iperf3`, async () => {
-        const nodes = await startPair(scope, [A, B], format, engine);
+    for (const variant of ['native', 'native, a thread per direction', 'js'] as const) {
+      const engine = variant === 'js' ? 'js' : 'native';
+      const extra = variant === 'native' || variant === 'js' ? {} : { queueThreads: 2 };
+      test(`${format} / ${variant}: IPv4 and IPv6 ping both ways, TCP through iperf3`, async () => {
+        const nodes = await startPair(scope, [A, B], format, engine, extra);
         try {
           await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
           await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.v4]);
@@ -233,12 +238,121 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     }
   });
 
+  test('vxlan sends each inner flow from one flow-hashed outer source port, never the VXLAN port', async () => {
+    // Only A runs a dataplane; B's 8472 is a plain socket that records, per inner UDP
+    // destination port (one flow each), the outer source ports it came from.
+    const capture = scope.spawn(B.ns, process.execPath, [
+      '-e',
+      `const s = require('node:dgram').createSocket('udp4');
+       const flows = {};
+       s.on('message', (m, r) => {
+         const ip = 8 + 14, ihl = (m[ip] & 15) * 4, dport = m.readUInt16BE(ip + ihl + 2);
+         (flows[dport] ??= new Set()).add(r.port);
+       });
+       s.bind(8472, '${B.under}', () => console.log('bound'));
+       process.stdin.on('data', () => {
+         console.log(JSON.stringify(Object.fromEntries(Object.entries(flows).map(([k, v]) => [k, [...v]]))));
+         process.exit(0);
+       });`,
+    ]);
+    const lines = createInterface({ input: capture.stdout! })[Symbol.asyncIterator]();
+    assert.equal((await lines.next()).value, 'bound');
+    const node = new Node(
+      scope.spawn(
+        A.ns,
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          join(ROOT, 'test/helpers/dataplane-node.ts'),
+          JSON.stringify({
+            format: 'vxlan',
+            engine: 'native',
+            tunName: 'flannel.1',
+            workers: 1,
+            bindIp: A.under,
+            port: 8472,
+            tunMtu: 1450,
+            vni: 1,
+            vtepMac: A.mac,
+            tunAddr: `${A.v4}/32`,
+            clusterRoute: '10.7.0.0/16',
+            tunAddr6: `${A.v6}/128`,
+            clusterRoute6: 'fd07::/48',
+          }),
+        ],
+        { cwd: ROOT },
+      ),
+    );
+    try {
+      assert.equal((await node.ready).ready, true);
+      await node.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
+      await nsExecAsync(A.ns, process.execPath, [
+        '-e',
+        `const s = require('node:dgram').createSocket('udp4');
+         let n = 0;
+         for (let r = 0; r < 3; r++)
+           for (let p = 0; p < 32; p++)
+             s.send('x', 6000 + p, '10.7.2.9', () => { if (++n === 96) s.close(); });`,
+      ]);
+      await new Promise((r) => setTimeout(r, 300));
+      capture.stdin!.write('dump\n');
+      const flows = JSON.parse((await lines.next()).value as string) as Record<string, number[]>;
+      assert.equal(Object.keys(flows).length, 32, JSON.stringify(flows));
+      const ports = new Set<number>();
+      for (const [dport, sports] of Object.entries(flows)) {
+        assert.equal(sports.length, 1, `flow to :${dport} left from ${sports.join(', ')}`);
+        assert.notEqual(sports[0], 8472);
+        ports.add(sports[0]!);
+      }
+      assert.ok(ports.size >= 4, `32 flows used only ${ports.size} source port(s)`);
+    } finally {
+      const exited = new Promise((r) => node.proc.once('exit', r));
+      await node.send({ cmd: 'close' });
+      await exited;
+      capture.kill();
+    }
+  });
+
+  test('a busy-polling worker picks up the reply without sleeping (busy_polls counted)', async () => {
+    // One thread per queue: the thread that sent the request is the one polling for the reply.
+    const nodes = await startPair(scope, [A, B], 'udp', 'native', {
+      busyPollUs: 2000,
+      queueThreads: 1,
+    });
+    try {
+      await nsExecAsync(A.ns, 'ping', ['-c', '20', '-i', '0.05', '-W', '2', B.v4]);
+      const stats = (await nodes[0].send({ cmd: 'stats' })).stats as {
+        total: { counters: Record<string, number> };
+      };
+      // Each request leaves A after a wake-up; its reply (back within 2 ms) finds A polling.
+      assert.ok(stats.total.counters.busy_polls! >= 10, JSON.stringify(stats.total.counters));
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('without busy polling every drain starts with a wake-up', async () => {
+    const nodes = await startPair(scope, [A, B], 'udp', 'native');
+    try {
+      await nsExecAsync(A.ns, 'ping', ['-c', '5', '-i', '0.05', '-W', '2', B.v4]);
+      const stats = (await nodes[0].send({ cmd: 'stats' })).stats as {
+        total: { counters: Record<string, number> };
+      };
+      assert.equal(stats.total.counters.busy_polls, 0);
+      assert.ok(stats.total.counters.wakeups! >= 10, JSON.stringify(stats.total.counters));
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
   /** Runs test/helpers/dataplane-probe.ts in ns A and returns its report. */
   async function probe(mode: 'pool' | 'no-addon'): Promise<Record<string, unknown>> {
     const cfg = {
       format: 'udp',
       tunName: 'wprobe0',
       workers: 3,
+      queueThreads: 2,
       bindIp: A.under,
       port: 8999,
       tunMtu: 1472,
@@ -254,19 +368,19 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     return JSON.parse(out.trim().split('\n').pop()!) as Record<string, unknown>;
   }
 
-  test('each queue runs on its own thread of the piscina pool, and close ends them all', async () => {
+  test('each queue runs a tx and an rx loop on their own piscina threads, and close ends them all', async () => {
     const r = (await probe('pool')) as {
       threadIds: number[];
       statsWorkers: number;
       threads: [number, number, number];
       fds: [number, number];
     };
-    assert.equal(r.threadIds.length, 3);
-    assert.equal(new Set(r.threadIds).size, 3, `thread ids ${r.threadIds.join(',')}`);
+    assert.equal(r.threadIds.length, 6);
+    assert.equal(new Set(r.threadIds).size, 6, `thread ids ${r.threadIds.join(',')}`);
     assert.ok(!r.threadIds.includes(0), 'a queue ran on the main thread');
     assert.equal(r.statsWorkers, 3);
     const [before, running, after] = r.threads;
-    assert.ok(running >= before + 3, `threads ${before} → ${running} while running`);
+    assert.ok(running >= before + 6, `threads ${before} → ${running} while running`);
     assert.equal(after, before, `threads ${before} → ${after} after close`);
     assert.equal(r.fds[1], r.fds[0], `fds ${r.fds[0]} → ${r.fds[1]}`);
   });

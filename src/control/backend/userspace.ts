@@ -8,6 +8,7 @@
  *   run      → leases → peer records → setPeers, until the signal fires
  *   close    → the dataplane stops; the TUN disappears with its address and route
  */
+import { availableParallelism } from 'node:os';
 import { WeftError, errorMessage } from '../../common/errors.js';
 import { type Family, formatCIDR } from '../../common/ip.js';
 import { LogOnce } from '../../common/log.js';
@@ -70,9 +71,23 @@ function offloadsOption(ctx: BackendContext): number {
   return typeof o === 'string' && o !== '' ? offloadsFromEnv(o) : offloadsFromEnv();
 }
 
-function workersOption(ctx: BackendContext): number {
+function busyPollOption(ctx: BackendContext): number {
+  const us = ctx.options.dataplaneBusyPoll;
+  return typeof us === 'number' && Number.isInteger(us) && us >= 0 ? us : 0;
+}
+
+/**
+ * --dataplane-workers (TUN queues), or 0: one queue per CPU, at most 4 (the kernel spreads
+ * flows over the queues, and over the queues' SO_REUSEPORT sockets).
+ */
+export function workersOption(ctx: BackendContext, cpus = availableParallelism()): number {
   const w = ctx.options.dataplaneWorkers;
-  return typeof w === 'number' && Number.isInteger(w) && w >= 1 ? w : 1;
+  if (typeof w === 'number' && Number.isInteger(w) && w >= 1) return w;
+  return Math.max(1, Math.min(cpus, 4));
+}
+
+function queueThreadsOption(ctx: BackendContext): 1 | 2 {
+  return ctx.options.dataplaneQueueThreads === 2 ? 2 : 1;
 }
 
 export function createUserspaceBackend(
@@ -105,6 +120,8 @@ export function createUserspaceBackend(
         tunName: spec.tunName,
         workers: workersOption(ctx),
         offloads: offloadsOption(ctx),
+        busyPollUs: busyPollOption(ctx),
+        queueThreads: queueThreadsOption(ctx),
         bindIp,
         port: spec.port,
         tunMtu: mtu,

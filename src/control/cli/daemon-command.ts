@@ -68,6 +68,8 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           dataplaneEngine: o.dataplaneEngine,
           dataplaneWorkers: o.dataplaneWorkers,
           dataplaneOffloads: o.dataplaneOffloads,
+          dataplaneBusyPoll: o.dataplaneBusyPoll,
+          dataplaneQueueThreads: o.dataplaneQueueThreads,
           ipMasq: o.ipMasq,
           storeDir: o.storeDir,
           // vxlan keeps its VtepMAC in a file beside subnet.env, and in kube mode in our

@@ -269,10 +269,21 @@ export const DAEMON_FLAGS = {
       return rule ? fail(rule) : ok(text);
     },
   } satisfies FlagDef<string>,
-  'dataplane-workers': int(1, 'userspace dataplane worker threads (TUN queues)', {
-    min: 1,
-    max: 64,
-  }),
+  'dataplane-busy-poll': int(
+    0,
+    'µs a userspace dataplane worker polls for more packets after a light burst before sleeping (0: never)',
+    { min: 0, max: 10_000 },
+  ),
+  'dataplane-queue-threads': int(
+    1,
+    'threads per userspace dataplane queue: 1 (moving both directions) or 2 (one per direction)',
+    { min: 1, max: 2 },
+  ),
+  'dataplane-workers': int(
+    0,
+    'userspace dataplane TUN queues (each with its UDP socket and thread); 0: one per CPU, at most 4',
+    { min: 0, max: 64 },
+  ),
 } as const satisfies FlagTable;
 
 export type DaemonFlagTable = typeof DAEMON_FLAGS;

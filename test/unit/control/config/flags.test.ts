@@ -63,7 +63,9 @@ describe('daemon flags: defaults (flannel names and values)', () => {
     releaseLeaseOnExit: false,
     dataplaneEngine: 'native',
     dataplaneOffloads: '',
-    dataplaneWorkers: 1,
+    dataplaneWorkers: 0,
+    dataplaneBusyPoll: 0,
+    dataplaneQueueThreads: 1,
   };
   for (const [key, value] of Object.entries(expected)) {
     it(`${key} defaults to ${JSON.stringify(value)}`, () => {
@@ -235,10 +237,15 @@ describe('parseFlags: errors', () => {
       '--subnet-lease-renew-margin: must be between 1 and 1439, got 1440',
     );
   });
-  it('rejects --dataplane-workers outside 1..64', () =>
+  it('rejects --dataplane-workers outside 0..64', () =>
     usageFails(
       ['--dataplane-workers=65'],
-      '--dataplane-workers: must be between 1 and 64, got 65',
+      '--dataplane-workers: must be between 0 and 64, got 65',
+    ));
+  it('rejects --dataplane-busy-poll above 10000 µs', () =>
+    usageFails(
+      ['--dataplane-busy-poll=20000'],
+      '--dataplane-busy-poll: must be between 0 and 10000, got 20000',
     ));
   it('rejects a bad boolean', () =>
     usageFails(['--ip-masq=yes'], '--ip-masq: must be true or false, got "yes"'));
