@@ -159,6 +159,9 @@ async function measure(bed: Bed, seconds: number, pings: number): Promise<Sample
     s.udp64Kpps = received / (sum.seconds || seconds) / 1000;
     s.udp64LossPct = (100 * (sum.lost_packets ?? 0)) / sum.packets;
   }
+  // Let the UDP flood's queues drain (socket buffers hold up to 4 MB) so the pings measure the
+  // path, not the backlog left by the previous figure.
+  await new Promise((r) => setTimeout(r, 1000));
   const p = await ping(bed.src.ns, bed.dst.ip, pings, 0.01);
   if (p.received === 0) throw new Error('ping: no reply');
   s.pingAvgUs = p.avgMs! * 1000;
