@@ -64,6 +64,13 @@ export interface Dataplane {
   stats(): DataplaneStats;
   close(): Promise<void>;
   /**
+   * Settles (with the reason) if the dataplane stops moving packets on its own while running:
+   * a native loop left with an error, or the js engine's TUN helper died. Never before close()
+   * otherwise, never because of close(). The backend turns it into a fatal daemon error, so the
+   * supervisor (systemd, the DaemonSet) restarts weft instead of leaving a dead node up.
+   */
+  readonly failed: Promise<WeftError>;
+  /**
    * native: the worker_threads threadId of the pool thread running each loop (queue 0's tx and
    * rx, then queue 1's, ...), all distinct; the js engine runs on the calling thread and leaves
    * this out.
@@ -161,6 +168,8 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
   let phase: Phase = 'starting';
   const queues = loops.map((l) => runLoop(pool, id, l.worker, l.direction));
   const settled = Promise.allSettled(queues.map((q) => q.done));
+  let fail!: (e: WeftError) => void;
+  const failed = new Promise<WeftError>((resolve) => (fail = resolve));
   queues.forEach((q, i) =>
     q.done.then(
       (rc) => {
@@ -168,10 +177,27 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
         if (phase === 'running' || (phase === 'closing' && rc !== 0)) {
           log.error({ ...loops[i], errno: rc }, 'dataplane worker left its loop');
         }
+        if (phase === 'running') {
+          fail(
+            new WeftError('WEFT_ERR_DATAPLANE', `worker ${loops[i]!.worker} left its loop`, {
+              details: { tun: created.tunName, ...loops[i], errno: rc },
+            }),
+          );
+        }
       },
       (err: unknown) => {
         if (phase === 'running') {
           log.error({ ...loops[i], err: errorMessage(err) }, 'dataplane worker failed');
+          fail(
+            new WeftError(
+              'WEFT_ERR_DATAPLANE',
+              `worker ${loops[i]!.worker}: ${errorMessage(err)}`,
+              {
+                cause: err,
+                details: { tun: created.tunName, ...loops[i] },
+              },
+            ),
+          );
         }
       },
     ),
@@ -229,6 +255,7 @@ async function startNative(opts: DataplaneOptions): Promise<Dataplane> {
     engine: 'native',
     tunName: created.tunName,
     threadIds,
+    failed,
     setPeers(entries) {
       if (phase === 'closing') return;
       native.engineSetPeers(id, encodePeerTable(entries));

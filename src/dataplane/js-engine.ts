@@ -131,6 +131,9 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
     count('send_batches');
   };
 
+  let closed: Promise<void> | null = null;
+  let fail!: (e: WeftError) => void;
+  const failed = new Promise<WeftError>((resolve) => (fail = resolve));
   try {
     if (nativeAvailable()) {
       tun = addonTun(loadNative<TunOpener>(), opts.tunName, fromTun, (err) => {
@@ -140,8 +143,14 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
       tun = await openTunHelper(opts.tunName, {
         onPackets: (pkts) => pkts.forEach(fromTun),
         onExit: (why) => {
+          if (closed) return;
           if (once.first('tun-helper-exit'))
             log.error({ tun: opts.tunName, why }, 'tun helper exited; the js dataplane is down');
+          fail(
+            new WeftError('WEFT_ERR_DATAPLANE', `tun helper exited (${why})`, {
+              details: { tun: opts.tunName },
+            }),
+          );
         },
       });
       log.info({ tun: tun.name }, 'tun opened through the helper (native addon unavailable)');
@@ -198,10 +207,10 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
   sock = s;
   log.debug({ tun: port.name }, 'js dataplane started');
 
-  let closed: Promise<void> | null = null;
   return {
     engine: 'js',
     tunName: port.name,
+    failed,
     setPeers(entries) {
       table = new JsPeerTable(encodePeerTable(entries));
     },

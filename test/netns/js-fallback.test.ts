@@ -140,8 +140,10 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
     }
   });
 
-  test('a helper that dies is reported as an error, not a silent stall', async () => {
+  test('a helper that dies stops the daemon with exit 1, logged once (its supervisor restarts it)', async () => {
     const node = c.nodes[1]!;
+    const daemon = node.daemon!;
+    const exited = new Promise<number | null>((r) => daemon.once('exit', (code) => r(code)));
     const pids = execFileSync('ip', ['netns', 'pids', node.ns], { encoding: 'utf8' })
       .split('\n')
       .filter(Boolean);
@@ -160,6 +162,7 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
       'the helper exit log line',
     );
     assert.match(String(line?.why), /signal SIGKILL/);
+    assert.equal(await exited, 1);
     assert.equal(node.logs.filter((l) => l.msg === line?.msg).length, 1);
   });
 

@@ -195,14 +195,26 @@ export function createUserspaceBackend(
         if (signal.aborted) resolve(null);
         signal.addEventListener('abort', () => resolve(null), { once: true });
       });
-      while (!signal.aborted) {
-        const next = await Promise.race([iter.next(), aborted]);
-        if (next === null || next.done) break;
-        for (const e of next.value) {
-          if (e.type === 'added') leases.set(e.lease.key, e.lease);
-          else leases.delete(e.lease.key);
+      // A dataplane that dies is fatal: the daemon exits 1 and its supervisor restarts it.
+      const died = dp.failed.then((err) => {
+        throw err;
+      });
+      died.catch(() => undefined);
+      try {
+        while (!signal.aborted) {
+          const next = await Promise.race([iter.next(), aborted, died]);
+          if (next === null || next.done) break;
+          for (const e of next.value) {
+            if (e.type === 'added') leases.set(e.lease.key, e.lease);
+            else leases.delete(e.lease.key);
+          }
+          push();
         }
-        push();
+      } catch (err) {
+        // The dataplane died: a next() is still pending (no abort will end it), so a return()
+        // would wait behind it. The daemon aborts the lease stream as it stops.
+        void iter.return?.()?.catch(() => undefined);
+        throw err;
       }
       await iter.return?.();
     },
