@@ -77,6 +77,40 @@ function peersOf(s: Side, format: 'udp' | 'vxlan') {
   ];
 }
 
+/** One dataplane-node.ts process in `s`'s namespace (2 queues for native unless `extra` says). */
+function startNode(
+  scope: NetnsScope,
+  s: Side,
+  format: 'udp' | 'vxlan',
+  engine: 'native' | 'js',
+  extra: Record<string, unknown> = {},
+): Node {
+  const cfg = {
+    format,
+    engine,
+    tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
+    workers: engine === 'native' ? 2 : 1,
+    bindIp: s.under,
+    port: PORT[format],
+    tunMtu: format === 'udp' ? 1472 : 1450,
+    vni: 1,
+    vtepMac: s.mac,
+    tunAddr: `${s.v4}/32`,
+    clusterRoute: '10.7.0.0/16',
+    tunAddr6: `${s.v6}/128`,
+    clusterRoute6: 'fd07::/48',
+    ...extra,
+  };
+  return new Node(
+    scope.spawn(
+      s.ns,
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-node.ts'), JSON.stringify(cfg)],
+      { cwd: ROOT },
+    ),
+  );
+}
+
 async function startPair(
   scope: NetnsScope,
   sides: [Side, Side],
@@ -84,32 +118,7 @@ async function startPair(
   engine: 'native' | 'js',
   extra: Record<string, unknown> = {},
 ): Promise<[Node, Node]> {
-  const nodes = sides.map((s) => {
-    const cfg = {
-      ...extra,
-      format,
-      engine,
-      tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
-      workers: engine === 'native' ? 2 : 1,
-      bindIp: s.under,
-      port: PORT[format],
-      tunMtu: format === 'udp' ? 1472 : 1450,
-      vni: 1,
-      vtepMac: s.mac,
-      tunAddr: `${s.v4}/32`,
-      clusterRoute: '10.7.0.0/16',
-      tunAddr6: `${s.v6}/128`,
-      clusterRoute6: 'fd07::/48',
-    };
-    return new Node(
-      scope.spawn(
-        s.ns,
-        process.execPath,
-        ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-node.ts'), JSON.stringify(cfg)],
-        { cwd: ROOT },
-      ),
-    );
-  }) as [Node, Node];
+  const nodes = sides.map((s) => startNode(scope, s, format, engine, extra)) as [Node, Node];
   for (const n of nodes) assert.equal((await n.ready).ready, true);
   await nodes[0].send({ cmd: 'peers', peers: peersOf(sides[1], format) });
   await nodes[1].send({ cmd: 'peers', peers: peersOf(sides[0], format) });
@@ -257,33 +266,7 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     ]);
     const lines = createInterface({ input: capture.stdout! })[Symbol.asyncIterator]();
     assert.equal((await lines.next()).value, 'bound');
-    const node = new Node(
-      scope.spawn(
-        A.ns,
-        process.execPath,
-        [
-          '--import',
-          'tsx',
-          join(ROOT, 'test/helpers/dataplane-node.ts'),
-          JSON.stringify({
-            format: 'vxlan',
-            engine: 'native',
-            tunName: 'flannel.1',
-            workers: 1,
-            bindIp: A.under,
-            port: 8472,
-            tunMtu: 1450,
-            vni: 1,
-            vtepMac: A.mac,
-            tunAddr: `${A.v4}/32`,
-            clusterRoute: '10.7.0.0/16',
-            tunAddr6: `${A.v6}/128`,
-            clusterRoute6: 'fd07::/48',
-          }),
-        ],
-        { cwd: ROOT },
-      ),
-    );
+    const node = startNode(scope, A, 'vxlan', 'native', { workers: 1 });
     try {
       assert.equal((await node.ready).ready, true);
       await node.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });

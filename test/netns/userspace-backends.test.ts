@@ -17,6 +17,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { encodeLeaseAttrs } from '../../src/control/lease/lease-json.js';
@@ -130,7 +131,11 @@ describe('udp backend across 3 nodes', { skip }, () => {
     const m = await metrics(c.nodes[0]!.ns);
     assert.ok(metric(m, 'weft_dataplane_tx_packets_total') > 0, 'tx packets');
     assert.ok(metric(m, 'weft_dataplane_rx_packets_total') > 0, 'rx packets');
-    assert.equal(metric(m, 'weft_dataplane_workers', '{engine="native"}'), 1);
+    // The default: one queue per CPU, at most 4.
+    assert.equal(
+      metric(m, 'weft_dataplane_workers', '{engine="native"}'),
+      Math.min(availableParallelism(), 4),
+    );
     assert.match(m, /weft_dataplane_dropped_packets_total\{reason="spoofed_source"\} \d+/);
     const offload = (f: string) => metric(m, 'weft_dataplane_offload_enabled', `{feature="${f}"}`);
     const want = process.env.WEFT_DATAPLANE_OFFLOADS === 'none' ? 0 : 1;
