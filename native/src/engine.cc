@@ -634,8 +634,8 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     if (w->tun_fd < 0) return nullptr;  // ~Engine closes what is open
     if (i == 0) {
       e->tun_name_ = name;
-      // The loop splits TCP TSO and finishes partial checksums; it cannot split UDP GSO (USO).
-      unsigned want = cfg.offloads & (kTunFCsum | kTunFTso4 | kTunFTso6);
+      // The loop splits TCP (TSO) and UDP (USO) super-packets and finishes partial checksums.
+      unsigned want = cfg.offloads & (kTunFCsum | kTunFTso4 | kTunFTso6 | kTunFUso4 | kTunFUso6);
       if ((want & kTunFCsum) == 0) want = 0;  // the kernel needs CSUM for TSO
       e->offloads_accepted_ = ProbeTunOffloads(w->tun_fd, want);
       e->offloads_enabled_ = want & e->offloads_accepted_;

@@ -126,26 +126,33 @@ void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* 
 namespace {
 
 // SplitTso and SplitTsoHeaders: with `copy` each slot gets the whole segment; without, only
-// its headers (the payload stays in `pkt`, and the TCP checksum is summed over it in place).
+// its headers (the payload stays in `pkt`, and the L4 checksum is summed over it in place).
+// TCP (TSO4/6) and UDP (USO: gso_type UDP_L4, either IP version).
 size_t Split(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
              size_t max_segs, uint16_t* seg_len, bool copy, size_t* hdrs_out) {
-  if (h.gso_type != kVnetGsoTcpV4 && h.gso_type != kVnetGsoTcpV6) return 0;
+  bool udp = h.gso_type == kVnetGsoUdpL4;
+  if (h.gso_type != kVnetGsoTcpV4 && h.gso_type != kVnetGsoTcpV6 && !udp) return 0;
   if (h.gso_size == 0) return 0;
   IpInfo ip;
   if (ParseIp(pkt, len, &ip) != DropReason::kNone) return 0;
-  if (ip.proto != kProtoTcp || (ip.version == 4) != (h.gso_type == kVnetGsoTcpV4)) return 0;
+  if (udp ? ip.proto != kProtoUdp
+          : ip.proto != kProtoTcp || (ip.version == 4) != (h.gso_type == kVnetGsoTcpV4)) {
+    return 0;
+  }
   size_t l4 = h.csum_start;
-  if (l4 < ip.l4_off || l4 + 20 > ip.len) return 0;
-  size_t thl = (pkt[l4 + 12] >> 4) * 4u;
+  if (l4 < ip.l4_off || l4 + (udp ? 8 : 20) > ip.len) return 0;
+  size_t thl = udp ? 8 : (pkt[l4 + 12] >> 4) * 4u;
   size_t hdrs = l4 + thl;
-  if (thl < 20 || hdrs > ip.len) return 0;
+  if (thl < 8 || (!udp && thl < 20) || hdrs > ip.len) return 0;
+  const uint8_t proto = udp ? kProtoUdp : kProtoTcp;
+  const size_t csum_field = udp ? 6 : 16;
   size_t payload = ip.len - hdrs;
   size_t n = payload == 0 ? 1 : (payload + h.gso_size - 1) / h.gso_size;
   size_t first = copy ? (payload < h.gso_size ? payload : h.gso_size) : 0;
   if (n > max_segs || hdrs + first > slot_size) return 0;
   if (hdrs_out != nullptr) *hdrs_out = hdrs;
-  uint32_t seq = LoadBe32(pkt + l4 + 4);
-  uint8_t flags = pkt[l4 + 13];
+  uint32_t seq = udp ? 0 : LoadBe32(pkt + l4 + 4);
+  uint8_t flags = udp ? 0 : pkt[l4 + 13];
   uint16_t id = ip.version == 4 ? LoadBe16(pkt + 4) : 0;
   for (size_t i = 0; i < n; i++) {
     size_t off = i * h.gso_size;
@@ -163,24 +170,31 @@ size_t Split(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, siz
       StoreBe16(s + 4, static_cast<uint16_t>(total - 40));
     }
     uint8_t* t = s + l4;
-    StoreBe32(t + 4, seq + static_cast<uint32_t>(off));
-    uint8_t f = flags;
-    if (i + 1 < n) f &= static_cast<uint8_t>(~0x09);  // FIN, PSH only on the last
-    if (i > 0) f &= static_cast<uint8_t>(~0x80);      // CWR only on the first
-    t[13] = f;
-    StoreBe16(t + 16, 0);
     uint32_t l4_len = static_cast<uint32_t>(total - l4);
+    if (udp) {
+      StoreBe16(t + 4, static_cast<uint16_t>(l4_len));  // each datagram's own UDP length
+    } else {
+      StoreBe32(t + 4, seq + static_cast<uint32_t>(off));
+      uint8_t f = flags;
+      if (i + 1 < n) f &= static_cast<uint8_t>(~0x09);  // FIN, PSH only on the last
+      if (i > 0) f &= static_cast<uint8_t>(~0x80);      // CWR only on the first
+      t[13] = f;
+    }
+    StoreBe16(t + csum_field, 0);
     uint16_t pseudo = PseudoHeaderSum(ip.addr_len, s + (ip.src - pkt), s + (ip.dst - pkt),
-                                      kProtoTcp, l4_len);
+                                      proto, l4_len);
+    uint16_t csum;
     if (copy) {
-      StoreBe16(t + 16, Checksum(t, l4_len, pseudo));
+      csum = Checksum(t, l4_len, pseudo);
       seg_len[i] = static_cast<uint16_t>(total);
     } else {
-      // The TCP header is a multiple of 4 bytes long, so the payload sum continues in step.
+      // The L4 header is a multiple of 4 bytes long, so the payload sum continues in step.
       uint16_t sum = ChecksumSum(t, thl, pseudo);
-      StoreBe16(t + 16, static_cast<uint16_t>(~ChecksumSum(pkt + hdrs + off, chunk, sum)));
+      csum = static_cast<uint16_t>(~ChecksumSum(pkt + hdrs + off, chunk, sum));
       seg_len[i] = static_cast<uint16_t>(chunk);
     }
+    if (udp && csum == 0) csum = 0xffff;  // UDP: 0 means "no checksum"
+    StoreBe16(t + csum_field, csum);
   }
   return n;
 }

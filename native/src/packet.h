@@ -98,6 +98,8 @@ void PrepareTunWrite(uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, VnetHdr* 
 // full TCP checksum). hdr_len is not trusted: it is recomputed from csum_start and the TCP data
 // offset. Returns the number of segments (≤ max_segs), or 0 when the packet is not a valid TCP
 // GSO packet or a segment would not fit a slot. `seg_len[i]` receives each segment's length.
+// A UDP GSO packet (USO: gso_type UDP_L4, TUN_F_USO4/6) is split the same way into datagrams of
+// gso_size payload bytes, each with its UDP length and a full UDP checksum.
 size_t SplitTso(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, size_t slot_size,
                 size_t max_segs, uint16_t* seg_len);
 

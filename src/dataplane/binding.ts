@@ -23,7 +23,7 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly bindIp: string;
   readonly port: number;
   readonly sockBufBytes?: number;
-  /** TUN_F_* bits wanted; the engine uses CSUM and TSO4/6 (it splits TSO itself), never USO. */
+  /** TUN_F_* bits wanted; the engine splits TSO4/6 and USO4/6 super-packets itself. */
   readonly offloads?: number;
   /** µs to busy-poll after a drain of ≤ 8 packets before sleeping; 0 = always sleep. */
   readonly busyPollUs?: number;
@@ -92,21 +92,33 @@ export const TUN_OFFLOADS = {
   udp_gro: 0x40000,
 } as const;
 
-/** The offloads the engine uses by default (TUN checksum + TSO split in userspace, GRO). */
+/** The offloads the engine uses by default (TUN checksum + TSO/USO split in userspace, GRO). */
 export const DEFAULT_OFFLOADS =
   TUN_OFFLOADS.csum |
   TUN_OFFLOADS.tso4 |
   TUN_OFFLOADS.tso6 |
+  TUN_OFFLOADS.uso4 |
+  TUN_OFFLOADS.uso6 |
   TUN_OFFLOADS.gro |
   TUN_OFFLOADS.udp_gso |
   TUN_OFFLOADS.udp_gro;
 
 /**
  * The kill switch: WEFT_DATAPLANE_OFFLOADS = "none" | "all" (default) | a comma list of
- * csum, tso4, tso6, gro, udp_gso, udp_gro. Unknown names are ignored.
+ * csum, tso4, tso6, uso4, uso6, gro, udp_gso, udp_gro. Unknown names are ignored (the flag
+ * refuses them: offloadListError). The kernel takes USO only as a pair, and only beside csum.
  */
 /** The names the kill switch (and --dataplane-offloads) accepts, besides `all` and `none`. */
-export const OFFLOAD_NAMES = ['csum', 'tso4', 'tso6', 'gro', 'udp_gso', 'udp_gro'] as const;
+export const OFFLOAD_NAMES = [
+  'csum',
+  'tso4',
+  'tso6',
+  'uso4',
+  'uso6',
+  'gro',
+  'udp_gso',
+  'udp_gro',
+] as const;
 
 /** Why an offload list is invalid, or null when it is valid. */
 export function offloadListError(value: string): string | null {
@@ -126,7 +138,7 @@ export function offloadsFromEnv(value = process.env.WEFT_DATAPLANE_OFFLOADS): nu
   let bits = 0;
   for (const name of value.split(',')) {
     const b = (TUN_OFFLOADS as Record<string, number>)[name.trim()];
-    if (b !== undefined && b !== TUN_OFFLOADS.uso4 && b !== TUN_OFFLOADS.uso6) bits |= b;
+    if (b !== undefined) bits |= b;
   }
   return bits;
 }

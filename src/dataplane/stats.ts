@@ -51,7 +51,16 @@ export interface WorkerStats {
 }
 
 /** Offloads as `weft_dataplane_offload_enabled{feature}` reports them. */
-export const OFFLOAD_FEATURES = ['csum', 'tso4', 'tso6', 'gro', 'udp_gso', 'udp_gro'] as const;
+export const OFFLOAD_FEATURES = [
+  'csum',
+  'tso4',
+  'tso6',
+  'uso4',
+  'uso6',
+  'gro',
+  'udp_gso',
+  'udp_gro',
+] as const;
 export type OffloadFeature = (typeof OFFLOAD_FEATURES)[number];
 
 export interface DataplaneStats {

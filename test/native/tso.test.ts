@@ -117,6 +117,65 @@ describe('TSO split', () => {
   });
 });
 
+function l4Valid(seg: Buffer, l4: number, v6: boolean, proto: number): boolean {
+  const src = v6 ? seg.subarray(8, 24) : seg.subarray(12, 16);
+  const dst = v6 ? seg.subarray(24, 40) : seg.subarray(16, 20);
+  const len = seg.length - l4;
+  let ps = checksumSum(src, 0, src.length);
+  ps = checksumSum(dst, 0, dst.length, ps);
+  ps += proto + (len & 0xffff) + Math.floor(len / 0x10000);
+  while (ps > 0xffff) ps = (ps & 0xffff) + (ps >>> 16);
+  return checksumSum(seg, l4, seg.length, ps) === 0xffff;
+}
+
+describe('USO split (UDP GSO from the TUN, TUN_F_USO4/6)', () => {
+  for (const v6 of [false, true]) {
+    it(`IPv${v6 ? 6 : 4}: datagrams of gso_size bytes, each with its length and a valid checksum`, () => {
+      const rng = new Rng(v6 ? 81 : 82);
+      const pkt = makePacket(rng, {
+        src: a(v6 ? 'fc00::1' : '10.5.1.2'),
+        dst: a(v6 ? 'fc00::2' : '10.5.2.2'),
+        proto: 17,
+        payloadLen: 12001, // a shorter last datagram
+      });
+      const ipl = v6 ? 40 : 20;
+      const size = 1200;
+      const gso = Buffer.concat([vnet(5, size, ipl), pkt]);
+      gso.writeUInt16LE(6, 8); // csum_offset of UDP
+      const segs = native.tsoSplit(gso);
+      assert.equal(segs.length, Math.ceil(12001 / size));
+      const ports = pkt.subarray(ipl, ipl + 4);
+      const parts: Buffer[] = [];
+      segs.forEach((s, i) => {
+        if (v6) assert.equal(s.readUInt16BE(4), s.length - 40);
+        else {
+          assert.equal(s.readUInt16BE(2), s.length);
+          assert.equal(s.readUInt16BE(4), (pkt.readUInt16BE(4) + i) & 0xffff);
+          assert.equal(checksum(s, 0, 20), 0, 'IPv4 header checksum');
+        }
+        assert.deepEqual(s.subarray(ipl, ipl + 4), ports, 'ports');
+        assert.equal(s.readUInt16BE(ipl + 4), s.length - ipl, `UDP length of datagram ${i}`);
+        assert.notEqual(s.readUInt16BE(ipl + 6), 0, 'a checksum is present');
+        assert.ok(l4Valid(s, ipl, v6, 17), `UDP checksum of datagram ${i}`);
+        if (i < segs.length - 1) assert.equal(s.length, ipl + 8 + size);
+        parts.push(s.subarray(ipl + 8));
+      });
+      assert.deepEqual(Buffer.concat(parts), pkt.subarray(ipl + 8));
+      assert.deepEqual(native.tsoSplit(gso, true), segs, 'the in-place split agrees');
+    });
+  }
+
+  it('refuses a UDP GSO header on a TCP packet', () => {
+    const pkt = makePacket(new Rng(83), {
+      src: a('10.5.1.2'),
+      dst: a('10.5.2.2'),
+      proto: 6,
+      payloadLen: 5000,
+    });
+    assert.deepEqual(native.tsoSplit(Buffer.concat([vnet(5, 1200, 20), pkt])), []);
+  });
+});
+
 describe('receive-side coalescing (userspace GRO)', () => {
   const rng = new Rng(71);
   function train(v6: boolean, payloadLen: number): { pkt: Buffer; segs: Buffer[] } {

@@ -16,6 +16,9 @@
  */
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
@@ -294,6 +297,48 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       await node.send({ cmd: 'close' });
       await exited;
       capture.kill();
+    }
+  });
+
+  test('UDP GSO from a pod (USO) leaves as its datagrams, each intact, in order', async () => {
+    // A QUIC-like sender: 20 super-datagrams of 12,000 bytes cut into 1,200-byte datagrams.
+    const dir = mkdtempSync(join(tmpdir(), 'weft-uso-'));
+    const sender = join(dir, 'udp-gso-send');
+    execFileSync('cc', ['-O2', '-o', sender, join(ROOT, 'test/fixtures/udp-gso-send.c')]);
+    // The receiver binds B's TUN address, which exists once B's dataplane is up.
+    const nodes = await startPair(scope, [A, B], 'vxlan', 'native');
+    let capture: ChildProcess | undefined;
+    try {
+      capture = scope.spawn(B.ns, process.execPath, [
+        '-e',
+        `const s = require('node:dgram').createSocket('udp4');
+       const got = [];
+       s.on('message', (m) => got.push(m.length + ':' + m[0] + ':' + (m.every((b) => b === m[0]) ? 1 : 0)));
+       s.bind(7000, '${B.v4}', () => console.log('bound'));
+       process.stdin.on('data', () => { console.log(JSON.stringify(got)); process.exit(0); });`,
+      ]);
+      const lines = createInterface({ input: capture.stdout! })[Symbol.asyncIterator]();
+      assert.equal((await lines.next()).value, 'bound');
+      await nsExecAsync(A.ns, sender, [B.v4, '7000', '1200', '12000', '20']);
+      await new Promise((r) => setTimeout(r, 300));
+      capture.stdin!.write('dump\n');
+      const got = JSON.parse((await lines.next()).value as string) as string[];
+      // Each super-datagram arrives as 10 datagrams of 1,200 bytes: index k filled with k.
+      const want = Array.from({ length: 20 }, () =>
+        Array.from({ length: 10 }, (_, k) => `1200:${k}:1`),
+      ).flat();
+      assert.deepEqual(got, want);
+      if (process.env.WEFT_DATAPLANE_OFFLOADS !== 'none') {
+        const stats = (await nodes[0].send({ cmd: 'stats' })).stats as {
+          total: { counters: Record<string, number> };
+        };
+        // The dataplane, not the kernel, cut them: the TUN handed over the USO packets.
+        assert.ok(stats.total.counters.tso_segments! >= 200, JSON.stringify(stats.total.counters));
+      }
+    } finally {
+      await stopPair(nodes);
+      capture?.kill();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

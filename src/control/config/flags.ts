@@ -261,7 +261,7 @@ export const DAEMON_FLAGS = {
   'dataplane-offloads': {
     kind: 'string',
     default: '',
-    help: 'userspace dataplane offloads: all, none, or a comma list of csum,tso4,tso6,gro,udp_gso,udp_gro (default: $WEFT_DATAPLANE_OFFLOADS, else all)',
+    help: 'userspace dataplane offloads: all, none, or a comma list of csum,tso4,tso6,uso4,uso6,gro,udp_gso,udp_gro (default: $WEFT_DATAPLANE_OFFLOADS, else all)',
     envSplit: false,
     valueName: 'LIST',
     convert: (text: string) => {
