@@ -213,16 +213,38 @@ class Engine::Loop {
     int v = niov_++;
     tx_iov_[v].iov_base = VxlanFormat() ? pkt - kVxlanEncapLen : pkt;
     tx_iov_[v].iov_len = r.payload_len;
-    tx_bytes_[o] = VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len;
-    tx_segs_[o] = 1;
-    tx_fd_[o] = SendFd(pkt, len);
     socklen_t alen;
     FillSockaddr(*r.peer, &tx_addr_[o], &alen);
-    std::memset(&tx_msgs_[o], 0, sizeof(tx_msgs_[o]));
-    tx_msgs_[o].msg_hdr.msg_name = &tx_addr_[o];
-    tx_msgs_[o].msg_hdr.msg_namelen = alen;
-    tx_msgs_[o].msg_hdr.msg_iov = &tx_iov_[v];
-    tx_msgs_[o].msg_hdr.msg_iovlen = 1;
+    SetMessage(o, &tx_addr_[o], alen, &tx_iov_[v], 1, 1, 0,
+               VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len, SendFd(pkt, len));
+  }
+
+  // Fills queued message `m`: `iovlen` iovecs to `name`, leaving by socket `fd`, carrying `segs`
+  // datagrams and `bytes` inner bytes. With segs > 1 it is a UDP GSO message of `seg_size`-byte
+  // datagrams (a UDP_SEGMENT cmsg; the kernel cuts it).
+  void SetMessage(int m, void* name, socklen_t namelen, iovec* iov, size_t iovlen, int segs,
+                  size_t seg_size, uint64_t bytes, int fd) {
+    msghdr& h = tx_msgs_[m].msg_hdr;
+    std::memset(&tx_msgs_[m], 0, sizeof(tx_msgs_[m]));
+    h.msg_name = name;
+    h.msg_namelen = namelen;
+    h.msg_iov = iov;
+    h.msg_iovlen = iovlen;
+    if (segs > 1) {
+      char* cbuf = &cmsg_[static_cast<size_t>(m) * kCmsgSpace];
+      std::memset(cbuf, 0, kCmsgSpace);
+      h.msg_control = cbuf;
+      h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+      cmsghdr* cm = CMSG_FIRSTHDR(&h);
+      cm->cmsg_level = IPPROTO_UDP;
+      cm->cmsg_type = kUdpSegment;
+      cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      uint16_t size = static_cast<uint16_t>(seg_size);
+      std::memcpy(CMSG_DATA(cm), &size, sizeof(size));
+    }
+    tx_bytes_[m] = bytes;
+    tx_segs_[m] = static_cast<uint16_t>(segs);
+    tx_fd_[m] = fd;
   }
 
   // Turns the one-segment messages queued since `first` (the segments of one TSO packet) into
@@ -255,27 +277,7 @@ class Engine::Loop {
       int k = n - i < per ? n - i : per;
       uint64_t bytes = 0;
       for (int j = 0; j < k; j++) bytes += tx_bytes_[first + i + j];
-      msghdr& h = tx_msgs_[m].msg_hdr;
-      std::memset(&tx_msgs_[m], 0, sizeof(tx_msgs_[m]));
-      h.msg_name = name;
-      h.msg_namelen = namelen;
-      h.msg_iov = iov0 + i;
-      h.msg_iovlen = static_cast<size_t>(k);
-      if (k > 1) {
-        char* cbuf = &cmsg_[static_cast<size_t>(m) * kCmsgSpace];
-        std::memset(cbuf, 0, kCmsgSpace);
-        h.msg_control = cbuf;
-        h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-        cmsghdr* cm = CMSG_FIRSTHDR(&h);
-        cm->cmsg_level = IPPROTO_UDP;
-        cm->cmsg_type = kUdpSegment;
-        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        uint16_t size = static_cast<uint16_t>(seg);
-        std::memcpy(CMSG_DATA(cm), &size, sizeof(size));
-      }
-      tx_bytes_[m] = bytes;
-      tx_segs_[m] = static_cast<uint16_t>(k);
-      tx_fd_[m] = fd;
+      SetMessage(m, name, namelen, iov0 + i, static_cast<size_t>(k), k, seg, bytes, fd);
       i += k;
     }
     out_ = m;
@@ -334,30 +336,10 @@ class Engine::Loop {
     if (per < 1) per = 1;
     for (size_t i = 0; i < segs;) {
       size_t k = segs - i < per ? segs - i : per;
-      int m = out_++;
-      msghdr& mh = tx_msgs_[m].msg_hdr;
-      std::memset(&tx_msgs_[m], 0, sizeof(tx_msgs_[m]));
-      mh.msg_name = &tx_addr_[first];
-      mh.msg_namelen = alen;
-      mh.msg_iov = &tx_iov_[static_cast<size_t>(v0) + 2 * i];
-      mh.msg_iovlen = 2 * k;
       uint64_t bytes = 0;
       for (size_t j = i; j < i + k; j++) bytes += hdrs + seg_len_[j];
-      if (k > 1) {
-        char* cbuf = &cmsg_[static_cast<size_t>(m) * kCmsgSpace];
-        std::memset(cbuf, 0, kCmsgSpace);
-        mh.msg_control = cbuf;
-        mh.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-        cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = IPPROTO_UDP;
-        cm->cmsg_type = kUdpSegment;
-        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        uint16_t size = static_cast<uint16_t>(seg);
-        std::memcpy(CMSG_DATA(cm), &size, sizeof(size));
-      }
-      tx_bytes_[m] = bytes;
-      tx_segs_[m] = static_cast<uint16_t>(k);
-      tx_fd_[m] = fd;
+      SetMessage(out_++, &tx_addr_[first], alen, &tx_iov_[static_cast<size_t>(v0) + 2 * i], 2 * k,
+                 static_cast<int>(k), seg, bytes, fd);
       i += k;
     }
     rd_used_++;
