@@ -9,6 +9,7 @@
  * (with its own addon instance) runs an engine the main thread created.
  */
 import { loadNative } from '../common/native.js';
+import { OFFLOAD_FEATURES } from './stats.js';
 
 export interface NativeCodecConfig {
   readonly vni: number;
@@ -108,17 +109,11 @@ export const DEFAULT_OFFLOADS =
  * csum, tso4, tso6, uso4, uso6, gro, udp_gso, udp_gro. Unknown names are ignored (the flag
  * refuses them: offloadListError). The kernel takes USO only as a pair, and only beside csum.
  */
-/** The names the kill switch (and --dataplane-offloads) accepts, besides `all` and `none`. */
-export const OFFLOAD_NAMES = [
-  'csum',
-  'tso4',
-  'tso6',
-  'uso4',
-  'uso6',
-  'gro',
-  'udp_gso',
-  'udp_gro',
-] as const;
+/**
+ * The names the kill switch (and --dataplane-offloads) accepts, besides `all` and `none`: the
+ * features weft_dataplane_offload_enabled reports.
+ */
+export const OFFLOAD_NAMES = OFFLOAD_FEATURES;
 
 /** Why an offload list is invalid, or null when it is valid. */
 export function offloadListError(value: string): string | null {
