@@ -29,6 +29,7 @@ struct CodecConfig {
 struct EncapResult {
   DropReason drop = DropReason::kNone;
   const PeerRecord* peer = nullptr;
+  IpInfo ip;  // the inner packet's header, once parsed (the sender hashes its flow)
   size_t payload_len = 0;
   size_t icmp_len = 0;
 };

@@ -186,11 +186,6 @@ class Engine::Loop {
     if (w_->src_count == 0) return w_->udp_fd;
     return w_->src_fds[VxlanSourcePort(pkt, ip) % static_cast<unsigned>(w_->src_count)];
   }
-  int SendFd(const uint8_t* pkt, size_t len) const {
-    IpInfo ip;
-    if (w_->src_count == 0 || ParseIp(pkt, len, &ip) != DropReason::kNone) return w_->udp_fd;
-    return SendFd(pkt, ip);
-  }
 
   // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
   void EncapSlot(int slot, size_t len, const PeerTable& table) {
@@ -216,7 +211,7 @@ class Engine::Loop {
     socklen_t alen;
     FillSockaddr(*r.peer, &tx_addr_[o], &alen);
     SetMessage(o, &tx_addr_[o], alen, &tx_iov_[v], 1, 1, 0,
-               VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len, SendFd(pkt, len));
+               VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len, SendFd(pkt, r.ip));
   }
 
   // Fills queued message `m`: `iovlen` iovecs to `name`, leaving by socket `fd`, carrying `segs`

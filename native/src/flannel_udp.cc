@@ -5,7 +5,7 @@ namespace weft {
 EncapResult FlannelUdpEncap(uint8_t* pkt, size_t len, const PeerTable& table, uint8_t* icmp_out,
                             size_t icmp_cap) {
   EncapResult res;
-  IpInfo ip;
+  IpInfo& ip = res.ip;
   res.drop = ParseIp(pkt, len, &ip);
   if (res.drop != DropReason::kNone) return res;
   if (ip.len > kMaxUdpPayload) {

@@ -21,7 +21,7 @@ void WriteVxlanEncap(uint8_t* h, const PeerRecord& peer, const CodecConfig& cfg,
 EncapResult VxlanEncap(uint8_t* pkt, size_t len, const PeerTable& table, const CodecConfig& cfg,
                        uint8_t* icmp_out, size_t icmp_cap) {
   EncapResult res;
-  IpInfo ip;
+  IpInfo& ip = res.ip;
   res.drop = ParseIp(pkt, len, &ip);
   if (res.drop != DropReason::kNone) return res;
   if (ip.len + kVxlanEncapLen > kMaxUdpPayload) {
