@@ -33,6 +33,18 @@ async function ping(ns: string, dst: string, count = 1): Promise<string> {
   return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', '0.2', '-W', '2', dst], 60_000);
 }
 
+/** Waits (≤ 15 s) until `ns` gets a reply from `dst`: the peers have reached both dataplanes. */
+async function firstReply(ns: string, dst: string): Promise<void> {
+  await waitFor(
+    async () => {
+      await ping(ns, dst);
+      return true;
+    },
+    15_000,
+    `first reply from ${dst}`,
+  );
+}
+
 describe('udp backend on the js engine without the native addon', { skip }, () => {
   let c: Cluster;
   before(async () => {
@@ -80,14 +92,7 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
 
   test('pods ping each other both ways', async () => {
     const [a, b] = [c.pods[0]!, c.pods[1]!];
-    await waitFor(
-      async () => {
-        await ping(a.ns, b.ip);
-        return true;
-      },
-      15_000,
-      'first ping',
-    );
+    await firstReply(a.ns, b.ip);
     assert.match(await ping(a.ns, b.ip, 3), / 0% packet loss/);
     assert.match(await ping(b.ns, a.ip, 3), / 0% packet loss/);
   });
@@ -125,14 +130,7 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
     });
     try {
       const [a, b] = [v.pods[0]!, v.pods[1]!];
-      await waitFor(
-        async () => {
-          await ping(a.ns, b.ip);
-          return true;
-        },
-        15_000,
-        'first vxlan ping',
-      );
+      await firstReply(a.ns, b.ip);
       assert.match(await ping(b.ns, a.ip, 2), / 0% packet loss/);
       assert.match(v.ipIn(0, '-d', 'link', 'show', 'flannel.1'), /tun type tun pi off/);
     } finally {
