@@ -79,10 +79,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.inner_off + r.inner_len > rx.size()) __builtin_trap();
     weft::VnetHdr h;
     weft::PrepareTunWrite(rx.data() + r.inner_off, r.ip, cfg.tun_mtu, &h);
-    // The receive-side coalescer sees the packet twice (a flow of identical segments mostly
-    // breaks on the sequence check; the group logic runs either way).
-    static std::vector<uint8_t> co_buf(weft::kVnetHdrLen + weft::TcpCoalescer::kMaxLen);
-    weft::TcpCoalescer co(co_buf.data(), cfg.tun_mtu);
+    // The receive-side coalescer (TCP and UDP) sees the packet twice (a flow of identical
+    // segments mostly breaks on the sequence or ID check; the group logic runs either way).
+    static std::vector<uint8_t> co_buf(weft::kVnetHdrLen + weft::Coalescer::kMaxLen);
+    weft::Coalescer co(co_buf.data(), cfg.tun_mtu, false,
+                       weft::Coalescer::kUdpV4 | weft::Coalescer::kUdpV6);
     for (int k = 0; k < 2; k++) {
       if (!co.Add(rx.data() + r.inner_off, r.ip)) {
         const uint8_t* out;
@@ -90,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     const uint8_t* out;
-    if (co.Finish(&out) > weft::kVnetHdrLen + weft::TcpCoalescer::kMaxLen) __builtin_trap();
+    if (co.Finish(&out) > weft::kVnetHdrLen + weft::Coalescer::kMaxLen) __builtin_trap();
   }
 
   std::vector<uint8_t> tx(weft::kVxlanEncapLen + len);

@@ -436,23 +436,25 @@ Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// groCoalesce(packets, tunMtu, gather?) → Buffer[] TUN writes (vnet header + packet), as the
-// receive path would make them from these inner packets in this order; gather: with a gathering
-// coalescer (later payloads read in place, the write assembled from FinishIov's iovecs).
+// groCoalesce(packets, tunMtu, gather?, udp?) → Buffer[] TUN writes (vnet header + packet), as
+// the receive path would make them from these inner packets in this order; gather: with a
+// gathering coalescer (later payloads read in place, the write assembled from FinishIov's
+// iovecs); udp: UDP datagrams merge too (as on a TUN that took USO4 and USO6).
 Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 2 || !info[0].IsArray()) throw Napi::TypeError::New(env, "dataplane: packets");
   Napi::Array in = info[0].As<Napi::Array>();
   uint32_t mtu = info[1].ToNumber().Uint32Value();
-  std::vector<uint8_t> buf(kVnetHdrLen + TcpCoalescer::kMaxLen);
+  std::vector<uint8_t> buf(kVnetHdrLen + Coalescer::kMaxLen);
   bool gather = info.Length() > 2 && info[2].ToBoolean().Value();
-  TcpCoalescer co(buf.data(), mtu, gather);
+  bool udp = info.Length() > 3 && info[3].ToBoolean().Value();
+  Coalescer co(buf.data(), mtu, gather, udp ? Coalescer::kUdpV4 | Coalescer::kUdpV6 : 0);
   std::vector<std::vector<uint8_t>> kept(in.Length());  // alive until the gathered writes
   Napi::Array out = Napi::Array::New(env);
   uint32_t n = 0;
   auto flush = [&]() {
     if (gather) {
-      iovec iov[TcpCoalescer::kMaxSegs];
+      iovec iov[Coalescer::kMaxSegs];
       int k = co.FinishIov(iov);
       std::vector<uint8_t> w;
       for (int j = 0; j < k; j++) {

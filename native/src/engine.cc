@@ -59,8 +59,10 @@ class Engine::Loop {
         dir_(dir),
         slot_(dir == Direction::kRx ? 1 : 0),
         c_(w->counters[slot_]),
-        co_buf_(kVnetHdrLen + TcpCoalescer::kMaxLen),
-        co_(co_buf_.data(), e->cfg_.codec.tun_mtu, /*gather=*/true),
+        co_buf_(kVnetHdrLen + Coalescer::kMaxLen),
+        co_(co_buf_.data(), e->cfg_.codec.tun_mtu, /*gather=*/true,
+            ((e->offloads_enabled_ & kTunFUso4) != 0 ? Coalescer::kUdpV4 : 0) |
+                ((e->offloads_enabled_ & kTunFUso6) != 0 ? Coalescer::kUdpV6 : 0)),
         gro_(e->cfg_.gro) {
     // A slot holds one MTU-sized packet and the headroom before it (rounded to a cache line).
     slot_size_ = (kTxPkt + e->cfg_.codec.tun_mtu + 63) / 64 * 64;
@@ -242,43 +244,73 @@ class Engine::Loop {
     tx_fd_[m] = fd;
   }
 
-  // Turns the one-segment messages queued since `first` (the segments of one TSO packet) into
-  // UDP GSO messages: same destination, equal sizes but a shorter last one, ≤ kGsoMaxSegs and
-  // ≤ kMaxUdpPayload bytes each. The kernel cuts them back into datagrams (UDP_SEGMENT).
-  void MergeGso(int first) {
-    int n = out_ - first;
-    if (!udp_gso_ || n < 2) return;
-    const msghdr& h0 = tx_msgs_[first].msg_hdr;
-    iovec* iov0 = h0.msg_iov;
-    size_t seg = iov0[0].iov_len;
-    for (int i = 1; i < n; i++) {
-      const msghdr& h = tx_msgs_[first + i].msg_hdr;
-      if (h.msg_iov != iov0 + i || h.msg_namelen != h0.msg_namelen ||
-          tx_fd_[first + i] != tx_fd_[first] ||
-          std::memcmp(h.msg_name, h0.msg_name, h0.msg_namelen) != 0) {
-        return;
+  // Turns runs of one-datagram messages into UDP GSO messages: consecutive messages (their single
+  // iovecs adjacent) to the same destination by the same socket, of equal sizes but a shorter
+  // last, ≤ kGsoMaxSegs and ≤ kMaxUdpPayload bytes each. The kernel cuts them back into the same
+  // datagrams (UDP_SEGMENT); on the way, each GSO message takes the stack one trip instead of one
+  // per datagram. That covers the segments of a TSO packet split by copying and bursts of small
+  // packets (a UDP flood, a train of ACKs). Other messages keep their place and order.
+  void MergeRuns() {
+    if (!udp_gso_) return;
+    int m = 0;
+    for (int i = 0; i < out_;) {
+      int j = i + 1;
+      size_t seg = tx_msgs_[i].msg_hdr.msg_iov[0].iov_len;
+      if (Single(i)) {
+        size_t per = kMaxUdpPayload / seg;
+        if (per > static_cast<size_t>(kGsoMaxSegs)) per = kGsoMaxSegs;
+        while (j < out_ && static_cast<size_t>(j - i) < per && Joins(i, j, seg)) {
+          if (tx_msgs_[j++].msg_hdr.msg_iov[0].iov_len < seg) break;
+        }
       }
-      size_t len = h.msg_iov[0].iov_len;
-      if (len > seg || (len < seg && i != n - 1)) return;
-    }
-    int per = static_cast<int>(kMaxUdpPayload / seg);
-    if (per > kGsoMaxSegs) per = kGsoMaxSegs;
-    if (per < 2) return;
-    void* name = h0.msg_name;
-    socklen_t namelen = h0.msg_namelen;
-    int fd = tx_fd_[first];
-    int m = first;
-    for (int i = 0; i < n; m++) {
-      int k = n - i < per ? n - i : per;
-      uint64_t bytes = 0;
-      for (int j = 0; j < k; j++) bytes += tx_bytes_[first + i + j];
-      SetMessage(m, name, namelen, iov0 + i, static_cast<size_t>(k), k, seg, bytes, fd);
-      i += k;
+      if (j - i > 1) {
+        uint64_t bytes = 0;
+        for (int k = i; k < j; k++) bytes += tx_bytes_[k];
+        const msghdr& h = tx_msgs_[i].msg_hdr;
+        SetMessage(m, h.msg_name, h.msg_namelen, h.msg_iov, static_cast<size_t>(j - i), j - i,
+                   seg, bytes, tx_fd_[i]);
+      } else if (m != i) {
+        MoveMessage(i, m);
+      }
+      m++;
+      i = j;
     }
     out_ = m;
   }
 
+  // Whether queued message `i` is one datagram in one iovec that fits the underlay MTU (the
+  // kernel refuses a GSO size it would have to fragment).
+  bool Single(int i) const {
+    const msghdr& h = tx_msgs_[i].msg_hdr;
+    return tx_segs_[i] == 1 && h.msg_iovlen == 1 &&
+           h.msg_iov[0].iov_len <= e_->cfg_.codec.tun_mtu + (VxlanFormat() ? kVxlanEncapLen : 0);
+  }
+
+  // Whether message `j` can join the run that message `i` starts (datagrams of `seg` bytes).
+  bool Joins(int i, int j, size_t seg) const {
+    const msghdr& a = tx_msgs_[i].msg_hdr;
+    const msghdr& b = tx_msgs_[j].msg_hdr;
+    return Single(j) && b.msg_iov == a.msg_iov + (j - i) && b.msg_iov[0].iov_len <= seg &&
+           tx_fd_[j] == tx_fd_[i] && b.msg_namelen == a.msg_namelen &&
+           std::memcmp(b.msg_name, a.msg_name, a.msg_namelen) == 0;
+  }
+
+  // Moves queued message `from` to the earlier index `to`, its UDP_SEGMENT cmsg into `to`'s space.
+  void MoveMessage(int from, int to) {
+    tx_msgs_[to] = tx_msgs_[from];
+    msghdr& h = tx_msgs_[to].msg_hdr;
+    if (h.msg_control != nullptr) {
+      char* cbuf = &cmsg_[static_cast<size_t>(to) * kCmsgSpace];
+      std::memcpy(cbuf, h.msg_control, h.msg_controllen);
+      h.msg_control = cbuf;
+    }
+    tx_bytes_[to] = tx_bytes_[from];
+    tx_segs_[to] = tx_segs_[from];
+    tx_fd_[to] = tx_fd_[from];
+  }
+
   void Flush() {
+    MergeRuns();
     Send(out_);
     out_ = 0;
     niov_ = 0;
@@ -373,10 +405,8 @@ class Engine::Loop {
         }
         c_.Add(kTsoSegments, segs);
         int first = used_;
-        int first_msg = out_;
         used_ += static_cast<int>(segs);
         for (size_t i = 0; i < segs; i++) EncapSlot(first + static_cast<int>(i), seg_len_[i], table);
-        MergeGso(first_msg);
         continue;
       }
       if ((h.flags & kVnetFlagNeedsCsum) != 0) {
@@ -575,8 +605,8 @@ class Engine::Loop {
   std::vector<uint16_t> seg_len_;
   // RX: consecutive TCP segments of one flow merged into one GSO write.
   std::vector<uint8_t> co_buf_;
-  TcpCoalescer co_;
-  iovec gro_iov_[TcpCoalescer::kMaxSegs];
+  Coalescer co_;
+  iovec gro_iov_[Coalescer::kMaxSegs];
   bool gro_;
   static constexpr size_t kRxCmsgSpace = CMSG_SPACE(sizeof(int));
   std::vector<char> rx_cmsg_ = std::vector<char>(kBatch * kRxCmsgSpace);

@@ -2,11 +2,13 @@
 // Run(worker) on a thread that stays in C++ until Stop(). Batch contract: a worker reads up to
 // kBatch TUN packets (each up to 64 KB behind its virtio_net_hdr, so TSO super-packets fit once
 // offloads are on) and sends them with one sendmmsg (a TSO packet's payload is not copied: each
-// segment goes out as [headers in an arena slot][payload in the read buffer]); it receives up to
+// segment goes out as [headers in an arena slot][payload in the read buffer]; runs of equal-size
+// datagrams to one peer go as one UDP GSO message); it receives up to
 // kBatch datagrams (64 KB buffers: a same-host kernel vxlan sender delivers unsegmented ~64 KB
 // datagrams; only 8 at a time while UDP GRO trains arrive, so they stay in cache) with one
-// recvmmsg and writes each to the TUN (coalesced TCP goes out by one writev that reads the later
-// payloads in place); it drains both until EAGAIN before sleeping in epoll.
+// recvmmsg and writes each to the TUN (coalesced TCP, and UDP where the TUN takes USO, goes out
+// by one writev that reads the later payloads in place); it drains both until EAGAIN before
+// sleeping in epoll.
 // Buffers belong to the worker for the whole run; nothing is allocated in the loop.
 //
 // Control (any thread): SetPeers swaps the whole peer table (readers never lock; old tables are
@@ -45,8 +47,8 @@ struct EngineConfig {
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
   unsigned offloads = 0;  // TUN_F_* wanted (tun.h): CSUM and TSO4/6 are handled; not USO
-  bool gro = false;       // coalesce received TCP segments into GSO writes (coalesce.h)
-  bool udp_gso = false;   // UDP_SEGMENT on send
+  bool gro = false;       // coalesce received TCP (and UDP, with USO) into GSO writes (coalesce.h)
+  bool udp_gso = false;   // UDP_SEGMENT on send (TSO segments, runs of equal-size datagrams)
   bool udp_gro = false;   // UDP_GRO on receive
   // After a drain that moved few packets (latency-bound traffic: ping, RPC), poll this long
   // before sleeping in epoll, so the reply that is on its way needs no wake-up. 0 = never.
@@ -67,8 +69,8 @@ enum Counter : uint32_t {
   kRecvBatches,    // recvmmsg calls that returned datagrams
   kWakeups,        // epoll_wait returns
   kTsoSegments,    // segments cut from TUN TSO super-packets
-  kGroWrites,      // coalesced super-packets written to the TUN
-  kGsoSends,       // UDP GSO messages sent (each several datagrams)
+  kGroWrites,      // coalesced TCP/UDP super-packets written to the TUN
+  kGsoSends,       // UDP GSO messages sent (each several datagrams: TSO segments or a burst)
   kGsoDisabled,    // 1 once the socket refused UDP GSO (EIO) and it was switched off
   kGroTrains,      // UDP GRO receives that carried several datagrams
   kBusyPolls,      // drains that found work while busy-polling (a wake-up saved)

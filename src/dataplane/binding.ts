@@ -62,9 +62,10 @@ export interface NativeDataplane {
   tsoSplit(vnetHdrAndPacket: Buffer, inPlace?: boolean): Buffer[];
   /**
    * Test export: the TUN writes (vnet header + packet) the receive path makes of these packets
-   * (gather: a coalescer that reads later payloads in place, as the engine uses it).
+   * (gather: a coalescer that reads later payloads in place, as the engine uses it; udp: UDP
+   * datagrams are merged too, as on a TUN that took USO).
    */
-  groCoalesce(packets: Buffer[], tunMtu: number, gather?: boolean): Buffer[];
+  groCoalesce(packets: Buffer[], tunMtu: number, gather?: boolean, udp?: boolean): Buffer[];
   /** direction: 0 both ways, 1 TUN → UDP only, 2 UDP → TUN only (messages.ts DIRECTIONS). */
   engineRun(id: number, worker: number, direction?: number): number;
   engineStop(id: number): void;
@@ -78,8 +79,9 @@ export function loadDataplaneBinding(): NativeDataplane {
 }
 
 /**
- * TUN_F_* offload bits (native/src/tun.h), plus the engine's own: `gro` (received TCP segments
- * coalesced into GSO TUN writes, native/src/coalesce.h), `udp_gso` (UDP_SEGMENT on send) and
+ * TUN_F_* offload bits (native/src/tun.h), plus the engine's own: `gro` (received TCP segments,
+ * and UDP datagrams where the TUN took USO, coalesced into GSO TUN writes, native/src/coalesce.h),
+ * `udp_gso` (UDP_SEGMENT on send: TSO segments, and runs of equal-size datagrams to one peer) and
  * `udp_gro` (UDP_GRO on receive).
  */
 export const TUN_OFFLOADS = {

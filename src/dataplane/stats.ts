@@ -184,7 +184,7 @@ export function registerDataplaneMetrics(
   );
   counter(
     'weft_dataplane_gro_writes_total',
-    'Coalesced TCP super-packets written to the TUN.',
+    'Coalesced TCP and UDP super-packets written to the TUN.',
     (s) => s.counters.gro_writes,
   );
   counter(

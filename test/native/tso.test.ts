@@ -176,7 +176,7 @@ describe('USO split (UDP GSO from the TUN, TUN_F_USO4/6)', () => {
   });
 });
 
-describe('receive-side coalescing (userspace GRO)', () => {
+describe('receive-side coalescing (userspace GRO: TCP, and UDP where the TUN has USO)', () => {
   const rng = new Rng(71);
   function train(v6: boolean, payloadLen: number): { pkt: Buffer; segs: Buffer[] } {
     const pkt = makePacket(rng, {
@@ -230,6 +230,97 @@ describe('receive-side coalescing (userspace GRO)', () => {
     const copied = native.groCoalesce(mixed, 1500);
     assert.ok(copied.length >= 5 && copied.length < mixed.length);
     assert.deepEqual(native.groCoalesce(mixed, 1500, true), copied);
+  });
+
+  /** Datagrams of `size` payload bytes, as a pod's UDP GSO send is cut into (IDs id, id + 1, …). */
+  function datagrams(v6: boolean, payloadLen: number, size: number, df = false): Buffer[] {
+    const pkt = makePacket(rng, {
+      src: a(v6 ? 'fc00::1' : '10.5.1.2'),
+      dst: a(v6 ? 'fc00::2' : '10.5.2.2'),
+      proto: 17,
+      payloadLen,
+    });
+    if (!v6) {
+      pkt.writeUInt16BE(df ? 0x4000 : 0, 6);
+      pkt.writeUInt16BE(0, 10);
+      pkt.writeUInt16BE(checksum(pkt, 0, 20), 10);
+    }
+    const gso = Buffer.concat([vnet(5, size, v6 ? 40 : 20), pkt]);
+    gso.writeUInt16LE(6, 8);
+    return native.tsoSplit(gso);
+  }
+
+  for (const v6 of [false, true]) {
+    it(`IPv${v6 ? 6 : 4}: one flow's UDP datagrams become one USO write that splits back into them`, () => {
+      const dgrams = datagrams(v6, 64 * 40 + 10, 64); // 40 full datagrams and a short last one
+      for (const gather of [false, true]) {
+        const writes = native.groCoalesce(dgrams, 1500, gather, true);
+        assert.equal(writes.length, 1);
+        const w = writes[0]!;
+        assert.equal(w[0], 1, 'NEEDS_CSUM');
+        assert.equal(w[1], 5, 'GSO type UDP_L4');
+        assert.equal(w.readUInt16LE(2), (v6 ? 40 : 20) + 8, 'hdr_len');
+        assert.equal(w.readUInt16LE(4), 64, 'gso_size');
+        assert.equal(w.readUInt16LE(8), 6, 'csum_offset');
+        assert.deepEqual(native.tsoSplit(w), dgrams);
+      }
+    });
+  }
+
+  it('UDP datagrams are written one by one where the TUN has no USO', () => {
+    const dgrams = datagrams(false, 64 * 8, 64);
+    const writes = native.groCoalesce(dgrams, 1500, true);
+    assert.deepEqual(
+      writes.map((w) => w.subarray(10)),
+      dgrams,
+    );
+    assert.ok(writes.every((w) => w[1] === 0));
+  });
+
+  it('an IPv4 ID out of sequence (without DF), a zero UDP checksum or a bad one starts a new write', () => {
+    const dgrams = datagrams(false, 64 * 12, 64);
+    const gap = Buffer.from(dgrams[3]!);
+    gap.writeUInt16BE((gap.readUInt16BE(4) + 7) & 0xffff, 4);
+    gap.writeUInt16BE(0, 10);
+    gap.writeUInt16BE(checksum(gap, 0, 20), 10);
+    const zero = Buffer.from(dgrams[6]!);
+    zero.writeUInt16BE(0, 26);
+    const bad = Buffer.from(dgrams[9]!);
+    bad[bad.length - 1] = bad[bad.length - 1]! ^ 0xff;
+    const input = [
+      ...dgrams.slice(0, 3),
+      gap,
+      ...dgrams.slice(4, 6),
+      zero,
+      ...dgrams.slice(7, 9),
+      bad,
+    ];
+    const writes = native.groCoalesce(input, 1500, true, true);
+    // [0–2] · [gap] (its successors follow the true sequence) · [4–5] · zero · [7–8] · bad
+    assert.deepEqual(
+      writes.map((w) => (w[1] === 5 ? (w.length - 38) / 64 : 0)),
+      [3, 0, 2, 0, 2, 0],
+    );
+    assert.deepEqual(writes[3]!.subarray(10), zero);
+    assert.deepEqual(writes[5]!.subarray(10), bad);
+  });
+
+  it('with DF set, IPv4 IDs need not count up', () => {
+    const dgrams = datagrams(false, 64 * 6, 64, true).map((d, i) => {
+      const b = Buffer.from(d);
+      b.writeUInt16BE(i % 2 ? 0 : 1234, 4);
+      b.writeUInt16BE(0, 10);
+      b.writeUInt16BE(checksum(b, 0, 20), 10);
+      return b;
+    });
+    const writes = native.groCoalesce(dgrams, 1500, true, true);
+    assert.equal(writes.length, 1);
+    assert.equal(writes[0]![1], 5);
+    const back = native.tsoSplit(writes[0]!);
+    assert.deepEqual(
+      back.map((d) => d.subarray(20)),
+      dgrams.map((d) => d.subarray(20)),
+    );
   });
 
   it('a segment larger than the TUN MTU or without payload is written on its own', () => {

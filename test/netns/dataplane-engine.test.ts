@@ -10,7 +10,8 @@
  *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
  *
  * Also: peer tables swapped hundreds of times under a ping flood (no loss), a removed peer
- * answered with ICMP net-unreachable, VXLAN's flow-hashed source ports, busy polling, the loops
+ * answered with ICMP net-unreachable, VXLAN's flow-hashed source ports, a pod's UDP GSO (USO),
+ * bursts of small datagrams batched into UDP GSO sends and USO writes, busy polling, the loops
  * hosted one per piscina pool thread, a worker that cannot enter its loop failing the start with
  * nothing left, and stop/start cycles that leak no fd.
  */
@@ -339,6 +340,60 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       await stopPair(nodes);
       capture?.kill();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('bursts of small datagrams cross as UDP GSO sends and USO writes, each intact, in order', async () => {
+    const nodes = await startPair(scope, [A, B], 'udp', 'native');
+    let capture: ChildProcess | undefined;
+    try {
+      capture = scope.spawn(B.ns, process.execPath, [
+        '-e',
+        `const s = require('node:dgram').createSocket('udp4');
+       const got = [];
+       s.on('message', (m) => got.push(m.length === 64 && m.every((b, i) => i < 4 || b === (m[3] & 0xff)) ? m.readUInt32BE(0) : -1));
+       s.bind(7001, '${B.v4}', () => console.log('bound'));
+       process.stdin.on('data', () => { console.log(JSON.stringify(got)); process.exit(0); });`,
+      ]);
+      const lines = createInterface({ input: capture.stdout! })[Symbol.asyncIterator]();
+      assert.equal((await lines.next()).value, 'bound');
+      // 20 bursts of 100 back-to-back 64-byte datagrams (sequence number, then its low byte).
+      await nsExecAsync(A.ns, process.execPath, [
+        '-e',
+        `const s = require('node:dgram').createSocket('udp4');
+         let seq = 0;
+         (function burst() {
+           if (seq === 2000) return setTimeout(() => s.close(), 50);
+           for (let k = 0; k < 100; k++, seq++) {
+             const m = Buffer.alloc(64, seq & 0xff);
+             m.writeUInt32BE(seq, 0);
+             s.send(m, 7001, '${B.v4}');
+           }
+           setTimeout(burst, 10);
+         })();`,
+      ]);
+      await new Promise((r) => setTimeout(r, 300));
+      capture.stdin!.write('dump\n');
+      const got = JSON.parse((await lines.next()).value as string) as number[];
+      assert.deepEqual(
+        got,
+        Array.from({ length: 2000 }, (_, i) => i),
+      );
+      type Stats = {
+        total: { counters: Record<string, number> };
+        offloads: Record<string, boolean>;
+      };
+      const sent = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
+      const recv = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
+      if (sent.offloads.udp_gso) {
+        assert.ok(sent.total.counters.gso_sends! >= 1, JSON.stringify(sent.total.counters));
+      }
+      if (recv.offloads.gro && recv.offloads.uso4) {
+        assert.ok(recv.total.counters.gro_writes! >= 1, JSON.stringify(recv.total.counters));
+      }
+    } finally {
+      await stopPair(nodes);
+      capture?.kill();
     }
   });
 
