@@ -67,6 +67,11 @@ interface Side {
   readonly mac: string;
 }
 
+type Stats = {
+  total: { counters: Record<string, number> };
+  offloads: Record<string, boolean>;
+};
+
 const PORT = { udp: 8285, vxlan: 8472 } as const;
 
 function peersOf(s: Side, format: 'udp' | 'vxlan') {
@@ -170,42 +175,143 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       mac: '02:00:00:00:07:02',
     };
   });
-  after(() => scope.cleanup());
-
-  for (const format of ['udp', 'vxlan'] as const) {
-    for (const variant of ['native', 'native, a thread per direction', 'js'] as const) {
-      const engine = variant === 'js' ? 'js' : 'native';
-      const extra = variant === 'native' || variant === 'js' ? {} : { queueThreads: 2 };
-      test(`${format} / ${variant}: IPv4 and IPv6 ping both ways, TCP through iperf3`, async () => {
-        const nodes = await startPair(scope, [A, B], format, engine, extra);
-        try {
-          await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
-          await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.v4]);
-          await nsExecAsync(A.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', B.v6]);
-          await nsExecAsync(B.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', A.v6]);
-          const srv = nsExecAsync(B.ns, 'iperf3', ['-s', '-1', '-B', B.v4], 30_000);
-          await new Promise((r) => setTimeout(r, 300));
-          const out = await nsExecAsync(
-            A.ns,
-            'iperf3',
-            ['-c', B.v4, '-B', A.v4, '-t', '2', '-J'],
-            30_000,
-          );
-          await srv;
-          const bps = (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } })
-            .end.sum_received.bits_per_second;
-          assert.ok(bps > (engine === 'js' ? 10e6 : 100e6), `${bps} bit/s`);
-          const stats = (await nodes[1].send({ cmd: 'stats' })).stats as {
-            workers: unknown[];
-            total: { counters: Record<string, number> };
-          };
-          assert.equal(stats.workers.length, engine === 'native' ? 2 : 1);
-          assert.ok(stats.total.counters.rx_packets! > 1000);
-        } finally {
-          await stopPair(nodes);
-        }
-      });
+  // C fixtures: a UDP GSO (QUIC-like) sender and a sendmmsg burst sender.
+  const bin = mkdtempSync(join(tmpdir(), 'weft-dp-fixtures-'));
+  const fixture = (name: string) => join(bin, name);
+  before(() => {
+    for (const name of ['udp-gso-send', 'udp-burst-send']) {
+      execFileSync('cc', ['-O2', '-o', fixture(name), join(ROOT, `test/fixtures/${name}.c`)]);
     }
+  });
+  after(() => {
+    scope.cleanup();
+    rmSync(bin, { recursive: true, force: true });
+  });
+
+  /**
+   * A UDP receiver on B's TUN address (it exists once B's dataplane is up); dump() lists what
+   * came, in order: [length, first 4 bytes as a u32, whether bytes 4.. all equal byte 4].
+   */
+  async function udpCapture(port: number): Promise<{
+    proc: ChildProcess;
+    dump(): Promise<[number, number, boolean][]>;
+  }> {
+    const proc = scope.spawn(B.ns, process.execPath, [
+      '-e',
+      `const s = require('node:dgram').createSocket('udp4');
+       const got = [];
+       s.on('message', (m) => got.push([m.length, m.readUInt32BE(0), m.subarray(4).every((b) => b === m[4])]));
+       s.bind(${port}, '${B.v4}', () => console.log('bound'));
+       process.stdin.on('data', () => { console.log(JSON.stringify(got)); process.exit(0); });`,
+    ]);
+    const lines = createInterface({ input: proc.stdout! })[Symbol.asyncIterator]();
+    assert.equal((await lines.next()).value, 'bound');
+    return {
+      proc,
+      async dump() {
+        await new Promise((r) => setTimeout(r, 300));
+        proc.stdin!.write('dump\n');
+        return JSON.parse((await lines.next()).value as string) as [number, number, boolean][];
+      },
+    };
+  }
+
+  // The traffic tests run twice: with every offload the kernel grants, and with all of them off.
+  for (const off of [false, true]) {
+    const when = off ? ', every offload off' : '';
+    const offloads = off ? { offloads: 0 } : {};
+    for (const format of ['udp', 'vxlan'] as const) {
+      for (const variant of ['native', 'native, a thread per direction', 'js'] as const) {
+        const engine = variant === 'js' ? 'js' : 'native';
+        const extra = {
+          ...(variant === 'native' || variant === 'js' ? {} : { queueThreads: 2 }),
+          ...offloads,
+        };
+        test(`${format} / ${variant}${when}: IPv4 and IPv6 ping both ways, TCP through iperf3`, async () => {
+          const nodes = await startPair(scope, [A, B], format, engine, extra);
+          try {
+            await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+            await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.v4]);
+            await nsExecAsync(A.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', B.v6]);
+            await nsExecAsync(B.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', A.v6]);
+            const srv = nsExecAsync(B.ns, 'iperf3', ['-s', '-1', '-B', B.v4], 30_000);
+            await new Promise((r) => setTimeout(r, 300));
+            const out = await nsExecAsync(
+              A.ns,
+              'iperf3',
+              ['-c', B.v4, '-B', A.v4, '-t', '2', '-J'],
+              30_000,
+            );
+            await srv;
+            const bps = (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } })
+              .end.sum_received.bits_per_second;
+            assert.ok(bps > (engine === 'js' ? 10e6 : 100e6), `${bps} bit/s`);
+            const stats = (await nodes[1].send({ cmd: 'stats' })).stats as {
+              workers: unknown[];
+              total: { counters: Record<string, number> };
+            };
+            assert.equal(stats.workers.length, engine === 'native' ? 2 : 1);
+            assert.ok(stats.total.counters.rx_packets! > 1000);
+          } finally {
+            await stopPair(nodes);
+          }
+        });
+      }
+    }
+
+    test(`UDP GSO from a pod (USO) leaves as its datagrams, each intact, in order${when}`, async () => {
+      const nodes = await startPair(scope, [A, B], 'vxlan', 'native', offloads);
+      let capture: ChildProcess | undefined;
+      try {
+        const c = await udpCapture(7000);
+        capture = c.proc;
+        // A QUIC-like sender: 20 super-datagrams of 12,000 bytes cut into 1,200-byte datagrams,
+        // byte k of each filled with its index k in the super-datagram.
+        await nsExecAsync(A.ns, fixture('udp-gso-send'), [B.v4, '7000', '1200', '12000', '20']);
+        const want = Array.from({ length: 20 }, () =>
+          Array.from({ length: 10 }, (_, k) => [1200, k * 0x01010101, true]),
+        ).flat();
+        assert.deepEqual(await c.dump(), want);
+        const stats = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
+        if (stats.offloads.uso4) {
+          // The dataplane, not the kernel, cut them: the TUN handed over the USO packets.
+          assert.ok(
+            stats.total.counters.tso_segments! >= 200,
+            JSON.stringify(stats.total.counters),
+          );
+        }
+      } finally {
+        await stopPair(nodes);
+        capture?.kill();
+      }
+    });
+
+    test(`bursts of small datagrams cross as UDP GSO sends and USO writes, each intact, in order${when}`, async () => {
+      const nodes = await startPair(scope, [A, B], 'udp', 'native', offloads);
+      let capture: ChildProcess | undefined;
+      try {
+        const c = await udpCapture(7001);
+        capture = c.proc;
+        // 20 bursts of 64 datagrams of 64 bytes, each burst one sendmmsg: datagram n carries n,
+        // then n & 0xff in every other byte.
+        await nsExecAsync(A.ns, fixture('udp-burst-send'), [B.v4, '7001', '64', '20', '20']);
+        assert.deepEqual(
+          await c.dump(),
+          Array.from({ length: 1280 }, (_, n) => [64, n, true]),
+        );
+        const sent = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
+        const recv = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
+        if (sent.offloads.udp_gso) {
+          assert.ok(sent.total.counters.gso_sends! >= 1, JSON.stringify(sent.total.counters));
+        }
+        if (recv.offloads.gro && recv.offloads.uso4) {
+          assert.ok(recv.total.counters.gro_writes! >= 1, JSON.stringify(recv.total.counters));
+        }
+      } finally {
+        await stopPair(nodes);
+        capture?.kill();
+      }
+    });
   }
 
   test('peer tables swapped 300 times under a ping flood lose no packet', async () => {
@@ -298,102 +404,6 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       await node.send({ cmd: 'close' });
       await exited;
       capture.kill();
-    }
-  });
-
-  test('UDP GSO from a pod (USO) leaves as its datagrams, each intact, in order', async () => {
-    // A QUIC-like sender: 20 super-datagrams of 12,000 bytes cut into 1,200-byte datagrams.
-    const dir = mkdtempSync(join(tmpdir(), 'weft-uso-'));
-    const sender = join(dir, 'udp-gso-send');
-    execFileSync('cc', ['-O2', '-o', sender, join(ROOT, 'test/fixtures/udp-gso-send.c')]);
-    // The receiver binds B's TUN address, which exists once B's dataplane is up.
-    const nodes = await startPair(scope, [A, B], 'vxlan', 'native');
-    let capture: ChildProcess | undefined;
-    try {
-      capture = scope.spawn(B.ns, process.execPath, [
-        '-e',
-        `const s = require('node:dgram').createSocket('udp4');
-       const got = [];
-       s.on('message', (m) => got.push(m.length + ':' + m[0] + ':' + (m.every((b) => b === m[0]) ? 1 : 0)));
-       s.bind(7000, '${B.v4}', () => console.log('bound'));
-       process.stdin.on('data', () => { console.log(JSON.stringify(got)); process.exit(0); });`,
-      ]);
-      const lines = createInterface({ input: capture.stdout! })[Symbol.asyncIterator]();
-      assert.equal((await lines.next()).value, 'bound');
-      await nsExecAsync(A.ns, sender, [B.v4, '7000', '1200', '12000', '20']);
-      await new Promise((r) => setTimeout(r, 300));
-      capture.stdin!.write('dump\n');
-      const got = JSON.parse((await lines.next()).value as string) as string[];
-      // Each super-datagram arrives as 10 datagrams of 1,200 bytes: index k filled with k.
-      const want = Array.from({ length: 20 }, () =>
-        Array.from({ length: 10 }, (_, k) => `1200:${k}:1`),
-      ).flat();
-      assert.deepEqual(got, want);
-      if (process.env.WEFT_DATAPLANE_OFFLOADS !== 'none') {
-        const stats = (await nodes[0].send({ cmd: 'stats' })).stats as {
-          total: { counters: Record<string, number> };
-        };
-        // The dataplane, not the kernel, cut them: the TUN handed over the USO packets.
-        assert.ok(stats.total.counters.tso_segments! >= 200, JSON.stringify(stats.total.counters));
-      }
-    } finally {
-      await stopPair(nodes);
-      capture?.kill();
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-
-  test('bursts of small datagrams cross as UDP GSO sends and USO writes, each intact, in order', async () => {
-    const nodes = await startPair(scope, [A, B], 'udp', 'native');
-    let capture: ChildProcess | undefined;
-    try {
-      capture = scope.spawn(B.ns, process.execPath, [
-        '-e',
-        `const s = require('node:dgram').createSocket('udp4');
-       const got = [];
-       s.on('message', (m) => got.push(m.length === 64 && m.every((b, i) => i < 4 || b === (m[3] & 0xff)) ? m.readUInt32BE(0) : -1));
-       s.bind(7001, '${B.v4}', () => console.log('bound'));
-       process.stdin.on('data', () => { console.log(JSON.stringify(got)); process.exit(0); });`,
-      ]);
-      const lines = createInterface({ input: capture.stdout! })[Symbol.asyncIterator]();
-      assert.equal((await lines.next()).value, 'bound');
-      // 20 bursts of 100 back-to-back 64-byte datagrams (sequence number, then its low byte).
-      await nsExecAsync(A.ns, process.execPath, [
-        '-e',
-        `const s = require('node:dgram').createSocket('udp4');
-         let seq = 0;
-         (function burst() {
-           if (seq === 2000) return setTimeout(() => s.close(), 50);
-           for (let k = 0; k < 100; k++, seq++) {
-             const m = Buffer.alloc(64, seq & 0xff);
-             m.writeUInt32BE(seq, 0);
-             s.send(m, 7001, '${B.v4}');
-           }
-           setTimeout(burst, 10);
-         })();`,
-      ]);
-      await new Promise((r) => setTimeout(r, 300));
-      capture.stdin!.write('dump\n');
-      const got = JSON.parse((await lines.next()).value as string) as number[];
-      assert.deepEqual(
-        got,
-        Array.from({ length: 2000 }, (_, i) => i),
-      );
-      type Stats = {
-        total: { counters: Record<string, number> };
-        offloads: Record<string, boolean>;
-      };
-      const sent = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
-      const recv = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
-      if (sent.offloads.udp_gso) {
-        assert.ok(sent.total.counters.gso_sends! >= 1, JSON.stringify(sent.total.counters));
-      }
-      if (recv.offloads.gro && recv.offloads.uso4) {
-        assert.ok(recv.total.counters.gro_writes! >= 1, JSON.stringify(recv.total.counters));
-      }
-    } finally {
-      await stopPair(nodes);
-      capture?.kill();
     }
   });
 
