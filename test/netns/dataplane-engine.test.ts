@@ -292,12 +292,12 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       try {
         const c = await udpCapture(7001);
         capture = c.proc;
-        // 20 bursts of 64 datagrams of 64 bytes, each burst one sendmmsg: datagram n carries n,
-        // then n & 0xff in every other byte.
+        // 20 bursts of 64 datagrams, each burst one sendmmsg: datagram n is 64 bytes (100 when
+        // n % 10 == 9, so runs end mid-burst) and carries n, then n & 0xff in every other byte.
         await nsExecAsync(A.ns, fixture('udp-burst-send'), [B.v4, '7001', '64', '20', '20']);
         assert.deepEqual(
           await c.dump(),
-          Array.from({ length: 1280 }, (_, n) => [64, n, true]),
+          Array.from({ length: 1280 }, (_, n) => [n % 10 === 9 ? 100 : 64, n, true]),
         );
         const sent = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
         const recv = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
