@@ -216,6 +216,25 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     };
   }
 
+  /** Runs `fn` with a native pair of `format` started and a UDP capture on B's `port`. */
+  async function withCapture(
+    format: 'udp' | 'vxlan',
+    extra: Record<string, unknown>,
+    port: number,
+    fn: (nodes: [Node, Node], dump: () => Promise<[number, number, boolean][]>) => Promise<void>,
+  ): Promise<void> {
+    const nodes = await startPair(scope, [A, B], format, 'native', extra);
+    let capture: ChildProcess | undefined;
+    try {
+      const c = await udpCapture(port);
+      capture = c.proc;
+      await fn(nodes, c.dump);
+    } finally {
+      await stopPair(nodes);
+      capture?.kill();
+    }
+  }
+
   // The traffic tests run twice: with every offload the kernel grants, and with all of them off.
   for (const off of [false, true]) {
     const when = off ? ', every offload off' : '';
@@ -259,19 +278,15 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       }
     }
 
-    test(`UDP GSO from a pod (USO) leaves as its datagrams, each intact, in order${when}`, async () => {
-      const nodes = await startPair(scope, [A, B], 'vxlan', 'native', offloads);
-      let capture: ChildProcess | undefined;
-      try {
-        const c = await udpCapture(7000);
-        capture = c.proc;
+    test(`UDP GSO from a pod (USO) leaves as its datagrams, each intact, in order${when}`, () =>
+      withCapture('vxlan', offloads, 7000, async (nodes, dump) => {
         // A QUIC-like sender: 20 super-datagrams of 12,000 bytes cut into 1,200-byte datagrams,
         // byte k of each filled with its index k in the super-datagram.
         await nsExecAsync(A.ns, fixture('udp-gso-send'), [B.v4, '7000', '1200', '12000', '20']);
         const want = Array.from({ length: 20 }, () =>
           Array.from({ length: 10 }, (_, k) => [1200, k * 0x01010101, true]),
         ).flat();
-        assert.deepEqual(await c.dump(), want);
+        assert.deepEqual(await dump(), want);
         const stats = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
         if (stats.offloads.uso4) {
           // The dataplane, not the kernel, cut them: the TUN handed over the USO packets.
@@ -280,23 +295,15 @@ describe('dataplane engine between two namespaces', { skip }, () => {
             JSON.stringify(stats.total.counters),
           );
         }
-      } finally {
-        await stopPair(nodes);
-        capture?.kill();
-      }
-    });
+      }));
 
-    test(`bursts of small datagrams cross as UDP GSO sends and USO writes, each intact, in order${when}`, async () => {
-      const nodes = await startPair(scope, [A, B], 'udp', 'native', offloads);
-      let capture: ChildProcess | undefined;
-      try {
-        const c = await udpCapture(7001);
-        capture = c.proc;
+    test(`bursts of small datagrams cross as UDP GSO sends and USO writes, each intact, in order${when}`, () =>
+      withCapture('udp', offloads, 7001, async (nodes, dump) => {
         // 20 bursts of 64 datagrams, each burst one sendmmsg: datagram n is 64 bytes (100 when
         // n % 10 == 9, so runs end mid-burst) and carries n, then n & 0xff in every other byte.
         await nsExecAsync(A.ns, fixture('udp-burst-send'), [B.v4, '7001', '64', '20', '20']);
         assert.deepEqual(
-          await c.dump(),
+          await dump(),
           Array.from({ length: 1280 }, (_, n) => [n % 10 === 9 ? 100 : 64, n, true]),
         );
         const sent = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
@@ -307,11 +314,7 @@ describe('dataplane engine between two namespaces', { skip }, () => {
         if (recv.offloads.gro && recv.offloads.uso4) {
           assert.ok(recv.total.counters.gro_writes! >= 1, JSON.stringify(recv.total.counters));
         }
-      } finally {
-        await stopPair(nodes);
-        capture?.kill();
-      }
-    });
+      }));
   }
 
   test('peer tables swapped 300 times under a ping flood lose no packet', async () => {
