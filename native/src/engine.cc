@@ -185,8 +185,8 @@ class Engine::Loop {
   // The socket an inner packet leaves by: for VXLAN one of the source-port sockets, by flow
   // hash (every segment of a flow leaves from the same port); else the bound one.
   int SendFd(const uint8_t* pkt, const IpInfo& ip) const {
-    if (w_->src_count == 0) return w_->udp_fd;
-    return w_->src_fds[VxlanSourcePort(pkt, ip) % static_cast<unsigned>(w_->src_count)];
+    if (e_->src_count_ == 0) return w_->udp_fd;
+    return e_->src_fds_[VxlanSourcePort(pkt, ip) % static_cast<unsigned>(e_->src_count_)];
   }
 
   // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
@@ -632,6 +632,24 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
   }
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
+  if (cfg.format == Format::kVxlan) {
+    // Bound to the same address, port 0: the kernel gives each an ephemeral port. Nothing is
+    // sent to them, so a minimal receive buffer.
+    sockaddr_storage src = addr;
+    if (src.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in*>(&src)->sin_port = 0;
+    } else {
+      reinterpret_cast<sockaddr_in6*>(&src)->sin6_port = 0;
+    }
+    for (int k = 0; k < kSourcePorts; k++) {
+      e->src_fds_[k] = OpenUdpSocket(src, alen, cfg.sock_buf_bytes, error, 0);
+      if (e->src_fds_[k] < 0) {
+        *error = "udp " + cfg.bind_ip + ":0 (vxlan source port): " + *error;
+        return nullptr;  // ~Engine closes what is open
+      }
+      e->src_count_ = k + 1;
+    }
+  }
   std::string empty_error;
   e->table_.store(PeerTable::Build(nullptr, 0, &empty_error).release());
   for (int i = 0; i < cfg.workers; i++) {
@@ -653,24 +671,6 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     if (wp->udp_fd < 0) {
       *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
       return nullptr;
-    }
-    if (cfg.format == Format::kVxlan) {
-      // Bound to the same address, port 0: the kernel gives each an ephemeral port. Nothing
-      // is sent to them, so a minimal receive buffer.
-      sockaddr_storage src = addr;
-      if (src.ss_family == AF_INET) {
-        reinterpret_cast<sockaddr_in*>(&src)->sin_port = 0;
-      } else {
-        reinterpret_cast<sockaddr_in6*>(&src)->sin6_port = 0;
-      }
-      for (int k = 0; k < kSourcePorts; k++) {
-        wp->src_fds[k] = OpenUdpSocket(src, alen, cfg.sock_buf_bytes, error, 0);
-        if (wp->src_fds[k] < 0) {
-          *error = "udp " + cfg.bind_ip + ":0 (vxlan source port): " + *error;
-          return nullptr;
-        }
-        wp->src_count = k + 1;
-      }
     }
     if (cfg.udp_gro) {
       int one = 1;
@@ -695,9 +695,9 @@ Engine::~Engine() {
   for (auto& w : workers_) {
     if (w->tun_fd >= 0) close(w->tun_fd);
     if (w->udp_fd >= 0) close(w->udp_fd);
-    for (int k = 0; k < w->src_count; k++) close(w->src_fds[k]);
     if (w->event_fd >= 0) close(w->event_fd);
   }
+  for (int k = 0; k < src_count_; k++) close(src_fds_[k]);
   delete table_.load();
   for (const Retired& r : retired_) delete r.table;
 }

@@ -116,14 +116,16 @@ class Engine {
  private:
   // VXLAN sends from kSourcePorts sockets bound to ephemeral ports, picked by the inner flow's
   // hash, so the outer source port carries the flow entropy a kernel vxlan sender gives
-  // (ECMP and RSS on the way spread flows); udp_fd (the VXLAN port) only receives.
+  // (ECMP and RSS on the way spread flows); udp_fd (the VXLAN port) only receives. The sockets
+  // are the engine's, shared by its queues: a flow keeps its outer port when the TUN moves it
+  // to another queue. (With a set per queue, such a move changed the port, so the peer's
+  // SO_REUSEPORT group handed the flow to another of its queues, whose replies came back on
+  // another of ours and moved the flow again: TCP saw reordering and retransmitted.)
   static constexpr int kSourcePorts = 8;
 
   struct Worker {
     int tun_fd = -1;
     int udp_fd = -1;
-    int src_fds[kSourcePorts] = {-1, -1, -1, -1, -1, -1, -1, -1};
-    int src_count = 0;  // 0: send from udp_fd (flannel-udp sends from its port, as flannel)
     int event_fd = -1;
     // Per direction thread (index: kTx 0, kRx 1; a kBoth loop uses 0 and claims both).
     std::atomic<bool> running[2] = {false, false};
@@ -150,6 +152,8 @@ class Engine {
   unsigned offloads_accepted_ = 0;
   unsigned offloads_enabled_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;
+  int src_fds_[kSourcePorts] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  int src_count_ = 0;  // 0: send from udp_fd (flannel-udp sends from its port, as flannel)
   std::atomic<bool> stop_{false};
   std::atomic<const PeerTable*> table_{nullptr};
   std::atomic<uint64_t> gen_{1};

@@ -360,7 +360,7 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     }
   });
 
-  test('vxlan sends each inner flow from one flow-hashed outer source port, never the VXLAN port', async () => {
+  test('vxlan sends each inner flow from one flow-hashed outer source port (one set for all queues), never the VXLAN port', async () => {
     // Only A runs a dataplane; B's 8472 is a plain socket that records, per inner UDP
     // destination port (one flow each), the outer source ports it came from.
     const capture = scope.spawn(B.ns, process.execPath, [
@@ -379,7 +379,9 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     ]);
     const lines = createInterface({ input: capture.stdout! })[Symbol.asyncIterator]();
     assert.equal((await lines.next()).value, 'bound');
-    const node = startNode(scope, A, 'vxlan', 'native', { workers: 1 });
+    // Two queues: the TUN spreads the 32 flows over both, and both send from the engine's one
+    // set of 8 source sockets (a set per queue let a flow change port when it changed queue).
+    const node = startNode(scope, A, 'vxlan', 'native', { workers: 2 });
     try {
       assert.equal((await node.ready).ready, true);
       await node.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
@@ -402,6 +404,7 @@ describe('dataplane engine between two namespaces', { skip }, () => {
         ports.add(sports[0]!);
       }
       assert.ok(ports.size >= 4, `32 flows used only ${ports.size} source port(s)`);
+      assert.ok(ports.size <= 8, `32 flows used ${ports.size} source ports: a set per queue?`);
     } finally {
       const exited = new Promise((r) => node.proc.once('exit', r));
       await node.send({ cmd: 'close' });
