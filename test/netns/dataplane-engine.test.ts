@@ -189,19 +189,23 @@ describe('dataplane engine between two namespaces', { skip }, () => {
   });
 
   /**
-   * A UDP receiver on B's TUN address (it exists once B's dataplane is up); dump() lists what
-   * came, in order: [length, first 4 bytes as a u32, whether bytes 4.. all equal byte 4].
+   * A UDP receiver on B's TUN address, IPv4 or IPv6 (it exists once B's dataplane is up);
+   * dump() lists what came, in order: [length, first 4 bytes as a u32, whether bytes 4.. all
+   * equal byte 4].
    */
-  async function udpCapture(port: number): Promise<{
+  async function udpCapture(
+    port: number,
+    v6: boolean,
+  ): Promise<{
     proc: ChildProcess;
     dump(): Promise<[number, number, boolean][]>;
   }> {
     const proc = scope.spawn(B.ns, process.execPath, [
       '-e',
-      `const s = require('node:dgram').createSocket('udp4');
+      `const s = require('node:dgram').createSocket('${v6 ? 'udp6' : 'udp4'}');
        const got = [];
        s.on('message', (m) => got.push([m.length, m.readUInt32BE(0), m.subarray(4).every((b) => b === m[4])]));
-       s.bind(${port}, '${B.v4}', () => console.log('bound'));
+       s.bind(${port}, '${v6 ? B.v6 : B.v4}', () => console.log('bound'));
        process.stdin.on('data', () => { console.log(JSON.stringify(got)); process.exit(0); });`,
     ]);
     const lines = createInterface({ input: proc.stdout! })[Symbol.asyncIterator]();
@@ -218,15 +222,13 @@ describe('dataplane engine between two namespaces', { skip }, () => {
 
   /** Runs `fn` with a native pair of `format` started and a UDP capture on B's `port`. */
   async function withCapture(
-    format: 'udp' | 'vxlan',
-    extra: Record<string, unknown>,
-    port: number,
+    o: { format: 'udp' | 'vxlan'; extra: Record<string, unknown>; port: number; v6?: boolean },
     fn: (nodes: [Node, Node], dump: () => Promise<[number, number, boolean][]>) => Promise<void>,
   ): Promise<void> {
-    const nodes = await startPair(scope, [A, B], format, 'native', extra);
+    const nodes = await startPair(scope, [A, B], o.format, 'native', o.extra);
     let capture: ChildProcess | undefined;
     try {
-      const c = await udpCapture(port);
+      const c = await udpCapture(o.port, o.v6 ?? false);
       capture = c.proc;
       await fn(nodes, c.dump);
     } finally {
@@ -279,7 +281,7 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     }
 
     test(`UDP GSO from a pod (USO) leaves as its datagrams, each intact, in order${when}`, () =>
-      withCapture('vxlan', offloads, 7000, async (nodes, dump) => {
+      withCapture({ format: 'vxlan', extra: offloads, port: 7000 }, async (nodes, dump) => {
         // A QUIC-like sender: 20 super-datagrams of 12,000 bytes cut into 1,200-byte datagrams,
         // byte k of each filled with its index k in the super-datagram.
         await nsExecAsync(A.ns, fixture('udp-gso-send'), [B.v4, '7000', '1200', '12000', '20']);
@@ -297,24 +299,28 @@ describe('dataplane engine between two namespaces', { skip }, () => {
         }
       }));
 
-    test(`bursts of small datagrams cross as UDP GSO sends and USO writes, each intact, in order${when}`, () =>
-      withCapture('udp', offloads, 7001, async (nodes, dump) => {
-        // 20 bursts of 64 datagrams, each burst one sendmmsg: datagram n is 64 bytes (100 when
-        // n % 10 == 9, so runs end mid-burst) and carries n, then n & 0xff in every other byte.
-        await nsExecAsync(A.ns, fixture('udp-burst-send'), [B.v4, '7001', '64', '20', '20']);
-        assert.deepEqual(
-          await dump(),
-          Array.from({ length: 1280 }, (_, n) => [n % 10 === 9 ? 100 : 64, n, true]),
-        );
-        const sent = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
-        const recv = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
-        if (sent.offloads.udp_gso) {
-          assert.ok(sent.total.counters.gso_sends! >= 1, JSON.stringify(sent.total.counters));
-        }
-        if (recv.offloads.gro && recv.offloads.uso4) {
-          assert.ok(recv.total.counters.gro_writes! >= 1, JSON.stringify(recv.total.counters));
-        }
-      }));
+    for (const v6 of [false, true]) {
+      const family = v6 ? 'IPv6' : 'IPv4';
+      test(`${family} bursts of small datagrams cross as UDP GSO sends and USO writes, each intact, in order${when}`, () =>
+        withCapture({ format: 'udp', extra: offloads, port: 7001, v6 }, async (nodes, dump) => {
+          // 20 bursts of 64 datagrams, each burst one sendmmsg: datagram n is 64 bytes (100 when
+          // n % 10 == 9, so runs end mid-burst) and carries n, then n & 0xff in every other byte.
+          const dst = v6 ? B.v6 : B.v4;
+          await nsExecAsync(A.ns, fixture('udp-burst-send'), [dst, '7001', '64', '20', '20']);
+          assert.deepEqual(
+            await dump(),
+            Array.from({ length: 1280 }, (_, n) => [n % 10 === 9 ? 100 : 64, n, true]),
+          );
+          const sent = (await nodes[0].send({ cmd: 'stats' })).stats as Stats;
+          const recv = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
+          if (sent.offloads.udp_gso) {
+            assert.ok(sent.total.counters.gso_sends! >= 1, JSON.stringify(sent.total.counters));
+          }
+          if (recv.offloads.gro && recv.offloads[v6 ? 'uso6' : 'uso4']) {
+            assert.ok(recv.total.counters.gro_writes! >= 1, JSON.stringify(recv.total.counters));
+          }
+        }));
+    }
   }
 
   test('peer tables swapped 300 times under a ping flood lose no packet', async () => {
