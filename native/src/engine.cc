@@ -75,6 +75,8 @@ class Engine::Loop {
     tx_fd_.resize(kArenaSlots);
     tx_bytes_.resize(kArenaSlots);
     tx_segs_.resize(kArenaSlots);
+    tx_gso_.resize(kArenaSlots);
+    max_datagram_ = e->cfg_.codec.tun_mtu + (e->cfg_.format == Format::kVxlan ? kVxlanEncapLen : 0);
     cmsg_.resize(static_cast<size_t>(kArenaSlots) * kCmsgSpace);
     udp_gso_ = e->cfg_.udp_gso;
     seg_len_.resize(kMaxSegs);
@@ -239,36 +241,44 @@ class Engine::Loop {
       uint16_t size = static_cast<uint16_t>(seg_size);
       std::memcpy(CMSG_DATA(cm), &size, sizeof(size));
     }
+    size_t size = seg_size;
+    if (segs == 1) {
+      size = 0;
+      for (size_t k = 0; k < iovlen; k++) size += iov[k].iov_len;
+    }
     tx_bytes_[m] = bytes;
     tx_segs_[m] = static_cast<uint16_t>(segs);
+    tx_gso_[m] = static_cast<uint16_t>(size);
     tx_fd_[m] = fd;
   }
 
-  // Turns runs of one-datagram messages into UDP GSO messages: consecutive messages (their single
-  // iovecs adjacent) to the same destination by the same socket, of equal sizes but a shorter
-  // last, ≤ kGsoMaxSegs and ≤ kMaxUdpPayload bytes each. The kernel cuts them back into the same
-  // datagrams (UDP_SEGMENT); on the way, each GSO message takes the stack one trip instead of one
-  // per datagram. That covers the segments of a TSO packet split by copying and bursts of small
+  // Merges runs of adjacent one-datagram messages into UDP GSO messages: the same destination by
+  // the same socket, iovecs that follow one another, as many iovecs each (1: a packet sent whole;
+  // 2: a TSO segment's [headers][payload in the read buffer]), every datagram the run's size but
+  // a shorter last, ≤ kGsoMaxSegs datagrams and ≤ kMaxUdpPayload bytes. The kernel cuts them
+  // back into the same datagrams (UDP_SEGMENT); on the way, each message takes the stack one
+  // trip instead of one per datagram. That joins the segments of TSO packets (those of a flow's
+  // consecutive packets too: a 46-segment packet does not leave as 44 + 2) and bursts of small
   // packets (a UDP flood, a train of ACKs). Other messages keep their place and order.
   void MergeRuns() {
     if (!udp_gso_) return;
     int m = 0;
     for (int i = 0; i < out_;) {
       int j = i + 1;
-      size_t seg = tx_msgs_[i].msg_hdr.msg_iov[0].iov_len;
-      if (Single(i)) {
+      const msghdr& h = tx_msgs_[i].msg_hdr;
+      size_t seg = tx_gso_[i];
+      if (tx_segs_[i] == 1 && seg <= max_datagram_) {
         size_t per = kMaxUdpPayload / seg;
         if (per > static_cast<size_t>(kGsoMaxSegs)) per = kGsoMaxSegs;
         while (j < out_ && static_cast<size_t>(j - i) < per && Joins(i, j, seg)) {
-          if (tx_msgs_[j++].msg_hdr.msg_iov[0].iov_len < seg) break;
+          if (tx_gso_[j++] < seg) break;  // a shorter datagram ends the run
         }
       }
       if (j - i > 1) {
         uint64_t bytes = 0;
         for (int k = i; k < j; k++) bytes += tx_bytes_[k];
-        const msghdr& h = tx_msgs_[i].msg_hdr;
-        SetMessage(m, h.msg_name, h.msg_namelen, h.msg_iov, static_cast<size_t>(j - i), j - i,
-                   seg, bytes, tx_fd_[i]);
+        SetMessage(m, h.msg_name, h.msg_namelen, h.msg_iov, (j - i) * h.msg_iovlen, j - i, seg,
+                   bytes, tx_fd_[i]);
       } else if (m != i) {
         MoveMessage(i, m);
       }
@@ -278,21 +288,14 @@ class Engine::Loop {
     out_ = m;
   }
 
-  // Whether queued message `i` is one datagram in one iovec that fits the underlay MTU (the
-  // kernel refuses a GSO size it would have to fragment).
-  bool Single(int i) const {
-    const msghdr& h = tx_msgs_[i].msg_hdr;
-    return tx_segs_[i] == 1 && h.msg_iovlen == 1 &&
-           h.msg_iov[0].iov_len <= e_->cfg_.codec.tun_mtu + (VxlanFormat() ? kVxlanEncapLen : 0);
-  }
-
-  // Whether message `j` can join the run that message `i` starts (datagrams of `seg` bytes).
+  // Whether queued message `j` can join the run of one-datagram messages that message `i`
+  // starts (datagrams of `seg` bytes).
   bool Joins(int i, int j, size_t seg) const {
     const msghdr& a = tx_msgs_[i].msg_hdr;
     const msghdr& b = tx_msgs_[j].msg_hdr;
-    return Single(j) && b.msg_iov == a.msg_iov + (j - i) && b.msg_iov[0].iov_len <= seg &&
-           tx_fd_[j] == tx_fd_[i] && b.msg_namelen == a.msg_namelen &&
-           std::memcmp(b.msg_name, a.msg_name, a.msg_namelen) == 0;
+    return tx_segs_[j] == 1 && tx_gso_[j] <= seg && b.msg_iovlen == a.msg_iovlen &&
+           b.msg_iov == a.msg_iov + (j - i) * a.msg_iovlen && tx_fd_[j] == tx_fd_[i] &&
+           b.msg_namelen == a.msg_namelen && std::memcmp(b.msg_name, a.msg_name, a.msg_namelen) == 0;
   }
 
   // Moves queued message `from` to the earlier index `to`, its UDP_SEGMENT cmsg into `to`'s space.
@@ -306,6 +309,7 @@ class Engine::Loop {
     }
     tx_bytes_[to] = tx_bytes_[from];
     tx_segs_[to] = tx_segs_[from];
+    tx_gso_[to] = tx_gso_[from];
     tx_fd_[to] = tx_fd_[from];
   }
 
@@ -357,17 +361,11 @@ class Engine::Loop {
     int fd = SendFd(pkt, ip);
     socklen_t alen;
     FillSockaddr(*peer, &tx_addr_[first], &alen);
-    size_t seg = pre + hdrs + h.gso_size;
-    size_t per = udp_gso_ ? kMaxUdpPayload / seg : 1;
-    if (per > static_cast<size_t>(kGsoMaxSegs)) per = kGsoMaxSegs;
-    if (per < 1) per = 1;
-    for (size_t i = 0; i < segs;) {
-      size_t k = segs - i < per ? segs - i : per;
-      uint64_t bytes = 0;
-      for (size_t j = i; j < i + k; j++) bytes += hdrs + seg_len_[j];
-      SetMessage(out_++, &tx_addr_[first], alen, &tx_iov_[static_cast<size_t>(v0) + 2 * i], 2 * k,
-                 static_cast<int>(k), seg, bytes, fd);
-      i += k;
+    // One message per segment: MergeRuns joins them (and the next TSO packet's) into UDP GSO
+    // messages at the flush.
+    for (size_t i = 0; i < segs; i++) {
+      SetMessage(out_++, &tx_addr_[first], alen, &tx_iov_[static_cast<size_t>(v0) + 2 * i], 2, 1,
+                 0, hdrs + seg_len_[i], fd);
     }
     rd_used_++;
     return true;
@@ -592,6 +590,10 @@ class Engine::Loop {
   static constexpr size_t kCmsgSpace = CMSG_SPACE(sizeof(uint16_t));
   bool udp_gso_ = false;
   std::vector<uint16_t> tx_segs_;  // segments per queued message
+  std::vector<uint16_t> tx_gso_;   // its datagram size (of each but a shorter last)
+  // The largest datagram a GSO message may be cut into: the kernel refuses a GSO size it would
+  // have to fragment.
+  size_t max_datagram_ = 0;
   std::vector<char> cmsg_;
   std::vector<uint8_t> tx_;
   std::vector<uint8_t> rd_;
