@@ -259,7 +259,8 @@ class Engine::Loop {
   // back into the same datagrams (UDP_SEGMENT); on the way, each message takes the stack one
   // trip instead of one per datagram. That joins the segments of TSO packets (those of a flow's
   // consecutive packets too: a 46-segment packet does not leave as 44 + 2) and bursts of small
-  // packets (a UDP flood, a train of ACKs). Other messages keep their place and order.
+  // packets (a UDP flood, a train of ACKs). Other messages keep their place and order. Until
+  // it runs, every queued message is one datagram without a cmsg.
   void MergeRuns() {
     if (!udp_gso_) return;
     int m = 0;
@@ -267,7 +268,7 @@ class Engine::Loop {
       int j = i + 1;
       const msghdr& h = tx_msgs_[i].msg_hdr;
       size_t seg = tx_gso_[i];
-      if (tx_segs_[i] == 1 && seg <= max_datagram_) {
+      if (seg <= max_datagram_) {
         size_t per = kMaxUdpPayload / seg;
         if (per > static_cast<size_t>(kGsoMaxSegs)) per = kGsoMaxSegs;
         while (j < out_ && static_cast<size_t>(j - i) < per && Joins(i, j, seg)) {
@@ -293,20 +294,14 @@ class Engine::Loop {
   bool Joins(int i, int j, size_t seg) const {
     const msghdr& a = tx_msgs_[i].msg_hdr;
     const msghdr& b = tx_msgs_[j].msg_hdr;
-    return tx_segs_[j] == 1 && tx_gso_[j] <= seg && b.msg_iovlen == a.msg_iovlen &&
+    return tx_gso_[j] <= seg && b.msg_iovlen == a.msg_iovlen &&
            b.msg_iov == a.msg_iov + (j - i) * a.msg_iovlen && tx_fd_[j] == tx_fd_[i] &&
            b.msg_namelen == a.msg_namelen && std::memcmp(b.msg_name, a.msg_name, a.msg_namelen) == 0;
   }
 
-  // Moves queued message `from` to the earlier index `to`, its UDP_SEGMENT cmsg into `to`'s space.
+  // Moves queued one-datagram message `from` to the earlier index `to`.
   void MoveMessage(int from, int to) {
     tx_msgs_[to] = tx_msgs_[from];
-    msghdr& h = tx_msgs_[to].msg_hdr;
-    if (h.msg_control != nullptr) {
-      char* cbuf = &cmsg_[static_cast<size_t>(to) * kCmsgSpace];
-      std::memcpy(cbuf, h.msg_control, h.msg_controllen);
-      h.msg_control = cbuf;
-    }
     tx_bytes_[to] = tx_bytes_[from];
     tx_segs_[to] = tx_segs_[from];
     tx_gso_[to] = tx_gso_[from];
