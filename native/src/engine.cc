@@ -296,7 +296,8 @@ class Engine::Loop {
     const msghdr& b = tx_msgs_[j].msg_hdr;
     return tx_gso_[j] <= seg && b.msg_iovlen == a.msg_iovlen &&
            b.msg_iov == a.msg_iov + (j - i) * a.msg_iovlen && tx_fd_[j] == tx_fd_[i] &&
-           b.msg_namelen == a.msg_namelen && std::memcmp(b.msg_name, a.msg_name, a.msg_namelen) == 0;
+           b.msg_namelen == a.msg_namelen &&
+           std::memcmp(b.msg_name, a.msg_name, a.msg_namelen) == 0;
   }
 
   // Moves queued one-datagram message `from` to the earlier index `to`.
@@ -464,7 +465,8 @@ class Engine::Loop {
   }
 
   // Receives up to kBatch datagrams (with UDP_GRO: trains of equal-size datagrams, one per
-  // buffer) with one recvmmsg, decapsulates them and writes them to the TUN, coalescing TCP.
+  // buffer) with one recvmmsg, decapsulates them and writes them to the TUN, coalescing TCP
+  // (and UDP where the TUN took USO).
   // Returns whether the batch was full (more may be waiting).
   bool UdpToTun(const PeerTable& table) {
     for (int i = 0; i < kBatch; i++) {
@@ -600,7 +602,8 @@ class Engine::Loop {
   std::vector<int> tx_fd_;  // the socket each queued message leaves by
   std::vector<uint64_t> tx_bytes_;
   std::vector<uint16_t> seg_len_;
-  // RX: consecutive TCP segments of one flow merged into one GSO write.
+  // RX: consecutive TCP segments (or UDP datagrams, with USO) of one flow merged into one GSO
+  // write.
   std::vector<uint8_t> co_buf_;
   Coalescer co_;
   iovec gro_iov_[Coalescer::kMaxSegs];
