@@ -27,7 +27,12 @@ export const DEBIAN_PACKAGES = [
   'openssl',
   'procps',
   'kmod',
-  'clang', // libFuzzer for the bounded fuzz run of the packet decoder
+  'clang', // libFuzzer for the bounded fuzz run of the packet decoder; the bpf target
+  'libclang-rt-14-dev', // libFuzzer's and ASan's runtimes (not pulled in without recommends)
+  'libbpf-dev', // the bpf engine's loader and program headers
+  'bpftool',
+  'nftables', // EnableNFTables mode
+  'ethtool', // offload switches in the dataplane tests
 ];
 
 function say(msg) {
