@@ -1,9 +1,14 @@
 #!/usr/bin/env node
 // Runs the suite with node:test through tsx. Node 20's --test takes no globs, so the files are
 // found here. Arguments narrow the run to directories or files (default: all of test/).
+//
+// The run is guarded: the root network namespace (links, addresses, routes, rules, iptables,
+// nftables, /var/lib/cni, /sys/fs/bpf) is snapshotted before and after, and any difference fails
+// the run naming what changed (scripts/root-guard.mjs). Tests only touch namespaces they create.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
+import { diffSnapshots, formatDiff, snapshot } from './root-guard.mjs';
 
 const root = new URL('..', import.meta.url).pathname;
 
@@ -36,5 +41,14 @@ const args = [
   ...flags,
   ...files.map((f) => relative(process.cwd(), f)),
 ];
+const before = snapshot();
 const r = spawnSync(process.execPath, args, { stdio: 'inherit' });
+const changed = diffSnapshots(before, snapshot());
+if (changed.length > 0) {
+  console.error(
+    `\nrun-tests: the run changed the root network namespace (tests must only touch namespaces ` +
+      `and temp dirs they create):\n${formatDiff(changed)}`,
+  );
+  process.exit(r.status || 1);
+}
 process.exit(r.status ?? 1);

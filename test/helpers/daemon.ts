@@ -3,7 +3,7 @@
  * network namespace (`ip netns exec`). Collects stderr JSON log lines for assertions; every
  * started process is tracked so `stopAll()` in an `after` hook leaves nothing behind.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
@@ -146,6 +146,28 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
 export async function httpGet(url: string): Promise<{ status: number; body: string }> {
   const res = await fetch(url, { signal: AbortSignal.timeout(3000) });
   return { status: res.status, body: await res.text() };
+}
+
+/**
+ * GET `url` from inside namespace `ns` (a daemon there listens on the namespace's loopback,
+ * which the test process in the root namespace cannot reach): a short node child run by
+ * `ip netns exec`.
+ */
+export function nsHttpGet(ns: string, url: string): Promise<{ status: number; body: string }> {
+  const script =
+    'fetch(process.argv[1],{signal:AbortSignal.timeout(3000)}).then(async r=>' +
+    'process.stdout.write(JSON.stringify({status:r.status,body:await r.text()})))';
+  return new Promise((resolve, reject) => {
+    execFile(
+      'ip',
+      ['netns', 'exec', ns, process.execPath, '-e', script, url],
+      { encoding: 'utf8', timeout: 10_000 },
+      (err, stdout, stderr) => {
+        if (err) reject(new Error(`[${ns}] GET ${url}: ${stderr.trim() || err.message}`));
+        else resolve(JSON.parse(stdout) as { status: number; body: string });
+      },
+    );
+  });
 }
 
 /** Polls `fn` until it returns a truthy value or the time runs out. */

@@ -1,6 +1,7 @@
 /**
  * A real etcd (Debian etcd-server, /usr/bin/etcd) for integration tests: one member on
- * 127.0.0.1 with random free client and peer ports and a temp data dir. Optional TLS (a CA,
+ * 127.0.0.1 with random free client and peer ports and a temp data dir, in the caller's
+ * namespace or (`netns`) inside a test namespace, etcdctl with it. Optional TLS (a CA,
  * server and client certificate made with openssl in the temp dir, client certs required) and
  * password auth (`enableAuth`).
  *
@@ -179,12 +180,17 @@ function waitExit(p: ChildProcess, ms: number): Promise<boolean> {
 }
 
 /** Starts etcd and waits until `etcdctl endpoint health` passes (15 s at most). */
-export async function startEtcd(options: { tls?: boolean } = {}): Promise<TestEtcd> {
+export async function startEtcd(
+  options: { tls?: boolean; netns?: string } = {},
+): Promise<TestEtcd> {
   const reason = etcdSkipReason();
   if (reason) throw new Error(reason);
   const root = mkdtempSync(join(tmpdir(), 'weft-etcd-'));
   const dataDir = join(root, 'data');
   const logFile = join(root, 'etcd.log');
+  // Inside a namespace: `ip netns exec NS cmd ...` (it execs cmd, so the pid stays etcd's).
+  const inNs = (cmd: string, args: string[]): [string, string[]] =>
+    options.netns ? ['ip', ['netns', 'exec', options.netns, cmd, ...args]] : [cmd, args];
   try {
     const [clientPort, peerPort] = [await freePort(), await freePort()];
     const certs = options.tls ? makeCertificates(root) : null;
@@ -224,8 +230,11 @@ export async function startEtcd(options: { tls?: boolean } = {}): Promise<TestEt
     const ctl = (a: string[], given?: { username: string; password: string }): string => {
       const auth = given ?? defaultAuth;
       const r = spawnSync(
-        ETCDCTL_BIN,
-        [...ctlBase, ...(auth ? [`--user=${auth.username}:${auth.password}`] : []), ...a],
+        ...inNs(ETCDCTL_BIN, [
+          ...ctlBase,
+          ...(auth ? [`--user=${auth.username}:${auth.password}`] : []),
+          ...a,
+        ]),
         {
           encoding: 'utf8',
           env: { ...process.env, ETCDCTL_API: '3' },
@@ -239,7 +248,7 @@ export async function startEtcd(options: { tls?: boolean } = {}): Promise<TestEt
     let proc: ChildProcess | undefined;
     const launch = async () => {
       const fd = openSync(logFile, 'a');
-      const p = spawn(ETCD_BIN, args, { stdio: ['ignore', fd, fd] });
+      const p = spawn(...inNs(ETCD_BIN, args), { stdio: ['ignore', fd, fd] });
       proc = p;
       closeSync(fd);
       const deadline = Date.now() + 15_000;

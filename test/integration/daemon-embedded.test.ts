@@ -1,16 +1,18 @@
 /**
- * `weft daemon` end to end on the embedded store, as real processes (bin/weft).
+ * `weft daemon` end to end on the embedded store, as real processes (bin/weft), inside a test
+ * namespace (`ip netns exec`): the daemon programs iptables (FLANNEL-FWD with the flannel default
+ * `--iptables-forward-rules=true`, FLANNEL-POSTRTG with `--ip-masq`) in the namespace it runs in.
  *
- *   root namespace (nothing is created in it: the alloc backend programs no kernel state)
- *   ┌──────────────────────────────────────────────────────────────────────┐
- *   │  weft daemon A ──┐                                                   │
- *   │  --iface lo      ├──► <tmp>/store  (embedded lease store, shared)     │
- *   │  weft daemon B ──┘                                                   │
- *   │  /healthz /readyz /metrics on 127.0.0.1:<free port>                  │
- *   └──────────────────────────────────────────────────────────────────────┘
+ *   weft-<pid>-0  (lo only)
+ *   ┌───────────────────────────────────────────────────────────────────────┐
+ *   │  weft daemon A ──┐                                                    │
+ *   │  --iface lo      ├──► <tmp>/store  (embedded lease store, shared)      │
+ *   │  weft daemon B ──┘                                                    │
+ *   │  /healthz /readyz /metrics on 127.0.0.1:<port>, read by ip netns exec │
+ *   └───────────────────────────────────────────────────────────────────────┘
  * The public IPs are only data in the leases (10.99.0.x); no packet is sent anywhere.
  */
-import { after, afterEach, before, test } from 'node:test';
+import { after, afterEach, before, test as nodeTest } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -19,21 +21,33 @@ import { join } from 'node:path';
 import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
 import {
   freePort,
-  httpGet,
+  nsHttpGet,
   runWeft,
   startWeft,
   stopAll,
   type WeftProcess,
 } from '../helpers/daemon.js';
+import { NetnsScope, isRoot } from '../helpers/netns.js';
+
+const skip = isRoot() ? false : 'needs root (the daemons run in a network namespace)';
+const test = (name: string, fn: () => Promise<void>) => nodeTest(name, { skip }, fn);
+const scope = new NetnsScope();
+let ns = '';
 
 let dir: string;
 const NET_CONF = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'alloc' } });
 
 before(() => {
   dir = mkdtempSync(join(tmpdir(), 'weft-daemon-'));
+  if (!skip) ns = scope.add();
 });
 afterEach(stopAll);
-after(() => rmSync(dir, { recursive: true, force: true }));
+after(async () => {
+  await stopAll();
+  await scope.cleanup();
+  rmSync(dir, { recursive: true, force: true });
+});
+const httpGet = (url: string) => nsHttpGet(ns, url);
 
 let n = 0;
 /** A fresh store with the config written through `weft config set`. */
@@ -70,7 +84,7 @@ async function startNode(
       subnetFile,
       ...extra,
     ],
-    { env: { FLANNELD_STORE_DIR: store } },
+    { env: { FLANNELD_STORE_DIR: store }, netns: ns },
   );
   return { p, port, subnetFile };
 }

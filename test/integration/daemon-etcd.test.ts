@@ -1,10 +1,11 @@
 /**
- * `weft daemon` end to end on a real etcd (Debian etcd-server), as real processes.
+ * `weft daemon` end to end on a real etcd (Debian etcd-server), as real processes, all inside
+ * one test namespace (`ip netns exec`): the daemons program iptables where they run.
  *
- *   root namespace (nothing is created in it: the alloc backend programs no kernel state)
+ *   weft-<pid>-N  (lo only)
  *   ┌─────────────────────────────────────────────────────────────────────┐
  *   │  weft daemon A ──┐                                                  │
- *   │  --iface lo      ├──► etcd 127.0.0.1:<free port>, temp data dir      │
+ *   │  --iface lo      ├──► etcd 127.0.0.1:<port>, temp data dir          │
  *   │  weft daemon B ──┘    (prefix /coreos.com/network, flannel's keys)  │
  *   └─────────────────────────────────────────────────────────────────────┘
  * The public IPs are only data in the leases (10.99.0.x); no packet is sent anywhere.
@@ -16,28 +17,37 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   freePort,
-  httpGet,
+  nsHttpGet,
   runWeft,
   startWeft,
   stopAll,
   type WeftProcess,
 } from '../helpers/daemon.js';
 import { etcdSkipReason, opensslSkipReason, startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { NetnsScope, isRoot } from '../helpers/netns.js';
 
 const PREFIX = '/coreos.com/network';
 const NET_CONF = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'alloc' } });
-const skip = etcdSkipReason();
+const skip = isRoot()
+  ? etcdSkipReason()
+  : 'needs root (etcd and the daemons run in a network namespace)';
 
 describe('daemon on etcd', { skip }, () => {
+  const scope = new NetnsScope();
+  let ns = '';
   let etcd: TestEtcd;
   let dir: string;
+  const httpGet = (url: string) => nsHttpGet(ns, url);
 
   before(async () => {
-    etcd = await startEtcd();
+    ns = scope.add();
+    etcd = await startEtcd({ netns: ns });
     dir = mkdtempSync(join(tmpdir(), 'weft-etcd-daemon-'));
     const file = join(dir, 'net-conf.json');
     writeFileSync(file, NET_CONF);
-    const r = await runWeft(['config', 'set', file, '--etcd-endpoints', etcd.endpoint]);
+    const r = await runWeft(['config', 'set', file, '--etcd-endpoints', etcd.endpoint], {
+      netns: ns,
+    });
     assert.equal(r.code, 0, r.stderr);
   });
   afterEach(async () => {
@@ -45,28 +55,33 @@ describe('daemon on etcd', { skip }, () => {
     etcd.ctl(['del', '--prefix', `${PREFIX}/subnets/`]);
   });
   after(async () => {
+    await stopAll();
     await etcd?.stop();
+    await scope.cleanup();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   async function startNode(ip: string, extra: string[] = [], endpoint = etcd.endpoint) {
     const port = await freePort();
-    const p = startWeft([
-      'daemon',
-      `--etcd-endpoints=${endpoint}`,
-      '-iface=lo',
-      `-public-ip=${ip}`,
-      '--healthz-ip=127.0.0.1',
-      `--healthz-port=${port}`,
-      `--subnet-file=${join(dir, `subnet-${ip}.env`)}`,
-      ...extra,
-    ]);
+    const p = startWeft(
+      [
+        'daemon',
+        `--etcd-endpoints=${endpoint}`,
+        '-iface=lo',
+        `-public-ip=${ip}`,
+        '--healthz-ip=127.0.0.1',
+        `--healthz-port=${port}`,
+        `--subnet-file=${join(dir, `subnet-${ip}.env`)}`,
+        ...extra,
+      ],
+      { netns: ns },
+    );
     return { p, port };
   }
   const ready = (p: WeftProcess) => p.waitForLog((l) => l.msg === 'ready', 15_000);
 
   test('config get returns what config set stored', async () => {
-    const r = await runWeft(['config', 'get', '--etcd-endpoints', etcd.endpoint]);
+    const r = await runWeft(['config', 'get', '--etcd-endpoints', etcd.endpoint], { netns: ns });
     assert.equal(r.stdout.trim(), NET_CONF);
     assert.equal(etcd.ctl(['get', '--print-value-only', `${PREFIX}/config`]).trim(), NET_CONF);
   });
@@ -137,7 +152,9 @@ describe('daemon on etcd', { skip }, () => {
   test('weft leases --json lists the leases in etcd', async () => {
     const a = await startNode('10.99.0.1');
     const r = await ready(a.p);
-    const out = await runWeft(['leases', '--json', '--etcd-endpoints', etcd.endpoint]);
+    const out = await runWeft(['leases', '--json', '--etcd-endpoints', etcd.endpoint], {
+      netns: ns,
+    });
     const leases = JSON.parse(out.stdout) as Array<{
       key: string;
       publicIP: string;
@@ -153,15 +170,19 @@ describe('daemon on etcd', { skip }, () => {
 });
 
 describe('daemon on etcd with TLS', { skip: skip ?? opensslSkipReason() }, () => {
+  const scope = new NetnsScope();
+  let ns = '';
   let etcd: TestEtcd;
   let dir: string;
   before(async () => {
-    etcd = await startEtcd({ tls: true });
+    ns = scope.add();
+    etcd = await startEtcd({ tls: true, netns: ns });
     dir = mkdtempSync(join(tmpdir(), 'weft-etcd-tls-'));
   });
   after(async () => {
     await stopAll();
     await etcd?.stop();
+    await scope.cleanup();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
@@ -175,14 +196,17 @@ describe('daemon on etcd with TLS', { skip: skip ?? opensslSkipReason() }, () =>
     ];
     const file = join(dir, 'net-conf.json');
     writeFileSync(file, NET_CONF);
-    assert.equal((await runWeft(['config', 'set', file, ...flags])).code, 0);
-    const p = startWeft([
-      'daemon',
-      ...flags,
-      '--iface=lo',
-      '--public-ip=10.99.0.1',
-      `--subnet-file=${join(dir, 'subnet.env')}`,
-    ]);
+    assert.equal((await runWeft(['config', 'set', file, ...flags], { netns: ns })).code, 0);
+    const p = startWeft(
+      [
+        'daemon',
+        ...flags,
+        '--iface=lo',
+        '--public-ip=10.99.0.1',
+        `--subnet-file=${join(dir, 'subnet.env')}`,
+      ],
+      { netns: ns },
+    );
     const r = await p.waitForLog((l) => l.msg === 'ready', 15_000);
     assert.match(String(r.key), /^10\.5\.\d+\.0-24$/);
   });
