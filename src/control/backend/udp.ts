@@ -7,6 +7,7 @@
  */
 import { configError } from '../../common/errors.js';
 import { parseCIDR, parseIP } from '../../common/ip.js';
+import { jsonField } from '../../common/json-field.js';
 import type { Backend, BackendContext } from './backend.js';
 import { leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
@@ -18,9 +19,8 @@ export const DEFAULT_UDP_PORT = 8285;
 export const UDP_OVERHEAD = 28;
 
 export function parseUdpConfig(raw: Readonly<Record<string, unknown>>): { port: number } {
-  let port: unknown;
-  for (const [k, v] of Object.entries(raw)) if (k.toLowerCase() === 'port') port = v;
-  if (port === undefined || port === null || port === 0) return { port: DEFAULT_UDP_PORT };
+  const port = jsonField(raw, 'Port');
+  if (port === undefined || port === 0) return { port: DEFAULT_UDP_PORT };
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
     throw configError('Backend.Port', 'must be an integer in 1..65535');
   }

@@ -13,8 +13,8 @@
  *            gets `<peer subnet> via <peer PublicIP> dev <ext iface>` instead
  *   lease    BackendType "vxlan", BackendData {"VNI":1,"VtepMAC":"…"} (BackendV6Data for IPv6)
  *
- * Backend option `Dataplane`: "kernel" (this file), "userspace" (delegated to the backend
- * registered as `vxlan-userspace`), "auto" (kernel, or userspace when the kernel has no vxlan).
+ * Backend option `Dataplane`: "kernel" (this file), "userspace" (delegated to the factory the
+ * registry passes in `deps.userspace`, its `vxlan-userspace` entry), "auto" (kernel, or userspace when the kernel has no vxlan).
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
@@ -28,6 +28,7 @@ import {
   parseCIDR,
   parseIP,
 } from '../../common/ip.js';
+import { jsonField } from '../../common/json-field.js';
 import { LogOnce, logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
@@ -44,7 +45,6 @@ import {
   subnetAddress,
 } from './kernel-common.js';
 import { type Ownership, Reconciler, runPlanned } from './reconcile.js';
-import { backendFactory, knownBackends } from './registry.js';
 
 export const VXLAN = 'vxlan';
 /** The name the userspace VXLAN dataplane registers under (registerBackend). */
@@ -64,20 +64,10 @@ export interface VxlanConfig {
   readonly dataplane: Dataplane;
 }
 
-function pick(obj: Readonly<Record<string, unknown>>, name: string): unknown {
-  const lower = name.toLowerCase();
-  let found: unknown;
-  for (const [k, v] of Object.entries(obj)) {
-    if (k === name) return v;
-    if (k.toLowerCase() === lower) found = v;
-  }
-  return found;
-}
-
 /** Parses the vxlan Backend block (names matched case-insensitively, as Go's JSON does). */
 export function parseVxlanConfig(raw: Readonly<Record<string, unknown>>): VxlanConfig {
   const int = (name: string, def: number, min: number, max: number): number => {
-    const v = pick(raw, name);
+    const v = jsonField(raw, name);
     if (v === undefined || v === null) return def;
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
       throw configError(`Backend.${name}`, `must be an integer in ${min}..${max}`);
@@ -86,16 +76,16 @@ export function parseVxlanConfig(raw: Readonly<Record<string, unknown>>): VxlanC
   };
   const vni = int('VNI', DEFAULT_VNI, 0, 0xffffff);
   const port = int('Port', 0, 0, 65535) || DEFAULT_VXLAN_PORT;
-  const dr = pick(raw, 'DirectRouting') ?? false;
+  const dr = jsonField(raw, 'DirectRouting') ?? false;
   if (typeof dr !== 'boolean') throw configError('Backend.DirectRouting', 'must be true or false');
-  const gbp = pick(raw, 'GBP') ?? false;
+  const gbp = jsonField(raw, 'GBP') ?? false;
   if (gbp !== false) {
     throw new WeftError(
       'WEFT_ERR_BACKEND_UNSUPPORTED',
       'Backend.GBP: group-based policy is not supported',
     );
   }
-  const dp = pick(raw, 'Dataplane') ?? 'kernel';
+  const dp = jsonField(raw, 'Dataplane') ?? 'kernel';
   if (dp !== 'kernel' && dp !== 'userspace' && dp !== 'auto') {
     throw configError('Backend.Dataplane', 'must be "kernel", "userspace" or "auto"');
   }
@@ -126,7 +116,7 @@ export function peerVtepMAC(data: unknown): { mac: string } | { reason: string }
   if (typeof data !== 'object' || data === null || Array.isArray(data)) {
     return { reason: 'BackendData is not an object' };
   }
-  const mac = pick(data as Record<string, unknown>, 'VtepMAC');
+  const mac = jsonField(data as Record<string, unknown>, 'VtepMAC');
   if (typeof mac !== 'string' || !MAC_RE.test(mac)) {
     return { reason: `VtepMAC ${JSON.stringify(mac)} is not a MAC address` };
   }
@@ -297,17 +287,12 @@ function isNoKernelVxlan(err: unknown): boolean {
 }
 
 export interface VxlanDeps extends KernelBackendDeps {
-  /** The userspace implementation (default: the `vxlan-userspace` registry entry; null: none). */
+  /** The userspace implementation (the registry passes its `vxlan-userspace` entry; none when absent). */
   readonly userspace?: BackendFactory | null;
 }
 
 function userspaceBackend(ctx: BackendContext, deps: VxlanDeps): Backend {
-  const factory =
-    deps.userspace !== undefined
-      ? deps.userspace
-      : knownBackends().includes(VXLAN_USERSPACE)
-        ? backendFactory(VXLAN_USERSPACE)
-        : null;
+  const factory = deps.userspace ?? null;
   if (!factory) {
     throw new WeftError(
       'WEFT_ERR_BACKEND_UNSUPPORTED',

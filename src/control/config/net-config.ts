@@ -3,6 +3,7 @@
  * The parser (parseNetConfig) is below the types.
  */
 import { configError } from '../../common/errors.js';
+import { jsonField } from '../../common/json-field.js';
 import {
   bits,
   canonical,
@@ -160,15 +161,12 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** Known fields by canonical name; the last spelling wins, as in Go. `null` is dropped. */
+/** Known fields by canonical name, read as Go does (jsonField). */
 function pickFields(doc: Record<string, unknown>): Map<Field, unknown> {
-  const byLower = new Map<string, Field>(FIELDS.map((f) => [f.toLowerCase(), f]));
   const out = new Map<Field, unknown>();
-  for (const [key, value] of Object.entries(doc)) {
-    const field = byLower.get(key.toLowerCase());
-    if (field === undefined) continue;
-    if (value === null) out.delete(field);
-    else out.set(field, value);
+  for (const field of FIELDS) {
+    const value = jsonField(doc, field);
+    if (value !== undefined) out.set(field, value);
   }
   return out;
 }
@@ -295,10 +293,7 @@ function readBackend(v: unknown): BackendConfig {
   if (v === undefined) return Object.freeze({ type: 'udp', raw: Object.freeze({}) });
   if (!isPlainObject(v))
     throw configError('Backend', 'must be an object such as {"Type": "vxlan"}');
-  let type: unknown;
-  for (const [key, value] of Object.entries(v)) {
-    if (key.toLowerCase() === 'type' && value !== null) type = value;
-  }
+  const type = jsonField(v, 'Type');
   if (typeof type !== 'string' || type === '') {
     throw configError('Backend.Type', 'must be a non-empty string such as "vxlan"');
   }

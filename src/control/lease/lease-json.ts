@@ -5,6 +5,7 @@
  * and never throws: a malformed value yields a reason the caller logs once and counts.
  */
 import { familyOf } from '../../common/ip.js';
+import { jsonField } from '../../common/json-field.js';
 import type { Lease, LeaseAttrs } from './types.js';
 import { parseSubnetKey } from './subnet-key.js';
 
@@ -22,17 +23,6 @@ function isEmptyJSON(v: unknown): boolean {
 
 export type DecodeResult<T> = { ok: true; value: T } | { ok: false; reason: string };
 
-function pick(obj: Record<string, unknown>, name: string): unknown {
-  const lower = name.toLowerCase();
-  let found: unknown;
-  // Go's decoder prefers an exact match, else the last case-insensitive one.
-  for (const [k, v] of Object.entries(obj)) {
-    if (k === name) return v;
-    if (k.toLowerCase() === lower) found = v;
-  }
-  return found;
-}
-
 export function decodeLeaseAttrs(text: string): DecodeResult<LeaseAttrs> {
   let raw: unknown;
   try {
@@ -44,9 +34,9 @@ export function decodeLeaseAttrs(text: string): DecodeResult<LeaseAttrs> {
     return { ok: false, reason: 'lease value is not a JSON object' };
   }
   const obj = raw as Record<string, unknown>;
-  const publicIP = pick(obj, 'PublicIP');
-  const publicIPv6 = pick(obj, 'PublicIPv6');
-  const backendType = pick(obj, 'BackendType');
+  const publicIP = jsonField(obj, 'PublicIP');
+  const publicIPv6 = jsonField(obj, 'PublicIPv6');
+  const backendType = jsonField(obj, 'BackendType');
   if (publicIP !== undefined && publicIP !== null && publicIP !== '') {
     if (typeof publicIP !== 'string' || familyOf(publicIP) !== 4) {
       return { ok: false, reason: `PublicIP ${JSON.stringify(publicIP)} is not an IPv4 address` };
@@ -72,8 +62,8 @@ export function decodeLeaseAttrs(text: string): DecodeResult<LeaseAttrs> {
     publicIP: v4,
     publicIPv6: v6,
     backendType: typeof backendType === 'string' ? backendType : '',
-    backendData: pick(obj, 'BackendData') ?? undefined,
-    backendV6Data: pick(obj, 'BackendV6Data') ?? undefined,
+    backendData: jsonField(obj, 'BackendData') ?? undefined,
+    backendV6Data: jsonField(obj, 'BackendV6Data') ?? undefined,
   };
   return { ok: true, value: attrs };
 }

@@ -166,7 +166,7 @@ describe('vxlan backend options', () => {
     };
     registerBackend('vxlan-userspace', () => marker);
     assert.equal(
-      createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'userspace' })),
+      backendFactory('vxlan')(backendContext({ Type: 'vxlan', Dataplane: 'userspace' })),
       marker,
     );
   });
