@@ -6,7 +6,7 @@ import { runDaemon } from '../daemon.js';
 import { selectExternalInterface } from '../iface.js';
 import { iptablesTask } from '../iptables/iptables.js';
 import { LocalManager } from '../lease/local-manager.js';
-import { openKubeManager, type KubeManager } from '../registry/kube.js';
+import { openKubeManager, type KubeManager } from '../kube/kube-manager.js';
 import { openRegistry } from '../registry/open.js';
 import { sdNotify } from '../sd-notify.js';
 import { VERSION } from '../version.js';

@@ -1,7 +1,7 @@
 /**
  * The SubnetManager seam: how a node gets, keeps and follows leases. Implementations:
  * `LocalManager` (lease/local-manager.ts) over any Registry (memory, embedded, etcd), and the
- * Kubernetes manager (registry/kube.ts), where the node's podCIDR is the lease.
+ * Kubernetes manager (kube/kube-manager.ts), where the node's podCIDR is the lease.
  *
  * Contract:
  * - `acquireLease` returns this node's lease, creating or reusing one as flannel does; it

@@ -16,7 +16,7 @@ import type { Registry } from './registry.js';
 
 type StoreValues = FlagValues<StoreFlagTable>;
 
-/** A Registry for the etcd or embedded store; the kube store is not a Registry (see kube.ts). */
+/** A Registry for the etcd or embedded store; the kube store is not a Registry (see ../kube/kube-manager.ts). */
 export function openRegistry<T extends FlagTable>(parsed: ParsedFlags<T>): Registry {
   const v = parsed.values as unknown as StoreValues;
   const kind = storeKind({ values: v, explicit: parsed.explicit as ReadonlySet<string> });

@@ -7,13 +7,13 @@ import { isWeftError } from '../../../../src/common/errors.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import type { LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
 import { createLeaseMetrics, type LeaseMetrics } from '../../../../src/control/metrics/metrics.js';
-import { KubeApi, loadKubeConfig } from '../../../../src/control/registry/kube-api.js';
+import { KubeApi, loadKubeConfig } from '../../../../src/control/kube/kube-api.js';
 import {
   KubeManager,
   NETWORK_CONDITION,
   kubeAnnotations,
   openKubeManager,
-} from '../../../../src/control/registry/kube.js';
+} from '../../../../src/control/kube/kube-manager.js';
 import { FakeKubeApiServer } from '../../../fakes/kube-apiserver.js';
 
 const P = 'flannel.alpha.coreos.com/';

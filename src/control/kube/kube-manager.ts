@@ -31,6 +31,7 @@ import {
   formatCIDR,
   isAligned,
   parseCIDR,
+  type Family,
   type IPNet,
 } from '../../common/ip.js';
 import { parseNetConfig, type NetConfig } from '../config/net-config.js';
@@ -132,40 +133,46 @@ export function isManagedNode(node: KubeNode, a: KubeAnnotations): boolean {
   return node.metadata.annotations?.[a.subnetKubeManaged] === 'true';
 }
 
+/** One family's half of a peer node's lease: its public address, pod CIDR and backend data. */
+function familyHalf(
+  ann: Readonly<Record<string, string>>,
+  family: Family,
+  names: { readonly publicIP: string; readonly backendData: string },
+  subnet: IPNet | null,
+): Result<{ ip: string; subnet: IPNet; data: unknown }> {
+  const ip = ann[names.publicIP] ?? '';
+  if (familyOf(ip) !== family) {
+    return {
+      ok: false,
+      reason: `${names.publicIP} ${JSON.stringify(ip)} is not an IPv${family} address`,
+    };
+  }
+  if (!subnet) return { ok: false, reason: `no IPv${family} podCIDR` };
+  const d = parseData(ann[names.backendData], names.backendData);
+  if (!d.ok) return d;
+  return { ok: true, value: { ip, subnet, data: d.value } };
+}
+
 /** flannel's nodeToLease: a peer node as a Lease, or a reason it cannot be one. */
 export function nodeToLease(node: KubeNode, a: KubeAnnotations, cfg: NetConfig): Result<Lease> {
   const ann = node.metadata.annotations ?? {};
   const cidrs = nodePodCIDRs(node);
   if (!cidrs.ok) return cidrs;
-  let publicIP = '0.0.0.0';
-  let publicIPv6: string | null = null;
-  let backendData: unknown;
-  let backendV6Data: unknown;
-  if (cfg.enableIPv4) {
-    const ip = ann[a.publicIP] ?? '';
-    if (familyOf(ip) !== 4)
-      return { ok: false, reason: `${a.publicIP} ${JSON.stringify(ip)} is not an IPv4 address` };
-    if (!cidrs.value.v4) return { ok: false, reason: 'no IPv4 podCIDR' };
-    const d = parseData(ann[a.backendData], a.backendData);
-    if (!d.ok) return d;
-    publicIP = ip;
-    backendData = d.value;
-  }
-  if (cfg.enableIPv6) {
-    const ip = ann[a.publicIPv6] ?? '';
-    if (familyOf(ip) !== 6)
-      return { ok: false, reason: `${a.publicIPv6} ${JSON.stringify(ip)} is not an IPv6 address` };
-    if (!cidrs.value.v6) return { ok: false, reason: 'no IPv6 podCIDR' };
-    const d = parseData(ann[a.backendV6Data], a.backendV6Data);
-    if (!d.ok) return d;
-    publicIPv6 = ip;
-    backendV6Data = d.value;
-  }
-  const subnet = cfg.enableIPv4 ? cidrs.value.v4 : null;
-  const ipv6Subnet = cfg.enableIPv6 ? cidrs.value.v6 : null;
+  const v4 = cfg.enableIPv4
+    ? familyHalf(ann, 4, { publicIP: a.publicIP, backendData: a.backendData }, cidrs.value.v4)
+    : null;
+  if (v4 && !v4.ok) return v4;
+  const v6 = cfg.enableIPv6
+    ? familyHalf(ann, 6, { publicIP: a.publicIPv6, backendData: a.backendV6Data }, cidrs.value.v6)
+    : null;
+  if (v6 && !v6.ok) return v6;
+  const subnet = v4?.value.subnet ?? null;
+  const ipv6Subnet = v6?.value.subnet ?? null;
+  const backendData = v4?.value.data;
+  const backendV6Data = v6?.value.data;
   const attrs: LeaseAttrs = {
-    publicIP,
-    publicIPv6,
+    publicIP: v4?.value.ip ?? '0.0.0.0',
+    publicIPv6: v6?.value.ip ?? null,
     backendType: ann[a.backendType] ?? '',
     ...(backendData !== undefined ? { backendData } : {}),
     ...(backendV6Data !== undefined ? { backendV6Data } : {}),
