@@ -7,7 +7,8 @@ import { pino, type Logger, type LevelWithSilent } from 'pino';
 
 export type { Logger };
 
-export const LOG_LEVELS: readonly LevelWithSilent[] = [
+/** The levels `--log-level` and WEFT_LOG_LEVEL take, most severe first. */
+export const LOG_LEVELS = [
   'fatal',
   'error',
   'warn',
@@ -15,7 +16,7 @@ export const LOG_LEVELS: readonly LevelWithSilent[] = [
   'debug',
   'trace',
   'silent',
-];
+] as const satisfies readonly LevelWithSilent[];
 
 let root: Logger = pino(
   {

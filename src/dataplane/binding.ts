@@ -9,7 +9,6 @@
  * (with its own addon instance) runs an engine the main thread created.
  */
 import { loadNative } from '../common/native.js';
-import { OFFLOAD_FEATURES } from './stats.js';
 
 export interface NativeCodecConfig {
   readonly vni: number;
@@ -106,29 +105,13 @@ export const DEFAULT_OFFLOADS =
   TUN_OFFLOADS.udp_gso |
   TUN_OFFLOADS.udp_gro;
 
+export { OFFLOAD_NAMES, offloadListError } from './offloads.js';
+
 /**
  * The kill switch: WEFT_DATAPLANE_OFFLOADS = "none" | "all" (default) | a comma list of
  * csum, tso4, tso6, uso4, uso6, gro, udp_gso, udp_gro. Unknown names are ignored (the flag
  * refuses them: offloadListError). The kernel takes USO only as a pair, and only beside csum.
  */
-/**
- * The names the kill switch (and --dataplane-offloads) accepts, besides `all` and `none`: the
- * features weft_dataplane_offload_enabled reports.
- */
-export const OFFLOAD_NAMES = OFFLOAD_FEATURES;
-
-/** Why an offload list is invalid, or null when it is valid. */
-export function offloadListError(value: string): string | null {
-  if (value === '' || value === 'all' || value === 'none') return null;
-  const bad = value
-    .split(',')
-    .map((n) => n.trim())
-    .filter((n) => !(OFFLOAD_NAMES as readonly string[]).includes(n));
-  return bad.length
-    ? `unknown offload(s) ${bad.join(', ')} (all, none, or a list of ${OFFLOAD_NAMES.join(', ')})`
-    : null;
-}
-
 export function offloadsFromEnv(value = process.env.WEFT_DATAPLANE_OFFLOADS): number {
   if (value === undefined || value === '' || value === 'all') return DEFAULT_OFFLOADS;
   if (value === 'none') return 0;

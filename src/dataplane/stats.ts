@@ -5,6 +5,7 @@
  */
 import { Counter, Gauge } from 'prom-client';
 import type { Registry } from 'prom-client';
+import { OFFLOAD_FEATURES, type OffloadFeature } from './offloads.js';
 
 /** Index i is native DropReason i. `none` is never counted. */
 export const DROP_REASONS = [
@@ -50,18 +51,7 @@ export interface WorkerStats {
   readonly drops: Readonly<Record<DropReason, number>>;
 }
 
-/** Offloads as `weft_dataplane_offload_enabled{feature}` reports them. */
-export const OFFLOAD_FEATURES = [
-  'csum',
-  'tso4',
-  'tso6',
-  'uso4',
-  'uso6',
-  'gro',
-  'udp_gso',
-  'udp_gro',
-] as const;
-export type OffloadFeature = (typeof OFFLOAD_FEATURES)[number];
+export { OFFLOAD_FEATURES, type OffloadFeature } from './offloads.js';
 
 export interface DataplaneStats {
   readonly engine: 'native' | 'js';

@@ -20,7 +20,8 @@
  */
 import { isIP } from 'node:net';
 import { usageError } from '../../common/errors.js';
-import { offloadListError } from '../../dataplane/binding.js';
+import { LOG_LEVELS } from '../../common/log.js';
+import { offloadListError } from '../../dataplane/offloads.js';
 
 export const ENV_PREFIX = 'FLANNELD_';
 
@@ -165,15 +166,6 @@ export function list(
 // ---------------------------------------------------------------------------------------------
 // The daemon's flags (flannel's names and defaults, then weft's own)
 
-export const LOG_LEVEL_NAMES = [
-  'fatal',
-  'error',
-  'warn',
-  'info',
-  'debug',
-  'trace',
-  'silent',
-] as const;
 export const DATAPLANE_ENGINES = ['native', 'js'] as const;
 
 export const DAEMON_FLAGS = {
@@ -251,7 +243,7 @@ export const DAEMON_FLAGS = {
     'embedded lease store directory (used when neither --etcd-endpoints nor --kube-subnet-mgr is given)',
     'DIR',
   ),
-  'log-level': oneOf(LOG_LEVEL_NAMES, 'info', 'log level'),
+  'log-level': oneOf(LOG_LEVELS, 'info', 'log level'),
   'release-lease-on-exit': bool(false, 'delete our lease when the daemon stops'),
   'dataplane-engine': oneOf(
     DATAPLANE_ENGINES,
