@@ -4,7 +4,7 @@
  * removes stale rules of an earlier network or subnet — then re-checked with `iptables-save`
  * every --iptables-resync seconds and re-applied whole when anything differs.
  */
-import { spawn } from 'node:child_process';
+import { type ChildProcess, type SpawnOptions, spawn } from 'node:child_process';
 import { WeftError, errorMessage } from '../../common/errors.js';
 import type { Family } from '../../common/ip.js';
 import { sleep } from '../../common/lifecycle.js';
@@ -27,27 +27,62 @@ export type CommandRunner = (
   input?: string,
 ) => Promise<string>;
 
-export const runCommand: CommandRunner = (cmd, args, input) =>
-  new Promise((resolve, reject) => {
-    const p = spawn(cmd, args, {
-      stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+/** How a command is started (node's `spawn`; tests pass one that fails). */
+export type SpawnFn = (
+  cmd: string,
+  args: readonly string[],
+  options: SpawnOptions,
+) => Pick<ChildProcess, 'stdin' | 'stdout' | 'stderr' | 'on'>;
+
+/**
+ * A CommandRunner over `spawnFn`. A command that cannot be started (EMFILE under fd pressure,
+ * ENOENT, …) rejects like one that fails: the 'error' handler is attached before anything else
+ * touches the child, and a spawn that throws at once is caught, so neither can crash the process.
+ */
+export function commandRunner(spawnFn: SpawnFn = spawn): CommandRunner {
+  return (cmd, args, input) =>
+    new Promise((resolve, reject) => {
+      const fail = (err: unknown): void =>
+        reject(new Error(`${cmd}: cannot run: ${errorMessage(err)}`, { cause: err }));
+      let p: ReturnType<SpawnFn>;
+      try {
+        p = spawnFn(cmd, args, {
+          stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+        });
+      } catch (err) {
+        fail(err);
+        return;
+      }
+      p.on('error', fail);
+      let out = '';
+      let err = '';
+      p.stdout?.setEncoding('utf8').on('data', (d: string) => (out += d));
+      p.stderr?.setEncoding('utf8').on('data', (d: string) => (err += d));
+      p.on('close', (code) =>
+        code === 0
+          ? resolve(out)
+          : reject(new Error(`${cmd} ${args.join(' ')}: ${err.trim() || `exit ${code}`}`)),
+      );
+      if (p.stdin) {
+        // A command that exits without reading its input must not crash us with EPIPE.
+        p.stdin.on('error', () => undefined);
+        p.stdin.end(input);
+      }
     });
-    let out = '';
-    let err = '';
-    p.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
-    p.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
-    p.on('error', reject);
-    p.on('close', (code) =>
-      code === 0
-        ? resolve(out)
-        : reject(new Error(`${cmd} ${args.join(' ')}: ${err.trim() || `exit ${code}`}`)),
-    );
-    if (p.stdin) {
-      // A command that exits without reading its input must not crash us with EPIPE.
-      p.stdin.on('error', () => undefined);
-      p.stdin.end(input);
-    }
-  });
+}
+
+export const runCommand: CommandRunner = commandRunner();
+
+const RESOURCE_ERRNOS = new Set(['EMFILE', 'ENFILE', 'EAGAIN', 'ENOMEM']);
+
+/** Whether `err` (or a cause of it) is a process that could not start for want of resources. */
+export function isResourceShortage(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && RESOURCE_ERRNOS.has(code)) return true;
+  }
+  return false;
+}
 
 export interface IptablesOptions {
   readonly ipMasq: boolean;
@@ -148,9 +183,19 @@ export class IptablesKeeper {
     return n;
   }
 
-  /** Ensures now (failure is fatal), then every `resyncSec` until `signal` (failures logged once). */
+  /**
+   * Ensures now, then every `resyncSec` until `signal` (failures logged once per message). A
+   * first failure is fatal, unless the tool could not even be started for want of resources
+   * (EMFILE, ENFILE, EAGAIN, ENOMEM): that one is logged and retried on the next resync.
+   */
   async run(resyncSec: number, signal: AbortSignal): Promise<void> {
-    await this.ensure();
+    try {
+      await this.ensure();
+    } catch (err) {
+      if (!isResourceShortage(err)) throw err;
+      this.#once.first(errorMessage(err));
+      this.#log.warn({ err: errorMessage(err) }, 'iptables rules not applied yet, retrying');
+    }
     this.#log.debug({ everySec: resyncSec }, 'iptables resync started');
     try {
       while (!signal.aborted) {
