@@ -1,11 +1,13 @@
 /**
  * weft's entry point: wiring only. Subcommands dispatch to their modules; errors become exit
  * codes (2 for usage/config errors, naming the flag or field; 1 for runtime failures).
+ *
+ * Each command's module is imported when that command runs, never here: `weft version` loads
+ * two small modules, `weft leases` no daemon, `weft cni` no store client (bench:footprint
+ * measures it).
  */
 import { ERROR_CODES, WeftError, errorMessage, usageError } from '../common/errors.js';
-import { logger } from '../common/log.js';
-import { configCommand, leasesCommand, type Io } from './cli/store-commands.js';
-import { daemonCommand } from './cli/daemon-command.js';
+import type { Io } from './cli/store-commands.js';
 import { VERSION } from './version.js';
 
 const HELP = `weft ${VERSION} — a flannel-compatible overlay network
@@ -26,9 +28,9 @@ commands:
 type Command = (argv: readonly string[], io: Io) => Promise<number>;
 
 const COMMANDS: Record<string, Command> = {
-  daemon: daemonCommand,
-  config: configCommand,
-  leases: leasesCommand,
+  daemon: async (argv, io) => (await import('./cli/daemon-command.js')).daemonCommand(argv, io),
+  config: async (argv, io) => (await import('./cli/store-commands.js')).configCommand(argv, io),
+  leases: async (argv, io) => (await import('./cli/store-commands.js')).leasesCommand(argv, io),
   cni: async (_argv, io) => {
     const { runCni } = await import('./cni/main.js');
     return runCni(io.env, process.stdin, io.stdout);
@@ -67,11 +69,12 @@ export async function main(argv: readonly string[], io: Io): Promise<number> {
       );
     return await command(rest, io);
   } catch (err) {
-    return reportFailure(name ?? 'weft', err);
+    return await reportFailure(name ?? 'weft', err);
   }
 }
 
-function reportFailure(command: string, err: unknown): number {
+async function reportFailure(command: string, err: unknown): Promise<number> {
+  const { logger } = await import('../common/log.js');
   if (err instanceof WeftError) {
     const exit = ERROR_CODES[err.code].exit;
     // Usage and config mistakes are for a person: say it plainly, then log it as JSON too.

@@ -14,7 +14,6 @@ import { type Family, formatCIDR } from '../../common/ip.js';
 import { LogOnce } from '../../common/log.js';
 import { loadNative } from '../../common/native.js';
 import { offloadsFromEnv } from '../../dataplane/binding.js';
-import { startDataplane } from '../../dataplane/index.js';
 import type { Dataplane, DataplaneEngine, DataplaneFormat } from '../../dataplane/index.js';
 import type { PeerEntry } from '../../dataplane/peer-table.js';
 import { registerDataplaneMetrics } from '../../dataplane/stats.js';
@@ -114,6 +113,9 @@ export function createUserspaceBackend(
       const engine = engineOption(ctx);
       checkEngine(spec.type, engine);
       nl = (deps.openNetlink ?? openNetlink)();
+      // the engine (worker pool, codecs) loads only when a userspace backend starts, so the
+      // kernel backends' daemons never pay for it
+      const { startDataplane } = await import('../../dataplane/index.js');
       dp = await startDataplane({
         format: spec.format,
         engine,

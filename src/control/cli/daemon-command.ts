@@ -6,7 +6,7 @@ import { runDaemon } from '../daemon.js';
 import { selectExternalInterface } from '../iface.js';
 import { iptablesTask } from '../iptables/iptables.js';
 import { LocalManager } from '../lease/local-manager.js';
-import { openKubeManager, type KubeManager } from '../kube/kube-manager.js';
+import type { KubeManager } from '../kube/kube-manager.js';
 import { openRegistry } from '../registry/open.js';
 import { sdNotify } from '../sd-notify.js';
 import { VERSION } from '../version.js';
@@ -86,7 +86,9 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
         ],
         openManager: async (metrics) => {
           if (storeKind(parsed) !== 'kube')
-            return new LocalManager(openRegistry(parsed), { metrics });
+            return new LocalManager(await openRegistry(parsed), { metrics });
+          // the Kubernetes client (~1.5 s, ~60 MB to load) only in kube mode
+          const { openKubeManager } = await import('../kube/kube-manager.js');
           kube = await openKubeManager(
             {
               kubeApiUrl: o.kubeApiUrl,

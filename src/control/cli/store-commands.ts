@@ -56,7 +56,7 @@ export async function configCommand(argv: readonly string[], io: Io): Promise<nu
       io.stdout.write(await readConfigFromFlags(parsed));
       return 0;
     }
-    const reg = openRegistry(parsed);
+    const reg = await openRegistry(parsed);
     try {
       const text = await reg.getNetworkConfig();
       io.stdout.write(text.endsWith('\n') ? text : text + '\n');
@@ -71,7 +71,7 @@ export async function configCommand(argv: readonly string[], io: Io): Promise<nu
     parseNetConfig(text); // refuse to store a config the daemons would reject
     if (kube)
       throw usageError('kube-subnet-mgr', 'in kube mode the config is the net-conf.json ConfigMap');
-    const reg = openRegistry(parsed);
+    const reg = await openRegistry(parsed);
     try {
       await reg.setNetworkConfig(text.trim());
     } finally {
@@ -96,7 +96,7 @@ export async function leasesCommand(argv: readonly string[], io: Io): Promise<nu
   }
   if (parsed.positionals.length > 0)
     throw usageError('', `unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
-  const reg = openRegistry(parsed);
+  const reg = await openRegistry(parsed);
   let list;
   try {
     list = await reg.listSubnets();

@@ -10,20 +10,23 @@ import {
   type FlagTable,
   type FlagValues,
 } from '../config/flags.js';
-import { EmbeddedRegistry } from './embedded.js';
-import { EtcdRegistry } from './etcd.js';
 import type { Registry } from './registry.js';
 
 type StoreValues = FlagValues<StoreFlagTable>;
 
-/** A Registry for the etcd or embedded store; the kube store is not a Registry (see ../kube/kube-manager.ts). */
-export function openRegistry<T extends FlagTable>(parsed: ParsedFlags<T>): Registry {
+/**
+ * A Registry for the etcd or embedded store; the kube store is not a Registry (see
+ * ../kube/kube-manager.ts).
+ * Each store's module is imported only when selected (etcd's gRPC client costs ~20 MB).
+ */
+export async function openRegistry<T extends FlagTable>(parsed: ParsedFlags<T>): Promise<Registry> {
   const v = parsed.values as unknown as StoreValues;
   const kind = storeKind({ values: v, explicit: parsed.explicit as ReadonlySet<string> });
   switch (kind) {
     case 'embedded':
-      return new EmbeddedRegistry(v.storeDir);
-    case 'etcd':
+      return new (await import('./embedded.js')).EmbeddedRegistry(v.storeDir);
+    case 'etcd': {
+      const { EtcdRegistry } = await import('./etcd.js');
       return new EtcdRegistry({
         endpoints: v.etcdEndpoints
           .split(',')
@@ -36,6 +39,7 @@ export function openRegistry<T extends FlagTable>(parsed: ParsedFlags<T>): Regis
         username: v.etcdUsername || undefined,
         password: v.etcdPassword || undefined,
       });
+    }
     case 'kube':
       throw new WeftError(
         'WEFT_ERR_USAGE',
