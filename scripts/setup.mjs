@@ -120,20 +120,26 @@ async function ensureNative() {
   }
 }
 
-function ensureDist() {
-  const out = join(root, 'dist', 'control', 'main.js');
-  if (existsSync(out) && newestMtime(join(root, 'dist')) >= newestMtime(join(root, 'src'))) return;
-  say('compiling TypeScript (dist/)');
-  run(process.execPath, [
-    join(root, 'node_modules', 'typescript', 'bin', 'tsc'),
-    '-p',
-    'tsconfig.build.json',
-  ]);
+async function ensureDist() {
+  const fresh = (out) => existsSync(out) && statSync(out).mtimeMs >= newestMtime(join(root, 'src'));
+  if (!fresh(join(root, 'dist', 'control', 'main.js'))) {
+    say('compiling TypeScript (dist/)');
+    run(process.execPath, [
+      join(root, 'node_modules', 'typescript', 'bin', 'tsc'),
+      '-p',
+      'tsconfig.build.json',
+    ]);
+  }
+  if (!fresh(join(root, 'dist', 'weft-cni.cjs'))) {
+    say('bundling the CNI plugin (dist/weft-cni.cjs)');
+    const { buildCni } = await import('./build-cni.mjs');
+    await buildCni();
+  }
 }
 
 ensurePackages();
 if (!process.argv.includes('--packages-only')) {
   ensureNodeModules();
   await ensureNative();
-  ensureDist();
+  await ensureDist();
 }

@@ -5,14 +5,14 @@
  *   ┌──────────── node: weft-<pid>-0 (subnet.env: 10.5.38.1/24 of 10.5.0.0/16) ───────────┐
  *   │  cni0 bridge 10.5.38.1/24 (made by bridge)                                           │
  *   │    ├─ veth ── eth0 10.5.38.x ── pod A: weft-<pid>-1  (plugin run from source via tsx) │
- *   │    ├─ veth ── eth0 10.5.38.y ── pod B: weft-<pid>-2  (a copy of bin/weft-cni named   │
- *   │    │                                                  `flannel`, "type": "flannel")  │
+ *   │    ├─ veth ── eth0 10.5.38.y ── pod B: weft-<pid>-2  (the bundle dist/weft-cni.cjs   │
+ *   │    │                                       copied alone as `weft`, "type": "flannel") │
  *   │    └─ veth ── eth0 10.5.38.z ── pod C: weft-<pid>-3  (FLANNEL_IPMASQ=false: bridge    │
  *   │                                                       masquerades, iptables in node) │
  *   └──────────────────────────────────────────────────────────────────────────────────────┘
  *
- * The launcher runs from a temp package built from source (tsc of the plugin's closure), as a
- * symlink `weft` and a plain copy `flannel` in a temp CNI bin dir.
+ * The installed form is the bundle built from source (scripts/build-cni.mjs) and copied alone
+ * into a temp CNI bin dir; the npm launcher (bin/weft-cni) runs as a symlink to a temp package.
  * The plugin, and so bridge and host-local, only ever run inside the node namespace (the bridge
  * plugin creates cni0 in the namespace it runs in); host-local keeps its leases in a temp dir.
  * Pods on two nodes through a running weft daemon are the demo's job (issue 6 §2).
@@ -20,6 +20,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import {
+  chmodSync,
   copyFileSync,
   existsSync,
   mkdirSync,
@@ -31,6 +32,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
+import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -59,8 +61,8 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
   let ipamDir = '';
   let subnetFile = '';
   let weftLink = '';
-  let flannelCopy = '';
-  let pkgDir = '';
+  let bundleCopy = '';
+  let launcherCopy = '';
   let resultA: Record<string, unknown> = {};
   let resultB: Record<string, unknown> = {};
 
@@ -130,43 +132,28 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
       subnetFile,
       'FLANNEL_NETWORK=10.5.0.0/16\nFLANNEL_SUBNET=10.5.38.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n',
     );
-    // A package laid out as npm installs it, built from source (only the plugin's closure), and
-    // a CNI bin dir holding a plain copy of bin/weft-cni named `flannel`.
+    // The installed form: the self-contained bundle (scripts/build-cni.mjs, built here from
+    // source) copied alone into a CNI bin dir as `weft`, with no package or node_modules beside
+    // it. And a package laid out as npm installs it (launcher + bundle only), its launcher
+    // symlinked into the bin dir as `weft-launcher`.
     const pkg = join(tmp, 'pkg');
     mkdirSync(join(pkg, 'bin'), { recursive: true });
-    writeFileSync(join(pkg, 'package.json'), '{"type":"module"}\n');
-    symlinkSync(join(REPO, 'node_modules'), join(pkg, 'node_modules'));
-    const tsc = spawnSync(
+    const built = spawnSync(
       process.execPath,
-      [
-        join(REPO, 'node_modules/typescript/bin/tsc'),
-        '--ignoreConfig',
-        '--module',
-        'nodenext',
-        '--target',
-        'es2023',
-        '--skipLibCheck',
-        '--types',
-        'node',
-        '--rootDir',
-        join(REPO, 'src'),
-        '--outDir',
-        join(pkg, 'dist'),
-        join(REPO, 'src/control/cni/main.ts'),
-      ],
+      [join(REPO, 'scripts/build-cni.mjs'), '--outfile', join(pkg, 'dist/weft-cni.cjs')],
       { cwd: REPO, encoding: 'utf8' },
     );
-    assert.ok(existsSync(join(pkg, 'dist/control/cni/main.js')), `tsc: ${tsc.stdout}${tsc.stderr}`);
+    assert.ok(existsSync(join(pkg, 'dist/weft-cni.cjs')), `build-cni: ${built.stderr}`);
     copyFileSync(join(REPO, 'bin/weft-cni'), join(pkg, 'bin/weft-cni'));
     const cniBin = join(tmp, 'cni-bin');
     mkdirSync(cniBin);
-    // `weft`: a symlink to the installed launcher (found by its real path);
-    // `flannel`: a plain copy (found through WEFT_PACKAGE_DIR).
-    weftLink = join(cniBin, 'weft');
+    bundleCopy = join(cniBin, 'weft');
+    copyFileSync(join(pkg, 'dist/weft-cni.cjs'), bundleCopy);
+    chmodSync(bundleCopy, 0o755);
+    weftLink = join(cniBin, 'weft-launcher');
     symlinkSync(join(pkg, 'bin/weft-cni'), weftLink);
-    flannelCopy = join(cniBin, 'flannel');
-    copyFileSync(join(REPO, 'bin/weft-cni'), flannelCopy);
-    pkgDir = pkg;
+    launcherCopy = join(tmp, 'launcher-copy');
+    copyFileSync(join(REPO, 'bin/weft-cni'), launcherCopy);
 
     node = scope.add();
     podA = scope.add();
@@ -216,17 +203,21 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
     });
   });
 
-  test('a copy of bin/weft-cni named for `"type": "flannel"` adds pod B the same way', () => {
-    const r = cni('ADD', podB, 'pod-b', config({ type: 'flannel' }), flannelCopy, {
-      WEFT_PACKAGE_DIR: pkgDir,
-    });
+  test('the bundle copied alone into a bin dir adds pod B (a config written for flannel)', () => {
+    const bundle = readFileSync(bundleCopy, 'utf8');
+    assert.deepEqual(
+      [...bundle.matchAll(/require\("([^"]+)"\)/g)].map((m) => m[1]).filter((m) => !isBuiltin(m!)),
+      [],
+      'the bundle requires nothing but Node built-ins',
+    );
+    const r = cni('ADD', podB, 'pod-b', config({ type: 'flannel' }), bundleCopy);
     assert.equal(r.status, 0, r.stdout + r.stderr);
     resultB = r.json;
     assert.match(podAddress(resultB), /^10\.5\.38\.\d+$/);
     assert.notEqual(podAddress(resultB), podAddress(resultA));
   });
 
-  test('a symlinked launcher finds its package; a bare copy says what is missing (code 103)', () => {
+  test('a symlinked launcher finds its package; a bare launcher copy says what is missing (code 103)', () => {
     const v = cni('VERSION', podB, 'x', '{}', weftLink);
     assert.equal(v.status, 0, v.stdout + v.stderr);
     assert.deepEqual(v.json.supportedVersions, ['0.3.0', '0.3.1', '0.4.0', '1.0.0']);
@@ -237,7 +228,7 @@ describe('weft-cni with bridge + host-local in namespaces', { skip }, () => {
     ]) {
       assert.equal(existsSync(d), false, `precondition: no weft installed at ${d}`);
     }
-    const bare = cni('VERSION', podB, 'x', '{}', flannelCopy);
+    const bare = cni('VERSION', podB, 'x', '{}', launcherCopy);
     assert.equal(bare.status, 1);
     assert.equal(bare.json.code, 103);
     assert.match(String(bare.json.msg), /cannot find the weft package/);

@@ -6,7 +6,20 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, posix } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import yaml from 'js-yaml';
 import { DAEMON_FLAGS, parseFlags } from '../../../src/control/config/flags.js';
 import { parseNetConfig } from '../../../src/control/config/net-config.js';
@@ -106,14 +119,70 @@ describe('deploy/kubernetes/weft.yml', () => {
     );
   });
 
-  test('the init container installs weft-cni and the CNI config', () => {
+  test('the init container installs the bundled plugin and the CNI config, and nothing else', () => {
     const init = pod.initContainers.find((c: Obj) => c.name === 'install-cni');
     const script: string = init.args.join('\n');
-    assert.match(script, /\/opt\/weft\/bin\/weft-cni/);
-    assert.match(script, /\/host\/opt\/cni\/bin\/weft\b/);
-    assert.match(script, /cni-conf\.json .*10-weft\.conflist/);
     const hostPaths = new Set(pod.volumes.map((v: Obj) => v.hostPath?.path));
     for (const p of ['/opt/cni/bin', '/etc/cni/net.d', '/opt/weft']) assert.ok(hostPaths.has(p), p);
+    for (const m of init.volumeMounts) assert.match(m.mountPath, /^\/host\/|^\/etc\/weft$/);
+    // Run the script for real against a temp "host": the image's files are this checkout's.
+    const tmp = mkdtempSync(join(tmpdir(), 'weft-install-cni-'));
+    try {
+      const host = join(tmp, 'host');
+      mkdirSync(join(host, 'opt/cni/bin'), { recursive: true });
+      mkdirSync(join(host, 'opt/weft/node_modules/old'), { recursive: true });
+      writeFileSync(join(host, 'opt/cni/bin/flannel'), 'flannel, not ours\n');
+      mkdirSync(join(tmp, 'etc'));
+      writeFileSync(join(tmp, 'etc/cni-conf.json'), byKind('ConfigMap').data['cni-conf.json']);
+      const bundle = join(tmp, 'weft-cni.cjs');
+      const built = spawnSync(
+        process.execPath,
+        [fileURLToPath(new URL('scripts/build-cni.mjs', root)), '--outfile', bundle],
+        { encoding: 'utf8' },
+      );
+      assert.equal(built.status, 0, built.stderr);
+      const local = script
+        .replaceAll('/host/', `${host}/`)
+        .replaceAll('/usr/local/bin/node', process.execPath)
+        .replaceAll('/opt/weft/dist/weft-cni.cjs', bundle)
+        .replaceAll('/etc/weft/', `${tmp}/etc/`);
+      const r = spawnSync('/bin/sh', ['-c', local], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+      const plugin = readFileSync(join(host, 'opt/cni/bin/weft'), 'utf8');
+      assert.equal(plugin.split('\n')[0], '#!/opt/weft/node', 'runs with the copied node');
+      assert.equal(statSync(join(host, 'opt/cni/bin/weft')).mode & 0o777, 0o755);
+      assert.equal(
+        readFileSync(join(host, 'opt/cni/bin/flannel'), 'utf8'),
+        'flannel, not ours\n',
+        "another plugin's binary is never touched",
+      );
+      assert.deepEqual(readdirSync(join(host, 'opt/cni/bin')).sort(), ['flannel', 'weft']);
+      assert.deepEqual(readdirSync(join(host, 'opt/weft')), ['node'], 'no package on the host');
+      assert.deepEqual(readdirSync(join(host, 'etc/cni/net.d')), ['10-weft.conflist']);
+      const v = spawnSync(process.execPath, [join(host, 'opt/cni/bin/weft')], {
+        input: '{"cniVersion":"1.0.0"}',
+        encoding: 'utf8',
+        env: { CNI_COMMAND: 'VERSION', PATH: process.env.PATH },
+      });
+      assert.equal(v.status, 0, v.stdout + v.stderr);
+      assert.match(v.stdout, /"supportedVersions"/);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
+  test('/metrics is served on a declared container port (the health server port)', () => {
+    const port = parseFlags(DAEMON_FLAGS, args.slice(1), {}).values.healthzPort;
+    const ports: Obj[] = main.ports ?? [];
+    const metrics = ports.find((p) => p.name === 'metrics');
+    assert.ok(metrics, 'a container port named metrics');
+    assert.equal(metrics.containerPort, port);
+    assert.equal(metrics.protocol, 'TCP');
+    assert.equal(
+      pod.hostNetwork && metrics.hostPort,
+      port,
+      'host network: hostPort = containerPort',
+    );
   });
 
   test('net-conf.json parses with the daemon parser', () => {
@@ -190,6 +259,80 @@ describe('Dockerfile', () => {
     assert.match(text, /npm ci/);
     assert.match(text, /^FROM node:20-bookworm-slim$/m);
     assert.match(text, /libmnl0/);
+  });
+
+  const stages = text.split(/^(?=FROM )/m).filter((t) => t.startsWith('FROM '));
+  const build = stages.find((t) => /^FROM \S+ AS build$/m.test(t)) ?? '';
+  const runtime = stages.at(-1) ?? '';
+  const workdir = (stage: string) => /^WORKDIR (\S+)$/m.exec(stage)?.[1] ?? '/';
+  const pkg = JSON.parse(read('package.json')) as Obj;
+
+  /**
+   * The files the installed package loads at run time, read from the code: the package.json
+   * (its "type"), the bins and what each loads from dist/, every path a module resolves under
+   * packageRoot() (the addon, the TUN helper, ...), and each production dependency.
+   */
+  function runtimeFiles(): string[] {
+    const files = ['package.json'];
+    for (const bin of Object.values(pkg.bin as Record<string, string>)) {
+      files.push(bin);
+      const src = read(bin);
+      for (const m of src.matchAll(/'\.\.\/(dist\/[^']+)'/g)) files.push(m[1]!);
+      for (const m of src.matchAll(/ENTRY = '([^']+)'/g)) files.push(m[1]!);
+    }
+    const walk = (dir: string): string[] =>
+      readdirSync(new URL(dir, root), { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? walk(`${dir}${e.name}/`) : e.name.endsWith('.ts') ? [dir + e.name] : [],
+      );
+    for (const file of walk('src/')) {
+      for (const m of read(file).matchAll(/join\(\s*packageRoot\(\),([^)]*)\)/g)) {
+        const parts = [...m[1]!.matchAll(/'([^']+)'/g)].map((p) => p[1]!);
+        files.push(parts.join('/'));
+      }
+    }
+    for (const dep of Object.keys(pkg.dependencies as Record<string, string>))
+      files.push(`node_modules/${dep}`);
+    return [...new Set(files)];
+  }
+
+  test('the runtime stage copies every file the runtime loads, from where the build made it', () => {
+    const files = runtimeFiles();
+    assert.ok(files.includes('native/build/weft-tun'), 'the TUN helper is found in the code');
+    assert.ok(files.includes('native/build/Release/weft.node'));
+    assert.ok(files.includes('dist/weft-cni.cjs'));
+    const dir = workdir(runtime);
+    const copies = [...runtime.matchAll(/^COPY --from=build (\S+) (\S+)$/gm)].map((m) => ({
+      src: m[1]!,
+      dest: posix.join(dir, m[2]!),
+    }));
+    for (const c of copies) assert.equal(c.src, c.dest, 'the same layout as the build stage');
+    for (const f of files) {
+      const abs = posix.join(dir, f);
+      assert.ok(
+        copies.some((c) => abs === c.dest || abs.startsWith(`${c.dest}/`)),
+        `${f} is not copied into the runtime image`,
+      );
+    }
+    assert.equal(workdir(build), dir);
+  });
+
+  test('the build stage builds every generated runtime file and fails when one is missing', () => {
+    const run = /^RUN npm ci(?:.*\\\n)*.*$/m.exec(build)?.[0] ?? assert.fail('no RUN npm ci');
+    for (const f of runtimeFiles().filter((f) => /^(dist|native\/build)\//.test(f))) {
+      assert.ok(run.includes(`test -f ${f}`), `the build does not check ${f}`);
+    }
+  });
+
+  test('the build stage gets every source file the package ships', () => {
+    const copied = [...build.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap((m) =>
+      m[1]!.split(/\s+/),
+    );
+    for (const f of (pkg.files as string[]).filter((f) => f !== 'dist')) {
+      assert.ok(
+        copied.some((c) => f === c || f.startsWith(`${c}/`)),
+        `${f} (package.json "files") is not copied into the build stage`,
+      );
+    }
   });
 
   test('copies every path the image needs from the repository', () => {
