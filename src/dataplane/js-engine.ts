@@ -18,7 +18,7 @@ import { LogOnce, logger } from '../common/log.js';
 import { loadNative, nativeAvailable } from '../common/native.js';
 import { checksum, decap, encap } from './js-codec.js';
 import type { CodecConfig } from './js-codec.js';
-import type { Dataplane, DataplaneOptions } from './index.js';
+import type { Dataplane, DataplaneOptions } from './engine.js';
 import { JsPeerTable, encodePeerTable } from './peer-table.js';
 import { COUNTERS, COUNTERS_PER_WORKER, DROP_REASONS, decodeCounters } from './stats.js';
 import type { CounterName, DropReason } from './stats.js';

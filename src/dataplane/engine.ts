@@ -1,0 +1,58 @@
+/**
+ * The contract every dataplane engine implements (native-engine.ts, js-engine.ts), apart from
+ * the seam (index.ts) that picks one, so engines and the seam never import each other.
+ */
+import type { WeftError } from '../common/errors.js';
+import type { Logger } from '../common/log.js';
+import type { PeerEntry } from './peer-table.js';
+import type { DataplaneStats } from './stats.js';
+
+export type DataplaneFormat = 'udp' | 'vxlan';
+export type DataplaneEngine = 'native' | 'js';
+
+export interface DataplaneOptions {
+  readonly format: DataplaneFormat;
+  readonly engine: DataplaneEngine;
+  readonly tunName: string;
+  /** Worker threads = TUN queues = UDP sockets (native engine; the js engine uses one). */
+  readonly workers: number;
+  /** The address the UDP sockets bind (the external interface's address). */
+  readonly bindIp: string;
+  readonly port: number;
+  readonly tunMtu: number;
+  readonly vni: number;
+  /** Our VtepMAC (VXLAN); ignored by udp. */
+  readonly vtepMac: Buffer;
+  /** TUN_F_* offloads wanted (binding.ts TUN_OFFLOADS); default: WEFT_DATAPLANE_OFFLOADS. */
+  readonly offloads?: number;
+  /** Busy-poll this many µs after a light drain before sleeping (native engine; 0 = never). */
+  readonly busyPollUs?: number;
+  /**
+   * Native engine: 1 thread per queue moving both directions (default), or 2, one per
+   * direction, so a flow's data and its ACKs are moved by different threads (and CPUs). On the
+   * 2-CPU bench machine the split measured no faster (bench/README), so it is opt-in.
+   */
+  readonly queueThreads?: 1 | 2;
+  readonly log?: Logger;
+}
+
+export interface Dataplane {
+  readonly engine: DataplaneEngine;
+  readonly tunName: string;
+  setPeers(entries: readonly PeerEntry[]): void;
+  stats(): DataplaneStats;
+  close(): Promise<void>;
+  /**
+   * Settles (with the reason) if the dataplane stops moving packets on its own while running:
+   * a native loop left with an error, or the js engine's TUN helper died. Never before close()
+   * otherwise, never because of close(). The backend turns it into a fatal daemon error, so the
+   * supervisor (systemd, the DaemonSet) restarts weft instead of leaving a dead node up.
+   */
+  readonly failed: Promise<WeftError>;
+  /**
+   * native: the worker_threads threadId of the pool thread running each loop (queue 0's tx and
+   * rx, then queue 1's, ...), all distinct; the js engine runs on the calling thread and leaves
+   * this out.
+   */
+  readonly threadIds?: readonly number[];
+}

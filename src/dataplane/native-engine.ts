@@ -1,0 +1,207 @@
+/**
+ * The native engine: the addon's packet loops, one piscina thread per TUN queue (or two, one per
+ * direction, with queueThreads: 2), each running one task that stays parked in C++ until close()
+ * signals the engine's eventfd.
+ */
+import { MessageChannel } from 'node:worker_threads';
+import { Piscina } from 'piscina';
+import { WeftError, errorMessage } from '../common/errors.js';
+import { logger } from '../common/log.js';
+import { TUN_OFFLOADS, loadDataplaneBinding, offloadsFromEnv } from './binding.js';
+import type { Dataplane, DataplaneOptions } from './engine.js';
+import type { Direction, WorkerMessage, WorkerResult, WorkerTask } from './messages.js';
+import { encodePeerTable } from './peer-table.js';
+import { COUNTERS, DROP_REASONS, OFFLOAD_FEATURES, decodeCounters } from './stats.js';
+import type { OffloadFeature } from './stats.js';
+
+/**
+ * The pool's task file: worker.js from dist/; from the .ts sources under tsx, a bootstrap that
+ * registers tsx in the thread first (see worker-bootstrap.mjs).
+ */
+function poolWorkerFile(): string {
+  const ts = import.meta.url.endsWith('.ts');
+  return new URL(ts ? './worker-bootstrap.mjs' : './worker.js', import.meta.url).href;
+}
+
+/** Where the engine's queues are: before every one has started, running, or being closed. */
+type Phase = 'starting' | 'running' | 'closing';
+
+/**
+ * One queue's pool task. `started` resolves with the thread's id once the task is about to enter
+ * the native loop; `done` settles when the task leaves it (the rc) or could not enter it.
+ */
+function runLoop(
+  pool: Piscina<WorkerTask, WorkerResult>,
+  engineId: number,
+  worker: number,
+  direction: Direction,
+): { started: Promise<number>; done: Promise<WorkerResult> } {
+  const { port1, port2 } = new MessageChannel();
+  const started = new Promise<number>((resolve) => {
+    port1.once('message', (m: WorkerMessage) => resolve(m.threadId));
+  });
+  const task: WorkerTask = { engineId, worker, direction, port: port2 };
+  const done = pool.run(task, { transferList: [port2] });
+  // The port is only for 'started'; once the task is over nothing else can come.
+  void done.then(
+    () => port1.close(),
+    () => port1.close(),
+  );
+  return { started, done };
+}
+
+export async function startNativeEngine(opts: DataplaneOptions): Promise<Dataplane> {
+  const log = opts.log ?? logger('dataplane');
+  const native = loadDataplaneBinding();
+  const want = [...COUNTERS, ...DROP_REASONS.map((r) => `drop_${r}`)].join(',');
+  if (native.counterNames().join(',') !== want) {
+    throw new WeftError(
+      'WEFT_ERR_NATIVE_UNAVAILABLE',
+      'native addon counters do not match this build of weft (rebuild the addon)',
+      { details: { native: native.counterNames(), expected: want } },
+    );
+  }
+  let created: ReturnType<typeof native.engineCreate>;
+  try {
+    created = native.engineCreate({
+      format: opts.format,
+      tunName: opts.tunName,
+      workers: opts.workers,
+      bindIp: opts.bindIp,
+      port: opts.port,
+      tunMtu: opts.tunMtu,
+      vni: opts.vni,
+      vtepMac: opts.vtepMac,
+      offloads: opts.offloads ?? offloadsFromEnv(),
+      busyPollUs: opts.busyPollUs ?? 0,
+    });
+  } catch (err) {
+    throw new WeftError('WEFT_ERR_DATAPLANE', (err as Error).message, {
+      cause: err,
+      details: { tun: opts.tunName, bind: `${opts.bindIp}:${opts.port}` },
+    });
+  }
+  const id = created.id;
+  const directions: readonly Direction[] = opts.queueThreads === 2 ? ['tx', 'rx'] : ['both'];
+  const loops = Array.from({ length: opts.workers }, (_, w) =>
+    directions.map((d) => ({ worker: w, direction: d })),
+  ).flat();
+  const pool = new Piscina<WorkerTask, WorkerResult>({
+    filename: poolWorkerFile(),
+    minThreads: loops.length,
+    maxThreads: loops.length,
+    concurrentTasksPerWorker: 1,
+    idleTimeout: Infinity,
+    maxQueue: 0,
+  });
+  // Only a thread that dies with no task emits this; one with a task rejects the task instead.
+  pool.on('error', (err: unknown) => log.error({ err: errorMessage(err) }, 'dataplane pool error'));
+  let phase: Phase = 'starting';
+  const queues = loops.map((l) => runLoop(pool, id, l.worker, l.direction));
+  const settled = Promise.allSettled(queues.map((q) => q.done));
+  let fail!: (e: WeftError) => void;
+  const failed = new Promise<WeftError>((resolve) => (fail = resolve));
+  queues.forEach((q, i) =>
+    q.done.then(
+      (rc) => {
+        // While starting, leaving the loop fails startDataplane instead (below).
+        if (phase === 'running' || (phase === 'closing' && rc !== 0)) {
+          log.error({ ...loops[i], errno: rc }, 'dataplane worker left its loop');
+        }
+        if (phase === 'running') {
+          fail(
+            new WeftError('WEFT_ERR_DATAPLANE', `worker ${loops[i]!.worker} left its loop`, {
+              details: { tun: created.tunName, ...loops[i], errno: rc },
+            }),
+          );
+        }
+      },
+      (err: unknown) => {
+        if (phase === 'running') {
+          log.error({ ...loops[i], err: errorMessage(err) }, 'dataplane worker failed');
+          fail(
+            new WeftError(
+              'WEFT_ERR_DATAPLANE',
+              `worker ${loops[i]!.worker}: ${errorMessage(err)}`,
+              {
+                cause: err,
+                details: { tun: created.tunName, ...loops[i] },
+              },
+            ),
+          );
+        }
+      },
+    ),
+  );
+  const stopAll = async () => {
+    native.engineClose(id);
+    await settled;
+    await pool.destroy();
+  };
+  let threadIds: number[];
+  try {
+    // Every queue says 'started', or the first one to end (or fail) before that is the error.
+    const ended = Promise.race(
+      queues.map((q, i) =>
+        q.done.then(
+          (rc) => {
+            const w = loops[i]!.worker;
+            throw new WeftError('WEFT_ERR_DATAPLANE', `worker ${w} left its loop at start`, {
+              details: { tun: created.tunName, ...loops[i], errno: rc },
+            });
+          },
+          (err: unknown) => {
+            const w = loops[i]!.worker;
+            throw new WeftError('WEFT_ERR_DATAPLANE', `worker ${w}: ${errorMessage(err)}`, {
+              cause: err,
+              details: { tun: created.tunName, ...loops[i] },
+            });
+          },
+        ),
+      ),
+    );
+    ended.catch(() => undefined);
+    threadIds = await Promise.race([Promise.all(queues.map((q) => q.started)), ended]);
+    phase = 'running';
+  } catch (err) {
+    phase = 'closing';
+    await stopAll();
+    throw err;
+  }
+  log.debug(
+    {
+      tun: created.tunName,
+      workers: opts.workers,
+      threadIds,
+      offloadsAccepted: created.offloadsAccepted,
+      offloadsEnabled: created.offloadsEnabled,
+    },
+    'dataplane started',
+  );
+  const offloads = Object.fromEntries(
+    OFFLOAD_FEATURES.map((f) => [f, (created.offloadsEnabled & TUN_OFFLOADS[f]) !== 0]),
+  ) as Record<OffloadFeature, boolean>;
+  let closed: Promise<void> | null = null;
+  return {
+    engine: 'native',
+    tunName: created.tunName,
+    threadIds,
+    failed,
+    setPeers(entries) {
+      if (phase === 'closing') return;
+      native.engineSetPeers(id, encodePeerTable(entries));
+    },
+    stats() {
+      if (phase === 'closing') return decodeCounters('native', []);
+      return { ...decodeCounters('native', native.engineCounters(id)), offloads };
+    },
+    close() {
+      closed ??= (async () => {
+        phase = 'closing';
+        await stopAll();
+        log.debug({ tun: created.tunName }, 'dataplane stopped');
+      })();
+      return closed;
+    },
+  };
+}
