@@ -32,6 +32,7 @@ export const ERROR_CODES = {
   WEFT_ERR_BACKEND: { exit: 1, summary: 'a backend failed to start or to program a peer' },
   WEFT_ERR_NETLINK: { exit: 1, summary: 'a kernel (rtnetlink) operation failed' },
   WEFT_ERR_IPTABLES: { exit: 1, summary: 'iptables-restore or iptables-save failed' },
+  WEFT_ERR_NFTABLES: { exit: 1, summary: 'nft failed to list or write the flannel tables' },
   WEFT_ERR_NATIVE_UNAVAILABLE: { exit: 1, summary: 'the native addon is not built or cannot load' },
   WEFT_ERR_DATAPLANE: { exit: 1, summary: 'the packet engine failed' },
   WEFT_ERR_CNI: { exit: 1, summary: 'the CNI plugin failed' },

@@ -44,6 +44,8 @@ export interface NetConfig {
   /** Present when enableIPv6. */
   readonly ipv6: FamilyConfig | null;
   readonly backend: BackendConfig;
+  /** Masquerade and forward rules through nftables instead of iptables (flannel's EnableNFTables). */
+  readonly enableNFTables: boolean;
   /** The JSON text it was parsed from. */
   readonly text: string;
 }
@@ -60,6 +62,7 @@ const FIELDS = [
   'IPv6SubnetLen',
   'IPv6SubnetMin',
   'IPv6SubnetMax',
+  'EnableNFTables',
   'Backend',
 ] as const;
 type Field = (typeof FIELDS)[number];
@@ -134,7 +137,8 @@ export function parseNetConfig(text: string): NetConfig {
   const backend = readBackend(fields.get('Backend'));
   const ipv4 = enableIPv4 ? checkFamily(raw4, RULES[4]) : null;
   const ipv6 = enableIPv6 ? checkFamily(raw6, RULES[6]) : null;
-  return Object.freeze({ enableIPv4, enableIPv6, ipv4, ipv6, backend, text });
+  const enableNFTables = readBool(fields, 'EnableNFTables', false);
+  return Object.freeze({ enableIPv4, enableIPv6, ipv4, ipv6, backend, enableNFTables, text });
 }
 
 /** The enabled families' configs, IPv4 first. */

@@ -4,91 +4,44 @@
  * removes stale rules of an earlier network or subnet — then re-checked with `iptables-save`
  * every --iptables-resync seconds and re-applied whole when anything differs.
  */
-import { type ChildProcess, type SpawnOptions, spawn } from 'node:child_process';
 import { WeftError, errorMessage } from '../../common/errors.js';
 import type { Family } from '../../common/ip.js';
-import { sleep } from '../../common/lifecycle.js';
-import { LogOnce, type Logger, logger } from '../../common/log.js';
+import { type Logger, logger } from '../../common/log.js';
 import type { NetConfig } from '../config/net-config.js';
+
+export {
+  type CommandRunner,
+  type SpawnFn,
+  commandRunner,
+  isResourceShortage,
+  runCommand,
+} from './command.js';
 import type { Lease } from '../lease/types.js';
+import { type CommandRunner, runCommand } from './command.js';
+import { type IptablesFlavour, detectFlavour, iptablesTools } from './flavour.js';
+import { NftablesKeeper, nftSupportsFullyRandom, removeNftTables } from './nftables.js';
+import type { NftTableSpec } from './nft-rules.js';
+import { type RuleKeeper, keepRules } from './resync.js';
 import {
   type ChainRules,
   forwardRules,
   isInPlace,
   masqRules,
+  OUR_CHAINS,
   parseSave,
+  removalScript,
   restoreScript,
 } from './rules.js';
-
-/** Runs a command with optional stdin and returns stdout (rejects with stderr on failure). */
-export type CommandRunner = (
-  cmd: string,
-  args: readonly string[],
-  input?: string,
-) => Promise<string>;
-
-/** How a command is started (node's `spawn`; tests pass one that fails). */
-export type SpawnFn = (
-  cmd: string,
-  args: readonly string[],
-  options: SpawnOptions,
-) => Pick<ChildProcess, 'stdin' | 'stdout' | 'stderr' | 'on'>;
-
-/**
- * A CommandRunner over `spawnFn`. A command that cannot be started (EMFILE under fd pressure,
- * ENOENT, …) rejects like one that fails: the 'error' handler is attached before anything else
- * touches the child, and a spawn that throws at once is caught, so neither can crash the process.
- */
-export function commandRunner(spawnFn: SpawnFn = spawn): CommandRunner {
-  return (cmd, args, input) =>
-    new Promise((resolve, reject) => {
-      const fail = (err: unknown): void =>
-        reject(new Error(`${cmd}: cannot run: ${errorMessage(err)}`, { cause: err }));
-      let p: ReturnType<SpawnFn>;
-      try {
-        p = spawnFn(cmd, args, {
-          stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-        });
-      } catch (err) {
-        fail(err);
-        return;
-      }
-      p.on('error', fail);
-      let out = '';
-      let err = '';
-      p.stdout?.setEncoding('utf8').on('data', (d: string) => (out += d));
-      p.stderr?.setEncoding('utf8').on('data', (d: string) => (err += d));
-      p.on('close', (code) =>
-        code === 0
-          ? resolve(out)
-          : reject(new Error(`${cmd} ${args.join(' ')}: ${err.trim() || `exit ${code}`}`)),
-      );
-      if (p.stdin) {
-        // A command that exits without reading its input must not crash us with EPIPE.
-        p.stdin.on('error', () => undefined);
-        p.stdin.end(input);
-      }
-    });
-}
-
-export const runCommand: CommandRunner = commandRunner();
-
-const RESOURCE_ERRNOS = new Set(['EMFILE', 'ENFILE', 'EAGAIN', 'ENOMEM']);
-
-/** Whether `err` (or a cause of it) is a process that could not start for want of resources. */
-export function isResourceShortage(err: unknown): boolean {
-  for (let e = err; e instanceof Error; e = e.cause) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && RESOURCE_ERRNOS.has(code)) return true;
-  }
-  return false;
-}
 
 export interface IptablesOptions {
   readonly ipMasq: boolean;
   readonly forwardRules: boolean;
   /** Seconds between checks (--iptables-resync, default 5). */
   readonly resyncSec: number;
+  /** `MASQUERADE --random-fully` / `masquerade fully-random` (off: --ip-masq-fully-random-disable). */
+  readonly fullyRandom?: boolean;
+  /** Which iptables binaries (default: detected as flanneld's image does, see flavour.ts). */
+  readonly flavour?: IptablesFlavour;
   readonly run?: CommandRunner;
   readonly log?: Logger;
 }
@@ -102,7 +55,7 @@ export interface FamilyRules {
 export function wantedRules(
   cfg: NetConfig,
   lease: Lease,
-  o: Pick<IptablesOptions, 'ipMasq' | 'forwardRules'>,
+  o: Pick<IptablesOptions, 'ipMasq' | 'forwardRules' | 'fullyRandom'>,
 ): FamilyRules[] {
   const out: FamilyRules[] = [];
   const fams: Array<[Family, boolean]> = [
@@ -114,29 +67,75 @@ export function wantedRules(
     const subnet = family === 4 ? lease.subnet : lease.ipv6Subnet;
     if (!on || !fc || !subnet) continue;
     const chains: ChainRules[] = [];
-    if (o.ipMasq) chains.push(masqRules(family, fc.network, subnet));
+    if (o.ipMasq) chains.push(masqRules(family, fc.network, subnet, o.fullyRandom ?? true));
     if (o.forwardRules) chains.push(forwardRules(fc.network));
     if (chains.length > 0) out.push({ family, chains });
   }
   return out;
 }
 
-function tools(family: Family): { save: string; restore: string } {
-  return family === 4
-    ? { save: 'iptables-save', restore: 'iptables-restore' }
-    : { save: 'ip6tables-save', restore: 'ip6tables-restore' };
+/** The nftables mode's tables for this node: both always (flannel's Init), chains as asked. */
+export function wantedNftTables(
+  cfg: NetConfig,
+  lease: Lease,
+  o: Pick<IptablesOptions, 'ipMasq' | 'forwardRules'> & { readonly fullyRandom: boolean },
+): NftTableSpec[] {
+  return ([4, 6] as const).map((family) => {
+    const on = family === 4 ? cfg.enableIPv4 : cfg.enableIPv6;
+    const fc = family === 4 ? cfg.ipv4 : cfg.ipv6;
+    const subnet = family === 4 ? lease.subnet : lease.ipv6Subnet;
+    return {
+      family,
+      fullyRandom: o.fullyRandom,
+      ...(on && fc && subnet && o.ipMasq ? { masq: { network: fc.network, subnet } } : {}),
+      ...(on && fc && o.forwardRules ? { forward: { network: fc.network } } : {}),
+    };
+  });
 }
 
-export class IptablesKeeper {
+/**
+ * Removes our iptables chains and the jumps into them (nftables mode starting after an
+ * iptables-mode run, as flannel's CleanUp of the unused manager). Best effort: logged, never
+ * fatal; a host without the iptables tools has nothing to remove.
+ */
+export async function removeIptablesRules(
+  run: CommandRunner,
+  log: Logger,
+  flavour: IptablesFlavour = 'default',
+): Promise<void> {
+  for (const family of [4, 6] as const) {
+    const t = iptablesTools(family, flavour);
+    for (const id of OUR_CHAINS) {
+      try {
+        const lines = parseSave(await run(t.save, ['-t', id.table])).get(id.table) ?? [];
+        const script = removalScript(lines, id);
+        if (script === null) continue;
+        await run(t.restore, ['-w', '5', '--noflush'], script);
+        log.info(
+          { family, table: id.table, chain: id.chain },
+          'iptables rules of an earlier run removed',
+        );
+      } catch (err) {
+        log.debug({ family, table: id.table, err: errorMessage(err) }, 'iptables: nothing removed');
+      }
+    }
+  }
+}
+
+export class IptablesKeeper implements RuleKeeper {
   readonly #want: readonly FamilyRules[];
+  readonly #flavour: IptablesFlavour;
   readonly #run: CommandRunner;
   readonly #log: Logger;
-  readonly #once = new LogOnce();
   /** How many times rules were (re)applied; tests and metrics read it. */
   applied = 0;
 
-  constructor(want: readonly FamilyRules[], o: { run?: CommandRunner; log?: Logger } = {}) {
+  constructor(
+    want: readonly FamilyRules[],
+    o: { run?: CommandRunner; log?: Logger; flavour?: IptablesFlavour } = {},
+  ) {
     this.#want = want;
+    this.#flavour = o.flavour ?? 'default';
     this.#run = o.run ?? runCommand;
     this.#log = o.log ?? logger('iptables');
   }
@@ -145,7 +144,7 @@ export class IptablesKeeper {
   async ensure(): Promise<number> {
     let n = 0;
     for (const fr of this.#want) {
-      const t = tools(fr.family);
+      const t = iptablesTools(fr.family, this.#flavour);
       const tables = new Set(fr.chains.map((c) => c.table));
       for (const table of tables) {
         const chains = fr.chains.filter((c) => c.table === table);
@@ -183,40 +182,17 @@ export class IptablesKeeper {
     return n;
   }
 
-  /**
-   * Ensures now, then every `resyncSec` until `signal` (failures logged once per message). A
-   * first failure is fatal, unless the tool could not even be started for want of resources
-   * (EMFILE, ENFILE, EAGAIN, ENOMEM): that one is logged and retried on the next resync.
-   */
-  async run(resyncSec: number, signal: AbortSignal): Promise<void> {
-    try {
-      await this.ensure();
-    } catch (err) {
-      if (!isResourceShortage(err)) throw err;
-      this.#once.first(errorMessage(err));
-      this.#log.warn({ err: errorMessage(err) }, 'iptables rules not applied yet, retrying');
-    }
-    this.#log.debug({ everySec: resyncSec }, 'iptables resync started');
-    try {
-      while (!signal.aborted) {
-        await sleep(resyncSec * 1000, signal).catch(() => undefined);
-        if (signal.aborted) break;
-        try {
-          await this.ensure();
-        } catch (err) {
-          if (this.#once.first(errorMessage(err)))
-            this.#log.warn({ err: errorMessage(err) }, 'iptables resync failed');
-        }
-      }
-    } finally {
-      this.#log.debug('iptables resync stopped');
-    }
+  /** Ensures now, then every `resyncSec` until `signal` (keepRules). */
+  run(resyncSec: number, signal: AbortSignal): Promise<void> {
+    return keepRules(this, { resyncSec, signal, log: this.#log });
   }
 }
 
 /**
- * The daemon task (DaemonConfig.tasks): keeps the rules until the daemon stops (and, when
- * neither --ip-masq nor --iptables-forward-rules asks for rules, just waits for the stop).
+ * The daemon task (DaemonConfig.tasks): keeps the rules until the daemon stops. With
+ * `"EnableNFTables": true` the nftables tables (nftables.ts), else the iptables chains; either
+ * way the other mode's leftovers are removed first. In iptables mode, when neither --ip-masq nor
+ * --iptables-forward-rules asks for rules, it just waits for the stop.
  */
 export function iptablesTask(o: IptablesOptions) {
   return async (ctx: {
@@ -224,6 +200,18 @@ export function iptablesTask(o: IptablesOptions) {
     netConfig: NetConfig;
     signal: AbortSignal;
   }): Promise<void> => {
+    const run = o.run ?? runCommand;
+    const log = o.log ?? logger('iptables');
+    const keep = { resyncSec: o.resyncSec, signal: ctx.signal, log };
+    if (ctx.netConfig.enableNFTables) {
+      await removeIptablesRules(run, log, o.flavour ?? (await detectFlavour(run, log)));
+      const fullyRandom =
+        (o.fullyRandom ?? true) && (!o.ipMasq || (await nftSupportsFullyRandom(run, log)));
+      const want = wantedNftTables(ctx.netConfig, ctx.lease, { ...o, fullyRandom });
+      await keepRules(new NftablesKeeper(want, { run, log }), keep);
+      return;
+    }
+    await removeNftTables(run, log);
     const want = wantedRules(ctx.netConfig, ctx.lease, o);
     if (want.length === 0) {
       // Nothing to keep; a task still runs until the daemon stops (returning early would read
@@ -235,10 +223,7 @@ export function iptablesTask(o: IptablesOptions) {
       }
       return;
     }
-    const keeper = new IptablesKeeper(want, {
-      ...(o.run ? { run: o.run } : {}),
-      ...(o.log ? { log: o.log } : {}),
-    });
-    await keeper.run(o.resyncSec, ctx.signal);
+    const flavour = o.flavour ?? (await detectFlavour(run, log));
+    await keepRules(new IptablesKeeper(want, { run, log, flavour }), keep);
   };
 }

@@ -9,6 +9,7 @@
  *     -s S -d N … RETURN ; -s N -d S … RETURN ; ! -s N -d S … RETURN
  *     -s N ! -d 224.0.0.0/4 … MASQUERADE --random-fully   (IPv6: ff00::/8)
  *     ! -s N -d N … MASQUERADE --random-fully
+ *   (without --random-fully under --ip-masq-fully-random-disable)
  * filter (with --iptables-forward-rules):
  *   FORWARD  -m comment --comment "flanneld forward" -j FLANNEL-FWD   (first rule)
  *   FLANNEL-FWD: -s N … ACCEPT ; -d N … ACCEPT
@@ -38,11 +39,17 @@ function c(comment: string): string {
   return `-m comment --comment "${comment}"`;
 }
 
-export function masqRules(family: Family, network: IPNet, subnet: IPNet): ChainRules {
+export function masqRules(
+  family: Family,
+  network: IPNet,
+  subnet: IPNet,
+  fullyRandom = true,
+): ChainRules {
   const N = formatCIDR(network);
   const S = formatCIDR(subnet);
   const m = c(MASQ_COMMENT);
   const multicast = family === 4 ? '224.0.0.0/4' : 'ff00::/8';
+  const masquerade = fullyRandom ? 'MASQUERADE --random-fully' : 'MASQUERADE';
   return {
     table: 'nat',
     parent: 'POSTROUTING',
@@ -54,8 +61,8 @@ export function masqRules(family: Family, network: IPNet, subnet: IPNet): ChainR
       `-s ${S} -d ${N} ${m} -j RETURN`,
       `-s ${N} -d ${S} ${m} -j RETURN`,
       `! -s ${N} -d ${S} ${m} -j RETURN`,
-      `-s ${N} ! -d ${multicast} ${m} -j MASQUERADE --random-fully`,
-      `! -s ${N} -d ${N} ${m} -j MASQUERADE --random-fully`,
+      `-s ${N} ! -d ${multicast} ${m} -j ${masquerade}`,
+      `! -s ${N} -d ${N} ${m} -j ${masquerade}`,
     ],
   };
 }
@@ -123,6 +130,32 @@ export function restoreScript(lines: readonly string[], want: ChainRules): strin
   }
   out.push(`-I ${want.parent} 1 ${want.jump}`);
   for (const r of want.rules) out.push(`-A ${want.chain} ${r}`);
+  out.push('COMMIT', '');
+  return out.join('\n');
+}
+
+/** Our chains as iptables-save names them: which table, which built-in chain jumps in, comment. */
+export const OUR_CHAINS: ReadonlyArray<Pick<ChainRules, 'table' | 'parent' | 'chain' | 'comment'>> =
+  [
+    { table: 'nat', parent: 'POSTROUTING', chain: MASQ_CHAIN, comment: MASQ_COMMENT },
+    { table: 'filter', parent: 'FORWARD', chain: FWD_CHAIN, comment: FWD_COMMENT },
+  ];
+
+/**
+ * The `iptables-restore --noflush` script that removes our chain of one table and every jump
+ * into it carrying our comment, or null when the table holds none of it (nftables mode cleans
+ * up after an earlier iptables-mode run, as flannel does).
+ */
+export function removalScript(
+  lines: readonly string[],
+  id: Pick<ChainRules, 'table' | 'parent' | 'chain' | 'comment'>,
+): string | null {
+  const jumps = chainRules(lines, id.parent).filter((r) => r.includes(`"${id.comment}"`));
+  const declared = lines.some((l) => l.startsWith(`:${id.chain} `));
+  if (!declared && jumps.length === 0) return null;
+  const out = [`*${id.table}`];
+  for (const r of jumps) out.push(`-D ${id.parent} ${r}`);
+  if (declared) out.push(`-F ${id.chain}`, `-X ${id.chain}`);
   out.push('COMMIT', '');
   return out.join('\n');
 }
