@@ -514,10 +514,13 @@ class Engine::Loop {
       }
       // Datagram k of a train starts where k-1 ended: its vnet header space (before the inner
       // packet) overlaps bytes of datagram k-1, which are consumed (copied or written) by then.
-      for (size_t off = 0; off < len; off += seg) {
+      // An empty datagram (len 0) is delivered once too, so the decap counts its drop.
+      size_t off = 0;
+      do {
         size_t dlen = len - off < seg ? len - off : seg;
         Deliver(data + off, dlen, src_len, src, table);
-      }
+        off += seg;
+      } while (off < len);
     }
     FlushGro();
     // GRO trains fill up to 64 KB per buffer: while they arrive, a few per recvmmsg keep them

@@ -184,7 +184,10 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
 
   s.on('message', (msg: Buffer, rinfo: RemoteInfo) => {
     const src = parseIP(rinfo.address);
-    if (!src) return;
+    if (!src) {
+      drop('unknown_source');
+      return;
+    }
     const r = decap(opts.format, table, cfg, src, msg);
     if (r.drop !== 'none' || !r.tun) {
       drop(r.drop);
