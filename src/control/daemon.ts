@@ -12,6 +12,7 @@ import { WeftError, errorMessage, isWeftError } from '../common/errors.js';
 import { sleep } from '../common/lifecycle.js';
 import { LogOnce, logger } from '../common/log.js';
 import type { Backend, ExternalInterface } from './backend/backend.js';
+import { unsupportedBackendOptions } from './backend/options.js';
 import { backendFactory } from './backend/registry.js';
 import type { NetConfig } from './config/net-config.js';
 import { startHealthServer, type HealthServer } from './http.js';
@@ -105,6 +106,12 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
     manager = await cfg.openManager(metrics.lease);
     const netConfig = await waitForConfig(manager, stop.signal);
     log.info({ backend: netConfig.backend.type, store: manager.kind }, 'network config loaded');
+    for (const option of unsupportedBackendOptions(netConfig.backend)) {
+      log.warn(
+        { code: 'WEFT_ERR_BACKEND_UNSUPPORTED', field: `Backend.${option}` },
+        `ignoring Backend.${option}: the ${netConfig.backend.type} backend does not support it`,
+      );
+    }
     const extIface = await cfg.selectInterface(netConfig);
     log.info(
       { iface: extIface.name, publicIP: extIface.publicIP, publicIPv6: extIface.publicIPv6 },

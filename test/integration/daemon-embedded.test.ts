@@ -193,6 +193,40 @@ test('weft config set refuses a malformed file with exit 2 naming the field', as
   assert.match(r.stderr, /Network: /);
 });
 
+test('SubnetMin above SubnetMax is refused with exit 2 naming both fields', async () => {
+  const file = join(dir, 'min-max.json');
+  writeFileSync(
+    file,
+    JSON.stringify({ Network: '10.5.0.0/16', SubnetMin: '10.5.20.0', SubnetMax: '10.5.10.0' }),
+  );
+  const r = await runWeft(['config', 'set', file, '--store-dir', join(dir, 'never')]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /SubnetMin: must not be above SubnetMax \(10\.5\.20\.0 > 10\.5\.10\.0\)/);
+});
+
+test('each Backend option the backend does not read is warned about once, and ignored', async () => {
+  const store = await freshStore(
+    JSON.stringify({
+      Network: '10.5.0.0/16',
+      Backend: { Type: 'alloc', MacPrefix: '0E:2A', VIN: 2 },
+    }),
+  );
+  const a = await startNode(store, '10.99.0.1');
+  await ready(a.p);
+  const warned = a.p.logs.filter((l) => l.code === 'WEFT_ERR_BACKEND_UNSUPPORTED');
+  assert.deepEqual(
+    warned.map((l) => [l.level, l.field]),
+    [
+      ['warn', 'Backend.MacPrefix'],
+      ['warn', 'Backend.VIN'],
+    ],
+  );
+  assert.match(
+    warned[0]!.msg,
+    /ignoring Backend\.MacPrefix: the alloc backend does not support it/,
+  );
+});
+
 test('a malformed lease is skipped, logged once and counted while daemons keep running', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1');

@@ -290,6 +290,12 @@ function checkFamily(raw: RawFamily, r: FamilyRules): FamilyConfig {
       );
     }
   }
+  if (subnetMin > subnetMax) {
+    throw configError(
+      r.minField,
+      `must not be above ${r.maxField} (${formatIP(r.family, subnetMin)} > ${formatIP(r.family, subnetMax)})`,
+    );
+  }
   return Object.freeze({ network, subnetLen, subnetMin, subnetMax });
 }
 

@@ -319,6 +319,16 @@ describe('parseNetConfig: errors name the field and the rule', () => {
       'SubnetMin: must be an IPv4 address',
     ],
     [
+      'SubnetMin above SubnetMax',
+      '{"Network":"10.1.0.0/16","SubnetMin":"10.1.20.0","SubnetMax":"10.1.10.0"}',
+      'SubnetMin: must not be above SubnetMax (10.1.20.0 > 10.1.10.0)',
+    ],
+    [
+      'SubnetMax below the default SubnetMin',
+      '{"Network":"10.1.0.0/16","SubnetLen":20,"SubnetMax":"10.1.0.0"}',
+      'SubnetMin: must not be above SubnetMax (10.1.16.0 > 10.1.0.0)',
+    ],
+    [
       'EnableIPv4 not a boolean',
       '{"Network":"10.1.0.0/16","EnableIPv4":"true"}',
       'EnableIPv4: must be true or false',
@@ -367,6 +377,11 @@ describe('parseNetConfig: errors name the field and the rule', () => {
       'IPv6SubnetMin not aligned',
       '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48","IPv6SubnetMin":"fc00:0:0:1::1"}',
       'IPv6SubnetMin: must be on a IPv6SubnetLen /64 boundary (got fc00:0:0:1::1)',
+    ],
+    [
+      'IPv6SubnetMin above IPv6SubnetMax',
+      '{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fc00::/48","IPv6SubnetMin":"fc00:0:0:9::","IPv6SubnetMax":"fc00:0:0:2::"}',
+      'IPv6SubnetMin: must not be above IPv6SubnetMax (fc00:0:0:9:: > fc00:0:0:2::)',
     ],
     [
       'IPv6SubnetMax an IPv4 address',
