@@ -4,6 +4,7 @@
  * read them: a full socket buffer). Every datagram sent at a dataplane port is either forwarded,
  * counted by weft under a reason, or counted here by the kernel.
  */
+import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { nsExecAsync } from './netns.js';
 
@@ -49,17 +50,17 @@ export async function kernelUdpRecvErrors(ns: string): Promise<number> {
  * Sends `count` bad datagrams (udp-flood.ts mode "mixed": a quarter of them zero-length) from
  * namespace `from` to `target:port`, then waits (≤ 15 s: counters are read per scrape) until weft's
  * receive-side drop counters, read through `scrape`, and the kernel's receive errors in `targetNs` account for
- * every datagram sent. Returns the figures for the caller to assert on; on timeout it throws with
- * the per-reason drops.
+ * every datagram sent, and asserts it: 400 sent (100 empty) = weft's drops + the kernel's, the
+ * kernel's fewer than half. On timeout it throws with the per-reason drops.
  */
-export async function floodAndCountDrops(o: {
+export async function assertEveryDatagramCounted(o: {
   from: string;
   targetNs: string;
   target: string;
   port: number;
   scrape: () => Promise<string>;
   count?: number;
-}): Promise<{ sent: number; empty: number; counted: number; kernel: number }> {
+}): Promise<void> {
   const before = receiveDrops(await o.scrape());
   const kernelBefore = await kernelUdpRecvErrors(o.targetNs);
   const args = { mode: 'mixed', target: o.target, port: o.port, count: o.count ?? 400 };
@@ -75,7 +76,12 @@ export async function floodAndCountDrops(o: {
   for (;;) {
     const now = await o.scrape();
     const counted = receiveDrops(now) - before;
-    if (counted + kernel >= sent) return { sent, empty, counted, kernel };
+    if (counted + kernel >= sent) {
+      assert.deepEqual([sent, empty], [o.count ?? 400, (o.count ?? 400) / 4]);
+      assert.equal(counted + kernel, sent);
+      assert.ok(kernel < sent / 2, `the kernel dropped ${kernel} of ${sent}`);
+      return;
+    }
     if (Date.now() > deadline) {
       throw new Error(
         `${counted} drops counted + ${kernel} by the kernel < ${sent} sent after 15 s; ` +

@@ -21,7 +21,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Cluster, ROOT, waitFor } from '../helpers/cluster.js';
-import { floodAndCountDrops } from '../helpers/drops.js';
+import { assertEveryDatagramCounted } from '../helpers/drops.js';
 import { ip, isRoot, nsExecAsync } from '../helpers/netns.js';
 // @ts-expect-error: a plain .mjs build script without types
 import { buildTunHelper } from '../../scripts/build-native.mjs';
@@ -123,7 +123,7 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
 
   test('every bad datagram is counted, zero-length ones included', async () => {
     const target = c.nodes[1]!;
-    const r = await floodAndCountDrops({
+    await assertEveryDatagramCounted({
       from: c.nodes[0]!.ns,
       targetNs: target.ns,
       target: target.ip,
@@ -134,9 +134,6 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
           `fetch('http://127.0.0.1:${HEALTH_PORT}/metrics').then(r=>r.text()).then(t=>process.stdout.write(t))`,
         ]),
     });
-    assert.deepEqual([r.sent, r.empty], [400, 100]);
-    assert.equal(r.counted + r.kernel, r.sent);
-    assert.ok(r.kernel < r.sent / 2, `the kernel dropped ${r.kernel} of ${r.sent}`);
   });
 
   test('vxlan userspace also runs without the addon', async () => {
