@@ -2,38 +2,112 @@
 // Dependency-free setup, run by npm's pre-scripts (pretest, predemo, prebench) and by .ci/run.
 // Installs what is missing and says what it is doing; when everything is there it costs a few
 // stat() calls and one dpkg-query.
-//   1. Debian packages the suite and the demo use (apt-get, as root)
+//   0. Node.js 20 or newer, or one sentence saying so (nothing else is tried)
+//   1. Debian packages (apt-get, as root): what building and running the daemon needs, plus what
+//      the tests, the demo and the bench use (--daemon: the first list only). No service a
+//      package ships is started or left enabled (etcd-server and prometheus enable theirs).
 //   2. npm dependencies (npm ci) when node_modules is missing or older than package-lock.json
 //   3. the native addon (node-gyp via npm) when missing or older than its sources
-//   4. the compiled JS (dist/) when missing or older than src/
+//   4. the compiled JS (dist/) and the CNI bundle (dist/weft-cni.cjs) when older than src/
 //   --packages-only stops after step 1 (used by .ci/run before `npm ci`).
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { chmodSync, existsSync, readdirSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-export const DEBIAN_PACKAGES = [
+export const MIN_NODE_MAJOR = 20;
+
+/** What building (node-gyp: the addon, the TUN helper) and running `weft daemon` need. */
+export const DAEMON_PACKAGES = [
+  'g++', // node-gyp's toolchain: the native addon and the TUN helper
+  'make',
+  'python3',
+  'libmnl-dev', // the addon's netlink
+  'iproute2', // ip and bridge: kernel ops without the addon
+  'iptables', // --ip-masq
+  'nftables', // EnableNFTables mode
+  'kmod', // modprobe: vxlan, tun
+];
+
+/** What the tests, the demo and the bench use on top. */
+export const TEST_PACKAGES = [
   'etcd-server',
   'etcd-client',
   'iperf3',
-  'iproute2',
-  'iptables',
   'iputils-ping',
-  'containernetworking-plugins',
-  'libmnl-dev',
-  'prometheus',
+  'containernetworking-plugins', // the real bridge, host-local, loopback plugins
+  'prometheus', // promtool check metrics
   'openssl',
   'procps',
-  'kmod',
+  'time', // peak RSS in bench:footprint
   'clang', // libFuzzer for the bounded fuzz run of the packet decoder; the bpf target
   'libclang-rt-14-dev', // libFuzzer's and ASan's runtimes (not pulled in without recommends)
   'libbpf-dev', // the bpf engine's loader and program headers
   'bpftool',
-  'nftables', // EnableNFTables mode
   'ethtool', // offload switches in the dataplane tests
 ];
+
+export const DEBIAN_PACKAGES = [...DAEMON_PACKAGES, ...TEST_PACKAGES];
+
+/** Services that packages enable (and would start) on install; setup leaves them off. */
+export const PACKAGE_SERVICES = {
+  'etcd-server': ['etcd.service'],
+  prometheus: ['prometheus.service'],
+};
+
+/** One sentence when this Node cannot run weft, else null. */
+export function nodeVersionProblem(version = process.versions.node) {
+  const major = Number(version.split('.')[0]);
+  if (major >= MIN_NODE_MAJOR) return null;
+  return (
+    `weft needs Node.js ${MIN_NODE_MAJOR} or newer with npm, and this is Node ${version} ` +
+    `(Debian 12's own nodejs package is 18, without npm): install Node.js ${MIN_NODE_MAJOR}+ ` +
+    'from the NodeSource packages or the official binaries, then run this again.'
+  );
+}
+
+/**
+ * Runs `fn` with a policy-rc.d that forbids starting services (exit 101, Debian's "action not
+ * allowed"), so packages that start their service on install do not; an existing policy is
+ * kept as it is. The file is removed afterwards only if we wrote it.
+ */
+export function withServicesHeld(fn, policy = '/usr/sbin/policy-rc.d') {
+  const ours = !existsSync(policy);
+  if (ours) {
+    writeFileSync(
+      policy,
+      '#!/bin/sh\n# written by weft scripts/setup.mjs while packages install\nexit 101\n',
+    );
+    chmodSync(policy, 0o755);
+  }
+  try {
+    return fn();
+  } finally {
+    if (ours) unlinkSync(policy);
+  }
+}
+
+/**
+ * Disables (and on a running systemd, stops) the services that `installed` packages ship,
+ * through systemctl's offline mode under `rootDir` (works without a running systemd). Returns
+ * the units it disabled.
+ */
+export function disableServices(installed, rootDir = '/') {
+  const units = installed.flatMap((p) => PACKAGE_SERVICES[p] ?? []);
+  if (units.length === 0) return [];
+  const systemctl = spawnSync('systemctl', ['--version'], { stdio: 'ignore' });
+  if (systemctl.error) return []; // no systemd here: nothing can start them at boot
+  const r = spawnSync('systemctl', [`--root=${resolve(rootDir)}`, 'disable', ...units], {
+    encoding: 'utf8',
+  });
+  if (r.status !== 0) throw new Error(`systemctl disable ${units.join(' ')}: ${r.stderr.trim()}`);
+  if (rootDir === '/' && existsSync('/run/systemd/system')) {
+    spawnSync('systemctl', ['stop', ...units], { stdio: 'ignore' });
+  }
+  return units;
+}
 
 function say(msg) {
   console.error(`setup: ${msg}`);
@@ -48,8 +122,8 @@ function run(cmd, args, opts = {}) {
   }
 }
 
-function missingPackages() {
-  const r = spawnSync('dpkg-query', ['-W', '-f=${Package} ${Status}\\n', ...DEBIAN_PACKAGES], {
+function missingPackages(wanted) {
+  const r = spawnSync('dpkg-query', ['-W', '-f=${Package} ${Status}\\n', ...wanted], {
     encoding: 'utf8',
   });
   if (r.error) return []; // not a Debian system: nothing we can install
@@ -59,11 +133,11 @@ function missingPackages() {
       .filter((l) => l.endsWith(' installed'))
       .map((l) => l.split(' ')[0]),
   );
-  return DEBIAN_PACKAGES.filter((p) => !installed.has(p));
+  return wanted.filter((p) => !installed.has(p));
 }
 
-function ensurePackages() {
-  const missing = missingPackages();
+function ensurePackages(wanted) {
+  const missing = missingPackages(wanted);
   if (missing.length === 0) return;
   if (process.getuid?.() !== 0) {
     say(`missing Debian packages: ${missing.join(' ')} — run as root (sudo) to install them`);
@@ -72,7 +146,12 @@ function ensurePackages() {
   say(`installing Debian packages: ${missing.join(' ')}`);
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   run('apt-get', ['update', '-q'], { env });
-  run('apt-get', ['install', '-y', '-q', '--no-install-recommends', ...missing], { env });
+  withServicesHeld(() =>
+    run('apt-get', ['install', '-y', '-q', '--no-install-recommends', ...missing], { env }),
+  );
+  const disabled = disableServices(missing);
+  if (disabled.length > 0)
+    say(`left disabled and stopped (tests start their own): ${disabled.join(' ')}`);
 }
 
 function newestMtime(path) {
@@ -137,9 +216,16 @@ async function ensureDist() {
   }
 }
 
-ensurePackages();
-if (!process.argv.includes('--packages-only')) {
-  ensureNodeModules();
-  await ensureNative();
-  await ensureDist();
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const problem = nodeVersionProblem();
+  if (problem) {
+    say(problem);
+    process.exit(1);
+  }
+  ensurePackages(process.argv.includes('--daemon') ? DAEMON_PACKAGES : DEBIAN_PACKAGES);
+  if (!process.argv.includes('--packages-only')) {
+    ensureNodeModules();
+    await ensureNative();
+    await ensureDist();
+  }
 }

@@ -171,6 +171,24 @@ describe('deploy/kubernetes/weft.yml', () => {
     }
   });
 
+  test('memory request and limit cover the idle figures bench:footprint measured', () => {
+    const fp = JSON.parse(read('bench/results/footprint-latest.json')) as {
+      rows: Array<{ what: string; rssMB: number }>;
+    };
+    const rss = (re: RegExp) =>
+      fp.rows.find((r) => re.test(r.what))?.rssMB ?? assert.fail(`no ${re} row in the results`);
+    const kube = rss(/^daemon idle: Kubernetes API/);
+    const engine =
+      rss(/^daemon idle: embedded .*userspace/) - rss(/^daemon idle: embedded .*vxlan \(kernel\)/);
+    const mi = (q: string) => Number(/^(\d+)Mi$/.exec(q)?.[1] ?? assert.fail(`${q}: not in Mi`));
+    const { requests, limits } = main.resources;
+    assert.ok(
+      mi(requests.memory) >= kube + engine,
+      `request ${requests.memory} < ${kube + engine} MB`,
+    );
+    assert.ok(mi(limits.memory) >= 2 * mi(requests.memory), 'the limit leaves room');
+  });
+
   test('/metrics is served on a declared container port (the health server port)', () => {
     const port = parseFlags(DAEMON_FLAGS, args.slice(1), {}).values.healthzPort;
     const ports: Obj[] = main.ports ?? [];
