@@ -159,6 +159,62 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     assert.equal(count(etcd!.ctl(['lease', 'list'])), count(leasesBefore) + 1);
   });
 
+  it('lists and watches without a TimeToLive RPC per key; get and `expirations` look them up', async () => {
+    // etcd counts the RPCs it serves on its own /metrics; the writes below go through etcdctl
+    // (LeaseGrant and Put, never TimeToLive), so every TimeToLive counted is the registry's.
+    const ttlCalls = async (): Promise<number> => {
+      const text = await (await fetch(`${etcd!.endpoint}/metrics`)).text();
+      const line = text
+        .split('\n')
+        .find((l) => l.startsWith('grpc_server_started_total{') && l.includes('LeaseTimeToLive'));
+      return line ? Number(line.split(' ').pop()) : 0;
+    };
+    const prefix = freshPrefix();
+    const put = (key: string, value: string, withTtl: boolean) => {
+      const args = ['put', `${prefix}/subnets/${key}`, value];
+      if (withTtl) {
+        const id = /lease ([0-9a-f]+) granted/.exec(etcd!.ctl(['lease', 'grant', '600']))![1]!;
+        args.push(`--lease=${id}`);
+      }
+      etcd!.ctl(args);
+    };
+    const r = open({ prefix });
+    const ac = new AbortController();
+    try {
+      put(V4_KEY, V4_VALUE, true);
+      put(DUAL_KEY, DUAL_VALUE, false);
+      const before = await ttlCalls();
+      const list = await r.listSubnets();
+      const it = r.watchSubnets(list.revision + 1, ac.signal)[Symbol.asyncIterator]();
+      put(DUAL_KEY, DUAL_VALUE, true);
+      put(V4_KEY, V4_VALUE, false);
+      const got = await collect(
+        it,
+        (b) => b.flatMap((x) => (x.kind === 'events' ? x.events : [])).length >= 2,
+        5000,
+      );
+      assert.equal(await ttlCalls(), before, 'list or watch asked etcd for a TTL');
+      const byKey = (ls: readonly { key: string; expiration: unknown }[]) =>
+        Object.fromEntries(ls.map((l) => [l.key, l.expiration]));
+      // undefined: has a TTL, not looked up; null: a reservation, known without asking.
+      assert.deepEqual(byKey(list.leases), { [V4_KEY]: undefined, [DUAL_KEY]: null });
+      const puts = got.flatMap((b) => (b.kind === 'events' ? b.events : []));
+      assert.deepEqual(
+        byKey(
+          puts.map((e) => (e.type === 'put' ? e.lease : { key: e.key, expiration: 'deleted' })),
+        ),
+        { [DUAL_KEY]: undefined, [V4_KEY]: null },
+      );
+      const full = await r.listSubnets(undefined, { expirations: true });
+      assert.ok(full.leases.find((l) => l.key === DUAL_KEY)?.expiration instanceof Date);
+      assert.ok((await r.getSubnet(DUAL_KEY))?.expiration instanceof Date);
+      assert.ok((await ttlCalls()) > before, 'a user-facing read looks the TTLs up');
+    } finally {
+      ac.abort();
+      await r.close();
+    }
+  });
+
   it('resyncs a watch whose start revision was compacted, then follows from the list', async () => {
     const r = open();
     const start = (await r.listSubnets()).revision + 1;

@@ -99,7 +99,7 @@ export async function leasesCommand(argv: readonly string[], io: Io): Promise<nu
   const reg = await openRegistry(parsed);
   let list;
   try {
-    list = await reg.listSubnets();
+    list = await reg.listSubnets(undefined, { expirations: true });
   } finally {
     await reg.close();
   }

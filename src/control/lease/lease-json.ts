@@ -72,7 +72,7 @@ export function decodeLeaseAttrs(text: string): DecodeResult<LeaseAttrs> {
 export function decodeLease(stored: {
   key: string;
   value: string;
-  expiration: Date | null;
+  expiration: Date | null | undefined;
 }): DecodeResult<Lease> {
   const nets = parseSubnetKey(stored.key);
   if (!nets) return { ok: false, reason: `key ${JSON.stringify(stored.key)} is not a subnet key` };

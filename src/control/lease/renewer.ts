@@ -35,7 +35,8 @@ export async function runRenewer(o: RenewerOptions): Promise<void> {
         await sleep(2 ** 31 - 1, o.signal); // a reservation: nothing to renew, ever
         continue;
       }
-      const lapses = lease.expiration.getTime();
+      // (an expiration nobody looked up is renewed at once, which tells it)
+      const lapses = lease.expiration?.getTime() ?? now() + o.marginMs;
       const due = retryAt ?? lapses - o.marginMs;
       await sleep(Math.max(0, due - now()), o.signal);
       try {

@@ -24,8 +24,11 @@ export interface Lease {
   readonly subnet: IPNet | null;
   readonly ipv6Subnet: IPNet | null;
   readonly attrs: LeaseAttrs;
-  /** When the lease lapses; null for a reservation (a key with no TTL), which never does. */
-  readonly expiration: Date | null;
+  /**
+   * When the lease lapses; null for a reservation (a key with no TTL), which never does;
+   * undefined for a peer's lease whose TTL the store did not look up (registry.ts).
+   */
+  readonly expiration: Date | null | undefined;
 }
 
 export type LeaseEvent =

@@ -290,7 +290,7 @@ export class EmbeddedRegistry implements Registry {
           await unlink(this.#path('subnets', key)).catch(() => {});
         }
         for (const l of [...snap.live.values()]) {
-          if (l.expiration !== null && l.expiration.getTime() <= now) await tx.removeLease(l.key);
+          if (l.expiration && l.expiration.getTime() <= now) await tx.removeLease(l.key);
         }
         await this.#pruneTombs(snap, now);
         try {
@@ -411,7 +411,8 @@ export class EmbeddedRegistry implements Registry {
     return this.#mutate(signal, async (tx) => {
       if (!tx.snap.live.has(key)) throw notFound(key);
       const expiration = ttlMs === null ? null : new Date(tx.now + ttlMs);
-      return (await tx.writeLease(key, value, expiration, false)).expiration;
+      await tx.writeLease(key, value, expiration, false);
+      return expiration;
     });
   }
 
@@ -474,7 +475,7 @@ export class EmbeddedRegistry implements Registry {
         let soonest = Infinity;
         let anyLapsed = false;
         for (const l of snap.live.values()) {
-          if (l.expiration === null) continue;
+          if (!l.expiration) continue;
           if (l.expiration.getTime() <= now) anyLapsed = true;
           else soonest = Math.min(soonest, l.expiration.getTime());
         }
@@ -539,7 +540,7 @@ interface Tx {
 }
 
 function lapsed(l: StoredLease, now: number): boolean {
-  return l.expiration !== null && l.expiration.getTime() <= now;
+  return !!l.expiration && l.expiration.getTime() <= now;
 }
 
 /**

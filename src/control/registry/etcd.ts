@@ -35,7 +35,14 @@ import {
 } from '../../common/errors.js';
 import { anySignal, backoffDelay, retry, sleep } from '../../common/lifecycle.js';
 import { logger } from '../../common/log.js';
-import type { Registry, RegistryEvent, StoredLease, SubnetList, WatchBatch } from './registry.js';
+import type {
+  ListOptions,
+  Registry,
+  RegistryEvent,
+  StoredLease,
+  SubnetList,
+  WatchBatch,
+} from './registry.js';
 
 const log = logger('registry-etcd');
 
@@ -267,16 +274,27 @@ export class EtcdRegistry implements Registry {
     return out;
   }
 
-  async #toLeases(kvs: readonly IKeyValue[], signal?: AbortSignal): Promise<StoredLease[]> {
-    const exp = await this.#expirations(
-      kvs.map((kv) => kv.lease),
-      signal,
-    );
+  /**
+   * Keys as StoredLeases. With `expirations`, one TimeToLive RPC per distinct etcd lease (what a
+   * user sees in `weft leases`); without, a key with an etcd lease has `expiration: undefined`
+   * and costs nothing (the daemon's list and watch: 5,000 peers would be 5,000 RPCs).
+   */
+  async #toLeases(
+    kvs: readonly IKeyValue[],
+    expirations: boolean,
+    signal?: AbortSignal,
+  ): Promise<StoredLease[]> {
+    const exp = expirations
+      ? await this.#expirations(
+          kvs.map((kv) => kv.lease),
+          signal,
+        )
+      : null;
     const now = Date.now();
     const out: StoredLease[] = [];
     for (const kv of kvs) {
-      const expiration = exp.get(kv.lease) ?? null;
-      if (expiration !== null && expiration.getTime() <= now) continue; // lapsed, delete pending
+      const expiration = exp ? (exp.get(kv.lease) ?? null) : kv.lease === '0' ? null : undefined;
+      if (expiration && expiration.getTime() <= now) continue; // lapsed, delete pending
       out.push({
         key: kv.key.subarray(this.#subnetsPrefix.length).toString('utf8'),
         value: kv.value.toString('utf8'),
@@ -333,18 +351,21 @@ export class EtcdRegistry implements Registry {
     );
   }
 
-  async listSubnets(signal?: AbortSignal): Promise<SubnetList> {
+  async listSubnets(signal?: AbortSignal, options: ListOptions = {}): Promise<SubnetList> {
     const r = await this.#call('list subnets', signal, () =>
       this.#client.kv.range({ key: this.#subnetsPrefix, range_end: this.#subnetsEnd }),
     );
-    return { leases: await this.#toLeases(r.kvs, signal), revision: Number(r.header.revision) };
+    return {
+      leases: await this.#toLeases(r.kvs, options.expirations ?? false, signal),
+      revision: Number(r.header.revision),
+    };
   }
 
   async getSubnet(key: string, signal?: AbortSignal): Promise<StoredLease | null> {
     const r = await this.#call(`get ${key}`, signal, () =>
       this.#client.kv.range({ key: this.#subnetKey(key) }),
     );
-    return (await this.#toLeases(r.kvs, signal))[0] ?? null;
+    return (await this.#toLeases(r.kvs, true, signal))[0] ?? null;
   }
 
   /** True when the etcd lease `id` has run out (its key is about to be deleted by etcd). */
@@ -548,11 +569,7 @@ export class EtcdRegistry implements Registry {
               next = Math.max(next, Number(res.header.revision) + 1);
               continue;
             }
-            const events = await this.#toEvents(res, stop).catch((err: unknown) => {
-              failure = err;
-              return null;
-            });
-            if (events === null) break;
+            const events = this.#toEvents(res);
             const last = events[events.length - 1]!;
             next = eventRevision(last) + 1;
             yield { kind: 'events', events, revision: eventRevision(last) };
@@ -576,11 +593,8 @@ export class EtcdRegistry implements Registry {
     }
   }
 
-  async #toEvents(res: IWatchResponse, signal: AbortSignal): Promise<RegistryEvent[]> {
-    const exp = await this.#expirations(
-      res.events.filter((e) => e.type === 'Put').map((e) => e.kv.lease),
-      signal,
-    );
+  /** A watch response as events: no RPC (expirations are not looked up, see #toLeases). */
+  #toEvents(res: IWatchResponse): RegistryEvent[] {
     return res.events.map((e): RegistryEvent => {
       const key = e.kv.key.subarray(this.#subnetsPrefix.length).toString('utf8');
       const revision = Number(e.kv.mod_revision);
@@ -588,7 +602,7 @@ export class EtcdRegistry implements Registry {
       const lease: StoredLease = {
         key,
         value: e.kv.value.toString('utf8'),
-        expiration: exp.get(e.kv.lease) ?? null,
+        expiration: e.kv.lease === '0' ? null : undefined,
         revision,
       };
       return { type: 'put', lease };

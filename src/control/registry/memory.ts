@@ -47,7 +47,7 @@ export class MemoryRegistry implements Registry {
   expireNow(): void {
     const now = this.#clock.now();
     for (const [key, l] of this.#subnets) {
-      if (l.expiration !== null && l.expiration.getTime() <= now) {
+      if (l.expiration && l.expiration.getTime() <= now) {
         this.#subnets.delete(key);
         this.#record({ type: 'delete', key, revision: ++this.#revision });
       }
@@ -82,12 +82,12 @@ export class MemoryRegistry implements Registry {
     return this.#subnets.get(key) ?? null;
   }
 
-  #put(key: string, value: string, ttlMs: number | null): StoredLease {
+  #put(key: string, value: string, ttlMs: number | null): Date | null {
     const expiration = ttlMs === null ? null : new Date(this.#clock.now() + ttlMs);
     const lease: StoredLease = { key, value, expiration, revision: ++this.#revision };
     this.#subnets.set(key, lease);
     this.#record({ type: 'put', lease });
-    return lease;
+    return expiration;
   }
 
   async createSubnet(
@@ -102,7 +102,7 @@ export class MemoryRegistry implements Registry {
         details: { key },
       });
     }
-    return this.#put(key, value, ttlMs).expiration!;
+    return this.#put(key, value, ttlMs)!;
   }
 
   async updateSubnet(
@@ -117,7 +117,7 @@ export class MemoryRegistry implements Registry {
         details: { key },
       });
     }
-    return this.#put(key, value, ttlMs).expiration;
+    return this.#put(key, value, ttlMs);
   }
 
   /** Test hook: write a key exactly as given (malformed values, reservations). */

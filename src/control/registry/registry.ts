@@ -6,8 +6,12 @@
  * Contract:
  * - Keys are subnet keys (`10.5.34.0-24`); values are lease JSON text, stored byte for byte.
  * - `expiration === null` marks a reservation: a key written without TTL. It never lapses and
- *   updates must keep it TTL-less.
- * - Lapsed keys are invisible: `list`/`get` never return them and `watch` reports a delete.
+ *   updates must keep it TTL-less. `expiration === undefined` marks a key WITH a TTL whose
+ *   expiration the store did not look up: etcd pays one RPC per key for it, so its `watch` and
+ *   its `list` (unless asked with `{ expirations: true }`) leave it out. `get` always has it.
+ * - Lapsed keys are invisible: `get` never returns them, `list` never returns those it knows to
+ *   have lapsed (etcd without expirations: a key whose TTL ran out but that etcd has not yet
+ *   deleted — it does so within 500 ms — may show), and `watch` reports a delete.
  * - Revisions increase with every change to the subnets; `watch(from)` reports every change
  *   with revision >= from. When the store cannot (compaction, reconnect after a gap) it yields
  *   a `resync` batch holding the full current list instead; the consumer diffs.
@@ -20,7 +24,8 @@
 export interface StoredLease {
   readonly key: string;
   readonly value: string;
-  readonly expiration: Date | null;
+  /** When it lapses; null for a reservation; undefined: has a TTL, not looked up (above). */
+  readonly expiration: Date | null | undefined;
   /** Store revision at which the key was last modified. */
   readonly revision: number;
 }
@@ -43,6 +48,12 @@ export interface SubnetList {
   readonly revision: number;
 }
 
+export interface ListOptions {
+  /** Look up every key's expiration (what `weft leases` shows); stores that have it anyway
+   * ignore this. Default false: the daemon never needs a peer's. */
+  readonly expirations?: boolean;
+}
+
 export interface Registry {
   /** Short name for logs and metrics labels: `memory`, `embedded`, `etcd`. */
   readonly kind: string;
@@ -50,7 +61,7 @@ export interface Registry {
   getNetworkConfig(signal?: AbortSignal): Promise<string>;
   setNetworkConfig(text: string, signal?: AbortSignal): Promise<void>;
 
-  listSubnets(signal?: AbortSignal): Promise<SubnetList>;
+  listSubnets(signal?: AbortSignal, options?: ListOptions): Promise<SubnetList>;
   getSubnet(key: string, signal?: AbortSignal): Promise<StoredLease | null>;
   /** Create-if-absent with a TTL; resolves to the expiration. */
   createSubnet(key: string, value: string, ttlMs: number, signal?: AbortSignal): Promise<Date>;
