@@ -9,6 +9,7 @@
  *   A create lost to another node is retried, up to 10 attempts (flannel gives up at once).
  * Renew: rewrite the value with a fresh TTL (a reservation keeps none).
  * Watch: list, then follow from revision + 1; malformed entries are skipped, logged once, counted.
+ * watchLeases and watchOwnLease share one store watch (shared-watch.ts).
  */
 import { WeftError, isWeftError } from '../../common/errors.js';
 import { bits, formatCIDR, sameNet, sizeOf, type Family, type IPNet } from '../../common/ip.js';
@@ -20,9 +21,10 @@ import {
   type NetConfig,
 } from '../config/net-config.js';
 import { createLeaseMetrics, type LeaseMetrics } from '../metrics/metrics.js';
-import type { Registry, StoredLease } from '../registry/registry.js';
+import type { Registry, StoredLease, SubnetList, WatchBatch } from '../registry/registry.js';
 import { decodeLease, encodeLeaseAttrs } from './lease-json.js';
 import type { AcquireOptions, SubnetManager } from './manager.js';
+import { SharedWatch, type SharedWatchOptions } from './shared-watch.js';
 import { makeSubnetKey, parseSubnetKey } from './subnet-key.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from './types.js';
 import { applyChanges, diffSnapshots, type LeaseSnapshot, type WatchChange } from './watcher.js';
@@ -39,6 +41,7 @@ export interface LocalManagerOptions {
   readonly random?: () => number;
   readonly log?: Logger;
   readonly metrics?: LeaseMetrics;
+  readonly sharedWatch?: SharedWatchOptions;
 }
 
 export class LocalManager implements SubnetManager {
@@ -48,6 +51,8 @@ export class LocalManager implements SubnetManager {
   readonly #log: Logger;
   readonly #metrics: LeaseMetrics;
   readonly #malformedSeen = new LogOnce();
+  /** watchLeases and watchOwnLease share one store watch. */
+  readonly #watch: SharedWatch;
 
   constructor(registry: Registry, options: LocalManagerOptions = {}) {
     this.#registry = registry;
@@ -55,6 +60,7 @@ export class LocalManager implements SubnetManager {
     this.#random = options.random ?? Math.random;
     this.#log = options.log ?? logger('lease');
     this.#metrics = options.metrics ?? createLeaseMetrics();
+    this.#watch = new SharedWatch(registry, options.sharedWatch);
   }
 
   get kind(): string {
@@ -243,13 +249,25 @@ export class LocalManager implements SubnetManager {
   }
 
   async *watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]> {
-    const list = await this.#registry.listSubnets(signal);
+    const { list, batches, leave } = await this.#watch.join(signal);
+    try {
+      yield* this.#follow(own, list, batches);
+    } finally {
+      leave();
+    }
+  }
+
+  async *#follow(
+    own: Lease,
+    list: SubnetList,
+    batches: AsyncIterable<WatchBatch>,
+  ): AsyncIterable<LeaseEvent[]> {
     let snapshot = this.#snapshotOf(list.leases);
     snapshot.delete(own.key);
     const first = diffSnapshots(new Map(), snapshot, own.key);
     this.#count(first, snapshot);
     yield first;
-    for await (const batch of this.#registry.watchSubnets(list.revision + 1, signal)) {
+    for await (const batch of batches) {
       let events: LeaseEvent[];
       if (batch.kind === 'resync') {
         this.#metrics.watchResyncs.inc({ store: this.#registry.kind });
@@ -278,9 +296,17 @@ export class LocalManager implements SubnetManager {
   }
 
   async *watchOwnLease(own: Lease, signal: AbortSignal): AsyncIterable<Lease> {
-    const current = await this.#registry.getSubnet(own.key, signal);
-    if (!current) throw revoked(own.key);
-    for await (const batch of this.#registry.watchSubnets(current.revision + 1, signal)) {
+    const { list, batches, leave } = await this.#watch.join(signal);
+    try {
+      if (!list.leases.some((l) => l.key === own.key)) throw revoked(own.key);
+      yield* this.#followOwn(own, batches);
+    } finally {
+      leave();
+    }
+  }
+
+  async *#followOwn(own: Lease, batches: AsyncIterable<WatchBatch>): AsyncIterable<Lease> {
+    for await (const batch of batches) {
       if (batch.kind === 'resync') {
         const s = batch.leases.find((l) => l.key === own.key);
         if (!s) throw revoked(own.key);

@@ -219,20 +219,92 @@ test('after compaction the watch re-lists and reports only the difference', asyn
   const ac = new AbortController();
   const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
   await take(it);
-  // Changes happen, then history is compacted before the watcher reads it.
-  await reg.deleteSubnet(a.key);
-  const b = await sm.acquireLease(attrs('192.168.1.12'), {
-    previous: { subnet: parseCIDR('10.5.99.0/24'), ipv6Subnet: null },
-  });
+  // Changes happen, then history is compacted before the store watch reads it (no await
+  // between them: the memory store applies each change synchronously).
+  const removed = reg.deleteSubnet(a.key);
+  reg.putRaw('10.5.99.0-24', encodeLeaseAttrs(attrs('192.168.1.12')), 60_000);
   reg.compact();
+  await removed;
   const events = await take(it);
   assert.deepEqual(
     events.map((e) => [e.type, e.lease.key]).sort(),
     [
-      ['added', b.key],
+      ['added', '10.5.99.0-24'],
       ['removed', a.key],
     ].sort(),
   );
+  ac.abort();
+});
+
+/** A registry that counts the store watches and lists it serves. */
+function counting(reg: MemoryRegistry) {
+  const n = { watches: 0, lists: 0 };
+  const watch = reg.watchSubnets.bind(reg);
+  const list = reg.listSubnets.bind(reg);
+  reg.watchSubnets = (from, signal) => {
+    n.watches++;
+    return watch(from, signal);
+  };
+  reg.listSubnets = (signal) => {
+    n.lists++;
+    return list(signal);
+  };
+  return n;
+}
+
+test("a daemon's two watchers (peers and its own lease) share one store watch and one list", async () => {
+  const { reg, sm } = setup();
+  const own = await sm.acquireLease(attrs('192.168.1.10'));
+  const peer = await sm.acquireLease(attrs('192.168.1.11'));
+  const n = counting(reg);
+  const ac = new AbortController();
+  const ownIt = sm.watchOwnLease(own, ac.signal)[Symbol.asyncIterator]();
+  const ownNext = ownIt.next();
+  const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
+  assert.deepEqual(
+    (await take(it)).map((e) => [e.type, e.lease.key]),
+    [['added', peer.key]],
+  );
+  assert.deepEqual(n, { watches: 1, lists: 1 });
+  const third = await sm.acquireLease(attrs('192.168.1.12'));
+  assert.deepEqual(
+    (await take(it)).map((e) => [e.type, e.lease.key]),
+    [['added', third.key]],
+  );
+  await reg.deleteSubnet(own.key);
+  await assert.rejects(ownNext, { code: 'WEFT_ERR_LEASE_REVOKED' });
+  ac.abort();
+  assert.equal((await it.next()).done, true);
+});
+
+test('a watcher joining after the replay window lists again and gets only newer events', async () => {
+  const reg = new MemoryRegistry({ config: NET });
+  const sm = new LocalManager(reg, {
+    log: quiet,
+    metrics: createLeaseMetrics(new Registry()),
+    random: () => 0,
+    sharedWatch: { replayBatches: 0 },
+  });
+  const own = await sm.acquireLease(attrs('192.168.1.10'));
+  const ac = new AbortController();
+  const ownIt = sm.watchOwnLease(own, ac.signal)[Symbol.asyncIterator]();
+  const ownNext = ownIt.next();
+  const peer = await sm.acquireLease(attrs('192.168.1.11')); // closes the replay window
+  await new Promise((r) => setImmediate(r));
+  const n = counting(reg);
+  const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
+  assert.deepEqual(
+    (await take(it)).map((e) => [e.type, e.lease.key]),
+    [['added', peer.key]],
+  );
+  assert.deepEqual(n, { watches: 0, lists: 1 });
+  const third = await sm.acquireLease(attrs('192.168.1.12'));
+  assert.deepEqual(
+    (await take(it)).map((e) => [e.type, e.lease.key]),
+    [['added', third.key]],
+  );
+  await reg.deleteSubnet(own.key);
+  await assert.rejects(ownNext, { code: 'WEFT_ERR_LEASE_REVOKED' });
   ac.abort();
 });
 
