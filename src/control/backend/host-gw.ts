@@ -14,12 +14,12 @@ import {
   clusterNetwork,
   enabledFamilies,
   kernelMetrics,
-  reconcilerMetricHooks,
   leasePublicIP,
+  runKernelPlan,
   leaseSubnet,
   subnetCIDR,
 } from './kernel-common.js';
-import { type Ownership, Reconciler, runPlanned } from './reconcile.js';
+import type { Ownership } from './reconcile.js';
 
 export const HOST_GW = 'host-gw';
 
@@ -70,15 +70,12 @@ export function createHostGwBackend(ctx: BackendContext, deps: KernelBackendDeps
           },
         ],
       }));
-      const reconciler = new Reconciler({
+      await runKernelPlan(events, signal, {
         netlink: nl,
         log,
         ownership,
-        ...(deps.resyncMs === undefined ? {} : { resyncMs: deps.resyncMs }),
-        ...reconcilerMetricHooks(metrics),
-      });
-      await runPlanned(events, signal, {
-        reconciler,
+        metrics,
+        resyncMs: deps.resyncMs,
         families,
         plan: (ev, family) => planHostGw(ev, family, { extDev: ctx.extIface.name }),
       });

@@ -1,6 +1,6 @@
 /**
  * Small pieces shared by the kernel backends (host-gw, vxlan): a lease's per-family fields,
- * the families a config enables, and the NAT check.
+ * the families a config enables, the NAT check, and their one reconcile-loop wiring.
  */
 import { Counter, type Registry as PromRegistry } from 'prom-client';
 import { WeftError } from '../../common/errors.js';
@@ -8,7 +8,16 @@ import { type Family, type IPNet, formatCIDR, formatIP } from '../../common/ip.j
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease } from '../lease/types.js';
 import type { ExternalInterface } from './backend.js';
-import type { ReconcilerOptions } from './reconcile.js';
+import type { Logger } from '../../common/log.js';
+import type { LeaseEvent } from '../lease/types.js';
+import type { Netlink } from '../netlink/netlink.js';
+import {
+  type Ownership,
+  type Planner,
+  Reconciler,
+  type ReconcilerOptions,
+  runPlanned,
+} from './reconcile.js';
 
 export function leaseSubnet(lease: Lease, family: Family): IPNet | null {
   return family === 4 ? lease.subnet : lease.ipv6Subnet;
@@ -108,4 +117,31 @@ export function reconcilerMetricHooks(
     },
     onRepaired: (n) => m.repairs.inc(n),
   };
+}
+
+/**
+ * The run() of every kernel backend, wired once: a Reconciler over the backend's Netlink and
+ * ownership scopes, fed by its pure plan (runPlanned), counted in the kernel backends' metrics.
+ */
+export function runKernelPlan(
+  events: AsyncIterable<LeaseEvent[]>,
+  signal: AbortSignal,
+  o: {
+    readonly netlink: Netlink;
+    readonly log: Logger;
+    readonly ownership: readonly Ownership[];
+    readonly metrics: KernelMetrics;
+    readonly families: readonly Family[];
+    readonly plan: Planner;
+    readonly resyncMs?: number | undefined;
+  },
+): Promise<void> {
+  const reconciler = new Reconciler({
+    netlink: o.netlink,
+    log: o.log,
+    ownership: o.ownership,
+    ...(o.resyncMs === undefined ? {} : { resyncMs: o.resyncMs }),
+    ...reconcilerMetricHooks(o.metrics),
+  });
+  return runPlanned(events, signal, { reconciler, families: o.families, plan: o.plan });
 }

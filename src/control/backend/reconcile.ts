@@ -126,6 +126,8 @@ export class Reconciler {
   readonly #onApplied: ReconcilerOptions['onApplied'];
   readonly #onRepaired: ReconcilerOptions['onRepaired'];
   readonly #peers = new Map<string, PeerState>();
+  /** Keys of the peers with ops pending: a flush looks at these, not at every peer. */
+  readonly #dirty = new Set<string>();
   readonly #once = new LogOnce();
   #queue: Promise<unknown> = Promise.resolve();
   #retryTimer: NodeJS.Timeout | undefined;
@@ -155,9 +157,16 @@ export class Reconciler {
     const pending = [...dels, ...stale, ...desired];
     if (desired.length === 0 && pending.length === 0) {
       this.#peers.delete(key);
+      this.#dirty.delete(key);
       return;
     }
     this.#peers.set(key, { desired, pending, attempt: 0, retryAt: 0 });
+    this.#dirty.add(key);
+  }
+
+  /** Peers with ops waiting for a flush. */
+  pendingCount(): number {
+    return this.#dirty.size;
   }
 
   /** The desired entries of every peer (for tests and metrics). */
@@ -211,12 +220,17 @@ export class Reconciler {
     const now = Date.now();
     const groups: Array<{ key: string; peer: PeerState; ops: Op[]; start: number }> = [];
     const batch: Op[] = [];
-    for (const [key, peer] of this.#peers) {
-      if (!peer.pending) continue;
+    for (const key of this.#dirty) {
+      const peer = this.#peers.get(key);
+      if (!peer?.pending) {
+        this.#dirty.delete(key);
+        continue;
+      }
       if (retriesOnly && peer.retryAt > now) continue;
       groups.push({ key, peer, ops: peer.pending, start: batch.length });
-      batch.push(...peer.pending);
+      for (const op of peer.pending) batch.push(op);
       peer.pending = null;
+      this.#dirty.delete(key);
     }
     if (batch.length === 0) return;
     const results = await this.#nl.apply(batch);
@@ -261,6 +275,7 @@ export class Reconciler {
     peer.attempt++;
     peer.pending = ops;
     peer.retryAt = Date.now() + delay;
+    this.#dirty.add(key);
     if (this.#once.first(`peer:${key}:${err.message}`)) {
       this.#log.warn({ peer: key, err: err.message, retryInMs: delay }, 'peer programming failed');
     }
@@ -273,7 +288,10 @@ export class Reconciler {
       this.#retryTimer = undefined;
       void this.#serial(() => this.#flush(true)).then(() => {
         let next = Infinity;
-        for (const p of this.#peers.values()) if (p.pending) next = Math.min(next, p.retryAt);
+        for (const key of this.#dirty) {
+          const p = this.#peers.get(key);
+          if (p?.pending) next = Math.min(next, p.retryAt);
+        }
         if (next !== Infinity) this.#armRetry(Math.max(0, next - Date.now()));
       });
     }, delay);
@@ -352,7 +370,10 @@ export class Reconciler {
       this.#log.info({ peers: dirty.size }, 'restoring missing entries');
       for (const key of dirty) {
         const p = this.#peers.get(key);
-        if (p) p.pending = [...p.desired];
+        if (p) {
+          p.pending = [...p.desired];
+          this.#dirty.add(key);
+        }
       }
       await this.#flush(false);
     }
@@ -382,36 +403,76 @@ export class Reconciler {
 export type Planner = (event: LeaseEvent, family: Family) => Op[];
 
 /**
- * The run() of a kernel backend: each batch of lease events is planned per family, applied as
- * one Netlink batch, and the first batch (the snapshot of every lease) is followed by a resync
- * that removes what an earlier run left behind. Then the periodic resync runs until `signal`.
+ * The run() of a kernel backend. Lease events are planned as they arrive (only the peers they
+ * name), and applied in one Netlink batch per flush window: a flush starts once the events
+ * already received are planned (setImmediate), and whatever arrives while it is in flight goes
+ * into the next one, so a burst of thousands of separate store events costs a few batches, not
+ * thousands. The first flush (the snapshot of every lease) is followed by a resync that removes
+ * what an earlier run left behind; then the periodic resync runs until `signal`.
  */
 export async function runPlanned(
   events: AsyncIterable<LeaseEvent[]>,
   signal: AbortSignal,
   o: { reconciler: Reconciler; families: readonly Family[]; plan: Planner },
 ): Promise<void> {
+  const rec = o.reconciler;
   const loop = new AbortController();
   const stop = () => loop.abort();
   signal.addEventListener('abort', stop, { once: true });
   let periodic: Promise<void> | undefined;
-  try {
-    for await (const batch of events) {
-      for (const ev of batch) {
-        for (const family of o.families)
-          o.reconciler.update(`${ev.lease.key}|${family}`, o.plan(ev, family));
-      }
-      await o.reconciler.flush();
+  let flushing: Promise<void> | null = null;
+  let again = false;
+  let failed: ((err: unknown) => void) | undefined;
+  const failure = new Promise<never>((_, reject) => (failed = reject));
+  failure.catch(() => undefined);
+  const flushLoop = async (): Promise<void> => {
+    do {
+      again = false;
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      await rec.flush();
       if (!periodic) {
-        await o.reconciler.resync();
-        periodic = o.reconciler.run(loop.signal);
+        await rec.resync();
+        periodic = rec.run(loop.signal);
       }
-      if (signal.aborted) break;
+    } while (again && !signal.aborted);
+  };
+  const kick = () => {
+    if (flushing) {
+      again = true;
+      return;
     }
+    flushing = flushLoop().then(
+      () => {
+        flushing = null;
+      },
+      (err: unknown) => {
+        flushing = null;
+        failed!(err);
+      },
+    );
+  };
+  const iter = events[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      const next = await Promise.race([iter.next(), failure]);
+      if (next.done || signal.aborted) break;
+      for (const ev of next.value) {
+        for (const family of o.families)
+          rec.update(`${ev.lease.key}|${family}`, o.plan(ev, family));
+      }
+      kick();
+    }
+    // Whatever was planned last is applied before returning.
+    while (flushing) await Promise.race([flushing, failure]);
+  } catch (err) {
+    // The flush failed while a next() is pending: return() would wait behind it.
+    void iter.return?.()?.catch(() => undefined);
+    throw err;
   } finally {
     loop.abort();
     signal.removeEventListener('abort', stop);
     await periodic;
-    o.reconciler.close();
+    rec.close();
   }
+  await iter.return?.();
 }

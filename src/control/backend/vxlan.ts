@@ -39,12 +39,12 @@ import {
   clusterNetwork,
   enabledFamilies,
   kernelMetrics,
-  reconcilerMetricHooks,
   leasePublicIP,
+  runKernelPlan,
   leaseSubnet,
   subnetAddress,
 } from './kernel-common.js';
-import { type Ownership, Reconciler, runPlanned } from './reconcile.js';
+import type { Ownership } from './reconcile.js';
 
 export const VXLAN = 'vxlan';
 /** The name the userspace VXLAN dataplane registers under (registerBackend). */
@@ -434,15 +434,12 @@ function createKernelVxlan(
         fdbDev: d.dev,
       }));
       const byFamily = new Map(devices.map((d) => [d.family, d]));
-      const reconciler = new Reconciler({
+      await runKernelPlan(events, signal, {
         netlink,
         log,
         ownership,
-        ...(deps.resyncMs === undefined ? {} : { resyncMs: deps.resyncMs }),
-        ...reconcilerMetricHooks(metrics),
-      });
-      await runPlanned(events, signal, {
-        reconciler,
+        metrics,
+        resyncMs: deps.resyncMs,
         families: devices.map((d) => d.family),
         plan: (ev, family) =>
           planVxlan(ev, family, {

@@ -3,7 +3,8 @@ import { constants } from 'node:os';
 import { describe, test } from 'node:test';
 import { parseCIDR } from '../../../../src/common/ip.js';
 import { logger } from '../../../../src/common/log.js';
-import { Reconciler } from '../../../../src/control/backend/reconcile.js';
+import { Reconciler, runPlanned } from '../../../../src/control/backend/reconcile.js';
+import type { LeaseEvent } from '../../../../src/control/lease/types.js';
 import { planVxlan } from '../../../../src/control/backend/vxlan.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
 import type { Op } from '../../../../src/control/netlink/netlink.js';
@@ -161,5 +162,108 @@ describe('Reconciler, updates during a flush', () => {
     await rec.flush();
     assert.equal(rec.desiredCount(), 3);
     assert.equal(nl.routes.size + nl.neighs.size + nl.fdb.size, 3);
+  });
+});
+
+/** An event stream the test pushes batches into. */
+function channel<T>() {
+  const items: T[] = [];
+  let wake: (() => void) | null = null;
+  let ended = false;
+  return {
+    push(...batch: T[]) {
+      items.push(...batch);
+      wake?.();
+    },
+    end() {
+      ended = true;
+      wake?.();
+    },
+    async *[Symbol.asyncIterator](): AsyncGenerator<T> {
+      for (;;) {
+        while (items.length > 0) yield items.shift()!;
+        if (ended) return;
+        await new Promise<void>((r) => (wake = r));
+        wake = null;
+      }
+    },
+  };
+}
+
+describe('runPlanned: cost follows what changed', () => {
+  const ctx = { dev: 'flannel.1', extDev: 'eth0', directRouting: false, extNets: [] };
+  const lease = (i: number) =>
+    peerLease(
+      {
+        publicIP: `192.168.${i >> 8}.${i & 255}`,
+        backendData: {
+          VNI: 1,
+          VtepMAC: `aa:bb:cc:00:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`,
+        },
+      },
+      { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
+    );
+  const setup = () => {
+    const nl = new FakeNetlink();
+    nl.addLink('flannel.1', { kind: 'vxlan' });
+    const rec = new Reconciler({
+      netlink: nl,
+      log,
+      ownership: [
+        {
+          family: 4,
+          routes: [{ dev: 'flannel.1', within: parseCIDR('10.0.0.0/8')! }],
+          neighDev: 'flannel.1',
+          fdbDev: 'flannel.1',
+        },
+      ],
+    });
+    const planned: string[] = [];
+    const events = channel<LeaseEvent[]>();
+    const ac = new AbortController();
+    const run = runPlanned(events, ac.signal, {
+      reconciler: rec,
+      families: [4],
+      plan: (ev, family) => {
+        planned.push(ev.lease.key);
+        return planVxlan(ev, family, ctx);
+      },
+    });
+    return { nl, rec, planned, events, ac, run };
+  };
+
+  test('separate event batches received together are applied in one kernel batch', async () => {
+    const { nl, events, run } = setup();
+    // 1,000 single-lease batches, as etcd delivers a burst of separate writes.
+    for (let i = 0; i < 1000; i++) events.push([{ type: 'added', lease: lease(i) }]);
+    events.end();
+    await run;
+    const applies = nl.calls.filter((c) => c.some((op) => op.op === 'replaceRoute'));
+    assert.equal(applies.length, 1);
+    assert.equal(applies[0]!.length, 3000);
+    assert.equal(nl.routes.size, 1000);
+  });
+
+  test('an event about one peer plans and applies that peer only', async () => {
+    const { nl, rec, planned, events, ac, run } = setup();
+    events.push(
+      Array.from({ length: 5000 }, (_, i) => ({ type: 'added' as const, lease: lease(i) })),
+    );
+    while (nl.routes.size < 5000) await new Promise((r) => setImmediate(r));
+    while (rec.pendingCount() > 0) await new Promise((r) => setImmediate(r));
+    planned.length = 0;
+    const before = nl.calls.length;
+    events.push([{ type: 'removed', lease: lease(42) }]);
+    while (nl.routes.size > 4999) await new Promise((r) => setImmediate(r));
+    assert.deepEqual(planned, [lease(42).key]);
+    const batches = nl.calls.slice(before);
+    assert.equal(batches.length, 1);
+    assert.deepEqual(
+      batches[0]!.map((op) => op.op),
+      ['delRoute', 'delFdb', 'delNeigh'],
+    );
+    ac.abort();
+    events.end();
+    await run;
   });
 });
