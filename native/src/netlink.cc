@@ -389,13 +389,13 @@ Netlink::Netlink(mnl_socket* sock)
     : sock_(sock),
       portid_(mnl_socket_get_portid(sock)),
       seq_(static_cast<uint32_t>(time(nullptr))),
-      buf_(kBatchMessages * kMaxMessage) {}
+      buf_(kBatchMessages * kMaxMessage),
+      rx_(new char[kRxBytes]) {}
 
 Netlink::~Netlink() { mnl_socket_close(sock_); }
 
 std::vector<int> Netlink::Apply(const std::vector<NlOp>& ops) {
   std::vector<int> results(ops.size(), 0);
-  std::vector<char> rx(1 << 20);
   size_t i = 0;
   while (i < ops.size()) {
     size_t first = i;
@@ -416,7 +416,7 @@ std::vector<int> Netlink::Apply(const std::vector<NlOp>& ops) {
       continue;
     }
     while (pending > 0) {
-      ssize_t n = mnl_socket_recvfrom(sock_, rx.data(), rx.size());
+      ssize_t n = mnl_socket_recvfrom(sock_, rx_.get(), kRxBytes);
       if (n < 0) {
         if (errno == EINTR) continue;
         // Lost ACKs (ENOBUFS): their outcome is unknown; report the errno so callers retry.
@@ -426,7 +426,7 @@ std::vector<int> Netlink::Apply(const std::vector<NlOp>& ops) {
         }
         break;
       }
-      auto* nlh = reinterpret_cast<nlmsghdr*>(rx.data());
+      auto* nlh = reinterpret_cast<nlmsghdr*>(rx_.get());
       int left = static_cast<int>(n);
       while (mnl_nlmsg_ok(nlh, left)) {
         uint32_t k = nlh->nlmsg_seq - base;
@@ -447,14 +447,13 @@ int Netlink::Dump(nlmsghdr* req, int (*cb)(const nlmsghdr*, void*), void* data) 
   req->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   req->nlmsg_seq = ++seq_;
   if (mnl_socket_sendto(sock_, req, req->nlmsg_len) < 0) return errno;
-  std::vector<char> rx(1 << 20);
   while (true) {
-    ssize_t n = mnl_socket_recvfrom(sock_, rx.data(), rx.size());
+    ssize_t n = mnl_socket_recvfrom(sock_, rx_.get(), kRxBytes);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
-    int rc = mnl_cb_run(rx.data(), n, req->nlmsg_seq, portid_, cb, data);
+    int rc = mnl_cb_run(rx_.get(), n, req->nlmsg_seq, portid_, cb, data);
     if (rc == MNL_CB_STOP) return 0;
     if (rc < 0) return errno;
   }
@@ -464,14 +463,13 @@ int Netlink::Request(nlmsghdr* req, int (*cb)(const nlmsghdr*, void*), void* dat
   req->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
   req->nlmsg_seq = ++seq_;
   if (mnl_socket_sendto(sock_, req, req->nlmsg_len) < 0) return errno;
-  std::vector<char> rx(1 << 16);
   while (true) {
-    ssize_t n = mnl_socket_recvfrom(sock_, rx.data(), rx.size());
+    ssize_t n = mnl_socket_recvfrom(sock_, rx_.get(), kRxBytes);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
-    int rc = mnl_cb_run(rx.data(), n, req->nlmsg_seq, portid_, cb, data);
+    int rc = mnl_cb_run(rx_.get(), n, req->nlmsg_seq, portid_, cb, data);
     if (rc == MNL_CB_STOP) return 0;
     if (rc < 0) return errno;
   }

@@ -121,6 +121,9 @@ struct LinkEntry {
 class Netlink {
  public:
   static constexpr size_t kBatchMessages = 1024;
+  // Receive buffer of every call, allocated once per handle (a 5,000-route dump fills it a few
+  // times over; ACK batches fit many times): not allocated nor zeroed per call.
+  static constexpr size_t kRxBytes = 1 << 20;
 
   // Opens a NETLINK_ROUTE socket, inside `netns_path` when not empty (e.g. /run/netns/x).
   // Returns null and sets *error on failure (never falls back to the current namespace).
@@ -150,6 +153,7 @@ class Netlink {
   uint32_t portid_;
   uint32_t seq_;
   std::vector<char> buf_;
+  std::unique_ptr<char[]> rx_;
 };
 
 }  // namespace weft

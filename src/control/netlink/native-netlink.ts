@@ -66,7 +66,7 @@ interface RawAddr {
 }
 
 /** The addon's netlink exports (see native/src/addon.cc, nlbind). */
-interface NetlinkBinding {
+export interface NetlinkBinding {
   netlinkOpen(netnsPath: string): unknown;
   netlinkClose(h: unknown): void;
   netlinkApply(h: unknown, ops: Array<Record<string, unknown>>): Int32Array;
@@ -89,6 +89,11 @@ function splitCIDR(cidr: string): { addr: string; len: number | undefined } {
     : { addr: cidr.slice(0, i), len: Number(cidr.slice(i + 1)) };
 }
 
+/** Ops after which the name → index cache is stale. */
+function changesLinks(op: Op): boolean {
+  return op.op === 'addVxlan' || op.op === 'delLink';
+}
+
 function toLinkInfo(l: RawLink): LinkInfo {
   return {
     index: l.index,
@@ -105,9 +110,20 @@ export class NativeNetlink implements Netlink {
   readonly #b: NetlinkBinding;
   readonly #h: unknown;
   #closed = false;
+  /**
+   * Link name → index, from one link dump, kept across calls: an apply of one peer's ops must
+   * not dump every link. Refreshed when a name is missing, when an op fails with ENODEV (the
+   * device was recreated behind us: its ops are retried once with the new index), after ops
+   * that create or delete links, and by every listRoutes (the periodic re-check).
+   */
+  #links: Map<string, number> | null = null;
+  /** The cache was read during the current call (a miss then means: no such device). */
+  #fresh = false;
+  /** Link dumps made (tests: the cache at work). */
+  linkDumps = 0;
 
-  constructor(options: { netns?: string } = {}) {
-    this.#b = loadNative<NetlinkBinding>();
+  constructor(options: { netns?: string; binding?: NetlinkBinding } = {}) {
+    this.#b = options.binding ?? loadNative<NetlinkBinding>();
     const ns = options.netns;
     const path = ns === undefined ? '' : ns.includes('/') ? ns : `/run/netns/${ns}`;
     try {
@@ -117,17 +133,25 @@ export class NativeNetlink implements Netlink {
     }
   }
 
-  /** Name → index for every link, read once per call (devices may be recreated at any time). */
+  /** Name → index of every link (the cache, filled on first use). */
   #indexes(): Map<string, number> {
+    return this.#links ?? this.#refreshLinks();
+  }
+
+  #refreshLinks(): Map<string, number> {
     const m = new Map<string, number>();
+    this.linkDumps++;
     for (const l of this.#list('link', 4, 0)) m.set(l.name, l.index);
+    this.#links = m;
+    this.#fresh = true;
     return m;
   }
 
-  #names(): Map<number, string> {
-    const m = new Map<number, string>();
-    for (const l of this.#list('link', 4, 0)) m.set(l.index, l.name);
-    return m;
+  /** The index of `dev`, refreshing the cache (once per call) when it does not know the name. */
+  #index(dev: string): number | undefined {
+    const i = this.#indexes().get(dev);
+    if (i !== undefined || this.#fresh) return i;
+    return this.#refreshLinks().get(dev);
   }
 
   #list(what: 'link', family: Family, ifindex: number): RawLink[];
@@ -155,15 +179,17 @@ export class NativeNetlink implements Netlink {
 
   async apply(ops: readonly Op[]): Promise<Array<WeftError | null>> {
     this.#check();
+    this.#fresh = false;
     const results: Array<WeftError | null> = new Array<WeftError | null>(ops.length).fill(null);
-    // Device names are resolved per segment: a segment ends after an op that creates a device,
-    // so later ops in the same batch find it.
+    // Device names are resolved per segment: a segment ends after an op that creates or deletes
+    // a device, so later ops in the same batch see it (or its absence).
     let start = 0;
     while (start < ops.length) {
       let end = start;
-      while (end < ops.length && ops[end]!.op !== 'addVxlan') end++;
+      while (end < ops.length && !changesLinks(ops[end]!)) end++;
       end = Math.min(end + 1, ops.length);
       this.#applySegment(ops, start, end, results);
+      if (changesLinks(ops[end - 1]!)) this.#links = null;
       start = end;
     }
     return results;
@@ -175,33 +201,55 @@ export class NativeNetlink implements Netlink {
     end: number,
     results: Array<WeftError | null>,
   ): void {
-    const idx = this.#indexes();
+    const idx = (dev: string) => this.#index(dev);
+    const todo: number[] = [];
+    for (let i = start; i < end; i++) todo.push(i);
+    const enodev = this.#send(ops, todo, idx, results);
+    if (enodev.length === 0) return;
+    // A cached index went stale (the device was recreated): look again, retry those once.
+    if (this.#fresh) return; // the indexes were just read: the device is really gone
+    this.#refreshLinks();
+    this.#send(ops, enodev, (dev) => this.#indexes().get(dev), results);
+  }
+
+  /** Encodes and sends ops[i] for i in `which`; returns those that failed with ENODEV. */
+  #send(
+    ops: readonly Op[],
+    which: readonly number[],
+    idx: (dev: string) => number | undefined,
+    results: Array<WeftError | null>,
+  ): number[] {
     const raw: Array<Record<string, unknown>> = [];
     const rawIndex: number[] = [];
-    for (let i = start; i < end; i++) {
+    for (const i of which) {
       const op = ops[i]!;
       const r = this.#encode(op, idx);
       if (typeof r === 'number') {
         results[i] = isAlreadyDone(op, r) ? null : netlinkError(op, r);
       } else {
+        results[i] = null;
         raw.push(r);
         rawIndex.push(i);
       }
     }
-    if (raw.length === 0) return;
+    const enodev: number[] = [];
+    if (raw.length === 0) return enodev;
     const errs = this.#b.netlinkApply(this.#h, raw);
     for (let k = 0; k < errs.length; k++) {
       const errno = errs[k]!;
       const i = rawIndex[k]!;
-      if (errno !== 0 && !isAlreadyDone(ops[i]!, errno)) results[i] = netlinkError(ops[i]!, errno);
+      if (errno === 0 || isAlreadyDone(ops[i]!, errno)) continue;
+      results[i] = netlinkError(ops[i]!, errno);
+      if (errno === constants.errno.ENODEV) enodev.push(i);
     }
+    return enodev;
   }
 
   /** The binding's op object, or an errno when it cannot be sent (unknown device). */
-  #encode(op: Op, idx: Map<string, number>): Record<string, unknown> | number {
+  #encode(op: Op, idx: (dev: string) => number | undefined): Record<string, unknown> | number {
     const dev = (name: string | undefined): number | null => {
       if (name === undefined) return 0;
-      return idx.get(name) ?? null;
+      return idx(name) ?? null;
     };
     const ENODEV = constants.errno.ENODEV;
     switch (op.op) {
@@ -270,7 +318,8 @@ export class NativeNetlink implements Netlink {
   }
 
   async listRoutes(filter: RouteFilter): Promise<RouteEntry[]> {
-    const names = this.#names();
+    const names = new Map<number, string>();
+    for (const [name, index] of this.#refreshLinks()) names.set(index, name);
     const table = filter.table ?? RT_TABLE_MAIN;
     const out: RouteEntry[] = [];
     for (const r of this.#list('route', filter.family, 0)) {
@@ -293,7 +342,8 @@ export class NativeNetlink implements Netlink {
   }
 
   async listNeighs(family: Family, dev: string): Promise<NeighEntry[]> {
-    const ifindex = this.#indexes().get(dev);
+    this.#fresh = false;
+    const ifindex = this.#index(dev);
     if (ifindex === undefined) return [];
     return this.#list('neigh', family, ifindex)
       .filter((n) => n.dst !== null)
@@ -301,7 +351,8 @@ export class NativeNetlink implements Netlink {
   }
 
   async listFdb(dev: string): Promise<FdbEntry[]> {
-    const ifindex = this.#indexes().get(dev);
+    this.#fresh = false;
+    const ifindex = this.#index(dev);
     if (ifindex === undefined) return [];
     return this.#list('fdb', 4, ifindex)
       .filter((n) => n.mac !== null && (n.flags & NTF_SELF) !== 0)
@@ -309,7 +360,8 @@ export class NativeNetlink implements Netlink {
   }
 
   async listAddrs(family: Family, dev: string): Promise<AddrEntry[]> {
-    const ifindex = this.#indexes().get(dev);
+    this.#fresh = false;
+    const ifindex = this.#index(dev);
     if (ifindex === undefined) return [];
     return this.#list('addr', family, ifindex).map((a) => ({ addr: `${a.addr}/${a.prefix}`, dev }));
   }
