@@ -22,9 +22,11 @@
  *
  * Watches are snapshot diffs: live keys and tombstones with a revision in [next, revision] are
  * the events (several changes to one key between two looks collapse into the last one). A watch
- * wakes on inotify (fs.watch on `<dir>`, which sees the `revision` rename), on the next expiry,
- * and on a 1 s poll. When it cannot tell what changed (tombstones pruned, revision went back) it
- * yields a resync.
+ * reads every file once, then is driven by inotify: fs.watch on subnets/ and deleted/ names the
+ * keys that changed, and only their files are read again (on `<dir>` it sees the `revision`
+ * rename). It also wakes on the next expiry, and re-reads everything every 60 s as a safety net
+ * (every 1 s without inotify). When it cannot tell what changed (tombstones pruned, revision
+ * went back) it yields a resync.
  */
 import { watch as fsWatch, type FSWatcher } from 'node:fs';
 import { link, mkdir, open, readFile, readdir, rename, unlink } from 'node:fs/promises';
@@ -36,8 +38,10 @@ import type { Registry, RegistryEvent, StoredLease, SubnetList, WatchBatch } fro
 
 const log = logger('registry-embedded');
 
-/** Safety-net poll of a watch when inotify says nothing. */
+/** Poll of a watch when inotify is unavailable. */
 const POLL_MS = 1000;
+/** Safety re-read of every file by a watch that has inotify (a lost event is repaired then). */
+const RESCAN_MS = 60_000;
 /** Tombstones older than this are pruned (watches from before them resync). */
 const TOMBSTONE_TTL_MS = 24 * 60 * 60 * 1000;
 /** Subnet keys: addresses, prefix lengths, `-`, `&`, `:`; never a path separator. */
@@ -46,8 +50,10 @@ const KEY_RE = /^[0-9A-Za-z.:&-]{1,200}$/;
 export interface EmbeddedRegistryOptions {
   /** Give up waiting for the store lock after this long (default 10 s). */
   lockTimeoutMs?: number;
-  /** Safety-net poll interval of watches in ms (default 1000). */
+  /** Poll interval of watches in ms where inotify is unavailable (default 1000). */
   pollMs?: number;
+  /** Safety re-read of the whole directory by a watch that has inotify (default 60 s). */
+  rescanMs?: number;
 }
 
 interface Snapshot {
@@ -73,17 +79,24 @@ export class EmbeddedRegistry implements Registry {
   readonly #closeCtl = new AbortController();
   readonly #badFiles = new LogOnce();
   #skippedFiles = 0;
+  #fullScans = 0;
 
   constructor(dir: string, options: EmbeddedRegistryOptions = {}) {
     this.#dir = dir;
     this.#opts = {
       lockTimeoutMs: options.lockTimeoutMs ?? 10_000,
       pollMs: options.pollMs ?? POLL_MS,
+      rescanMs: options.rescanMs ?? RESCAN_MS,
     };
   }
 
   get dir(): string {
     return this.#dir;
+  }
+
+  /** Full reads of the lease directory by watches (tests: inotify at work). */
+  get fullScans(): number {
+    return this.#fullScans;
   }
 
   /** Lease files skipped because they could not be parsed (each logged once per key). */
@@ -433,24 +446,60 @@ export class EmbeddedRegistry implements Registry {
       dirty = true;
       wake?.();
     };
-    let watcher: FSWatcher | null = null;
+    // inotify on subnets/ and deleted/ names the keys that changed; on <dir> it sees the
+    // `revision` rename that ends every change. A watcher that cannot open, or an event without
+    // a name, means a full re-read.
+    const changed = new Set<string>();
+    let rescan = true;
+    const watchers: FSWatcher[] = [];
+    const onKey = (_ev: string, name: string | Buffer | null) => {
+      if (typeof name === 'string' && name) changed.add(name);
+      else rescan = true;
+      poke();
+    };
+    let inotify = true;
     try {
-      watcher = fsWatch(this.#dir, { persistent: false }, poke);
-      watcher.on('error', () => {}); // the poll carries on
+      watchers.push(fsWatch(this.#path('subnets'), { persistent: false }, onKey));
+      watchers.push(fsWatch(this.#path('deleted'), { persistent: false }, onKey));
+      watchers.push(fsWatch(this.#dir, { persistent: false }, poke));
+      for (const w of watchers) {
+        w.on('error', () => {
+          inotify = false; // the poll carries on, re-reading everything
+          poke();
+        });
+      }
     } catch (err) {
+      inotify = false;
       log.debug({ err: errorMessage(err) }, 'fs.watch unavailable, polling');
     }
     stop.addEventListener('abort', poke, { once: true });
     let next = fromRevision;
-    log.debug({ from: fromRevision }, 'embedded watch started');
+    let state: Snapshot | null = null;
+    /** Keys whose last read revision was above the `revision` file (a change in flight). */
+    let ahead = new Set<string>();
+    let lastScan = 0;
+    log.debug({ from: fromRevision, inotify }, 'embedded watch started');
     try {
       while (!stop.aborted) {
         dirty = false;
-        let snap: Snapshot;
+        const full =
+          rescan || !inotify || state === null || Date.now() - lastScan >= this.#opts.rescanMs;
+        let keys: Set<string> | null = null;
         try {
-          snap = await this.#snapshot();
+          if (full) {
+            rescan = false;
+            changed.clear();
+            state = await this.#snapshot();
+            this.#fullScans++;
+            lastScan = Date.now();
+          } else {
+            keys = new Set([...changed, ...ahead]);
+            changed.clear();
+            state = await this.#refresh(state!, keys);
+          }
         } catch (err) {
           log.warn({ err: errorMessage(err) }, 'embedded watch read failed');
+          rescan = true;
           await this.#waitFor(
             this.#opts.pollMs,
             stop,
@@ -459,17 +508,24 @@ export class EmbeddedRegistry implements Registry {
           );
           continue;
         }
+        const snap: Snapshot = state!;
         if (stop.aborted) return;
         const now = Date.now();
         const top = snap.revision;
         if ((snap.compacted > 0 && next <= snap.compacted) || next > top + 1) {
+          if (!full) {
+            rescan = true; // a resync is built from a full read, not from what inotify named
+            continue;
+          }
           yield { kind: 'resync', leases: visible(snap, now), revision: top };
           next = top + 1;
+          ahead = new Set();
         } else if (next <= top) {
-          const events = diffEvents(snap, next, top, now);
+          const events = diffEvents(snap, next, top, now, keys);
           next = top + 1;
           if (events.length > 0) yield { kind: 'events', events, revision: top };
         }
+        if (keys !== null || full) ahead = aheadOf(snap, top, keys);
         if (stop.aborted) return;
         // Lapsed keys are deleted (with a revision) by whoever notices first.
         let soonest = Infinity;
@@ -483,9 +539,11 @@ export class EmbeddedRegistry implements Registry {
           await this.#mutate(undefined, async () => {}).catch((err: unknown) => {
             log.warn({ err: errorMessage(err) }, 'embedded expiry purge failed');
           });
+          rescan = true;
           continue;
         }
-        const waitMs = Math.max(0, Math.min(this.#opts.pollMs, soonest - now + 1));
+        const nextScan = inotify ? lastScan + this.#opts.rescanMs : now + this.#opts.pollMs;
+        const waitMs = Math.max(0, Math.min(nextScan, soonest + 1) - now);
         await this.#waitFor(
           waitMs,
           stop,
@@ -494,10 +552,26 @@ export class EmbeddedRegistry implements Registry {
         );
       }
     } finally {
-      watcher?.close();
+      for (const w of watchers) w.close();
       stop.removeEventListener('abort', poke);
       log.debug({ next }, 'embedded watch stopped');
     }
+  }
+
+  /** `snap` with the files of `keys` (and the revision files) read again: no directory read. */
+  async #refresh(snap: Snapshot, keys: ReadonlySet<string>): Promise<Snapshot> {
+    const revision = await this.#readNumber('revision');
+    const compacted = await this.#readNumber('compacted');
+    for (const key of keys) {
+      if (!KEY_RE.test(key)) continue;
+      const l = await this.#readLease(key);
+      const t = await this.#readTomb(key);
+      if (t) snap.tombs.set(key, t);
+      else snap.tombs.delete(key);
+      if (l && !shadowedBy(t?.revision, l)) snap.live.set(key, l);
+      else snap.live.delete(key);
+    }
+    return { revision, compacted, live: snap.live, tombs: snap.tombs, shadowed: [] };
   }
 
   /** Waits `ms`, or until `poke` runs (fs event, abort); returns at once if already dirty. */
@@ -555,18 +629,54 @@ function visible(snap: Snapshot, now: number): StoredLease[] {
   return [...snap.live.values()].filter((l) => !lapsed(l, now));
 }
 
-/** Puts and deletes with a revision in [from, to], in revision order. */
-function diffEvents(snap: Snapshot, from: number, to: number, now: number): RegistryEvent[] {
+/**
+ * Puts and deletes with a revision in [from, to], in revision order: among `keys` only (what
+ * inotify named, and what was ahead of the revision file before), or every key after a full read.
+ */
+function diffEvents(
+  snap: Snapshot,
+  from: number,
+  to: number,
+  now: number,
+  keys: ReadonlySet<string> | null,
+): RegistryEvent[] {
   const events: RegistryEvent[] = [];
-  for (const l of snap.live.values()) {
+  const put = (l: StoredLease) => {
     if (l.revision >= from && l.revision <= to && !lapsed(l, now))
       events.push({ type: 'put', lease: l });
-  }
-  for (const [key, t] of snap.tombs) {
+  };
+  const del = (key: string, t: { revision: number }) => {
     if (t.revision >= from && t.revision <= to)
       events.push({ type: 'delete', key, revision: t.revision });
+  };
+  if (keys === null) {
+    for (const l of snap.live.values()) put(l);
+    for (const [key, t] of snap.tombs) del(key, t);
+  } else {
+    for (const key of keys) {
+      const l = snap.live.get(key);
+      const t = snap.tombs.get(key);
+      if (l) put(l);
+      else if (t) del(key, t);
+    }
   }
   return events.sort((a, b) => rev(a) - rev(b));
+}
+
+/** Keys whose change is above `top` (written, the revision file not yet): looked at again. */
+function aheadOf(snap: Snapshot, top: number, keys: ReadonlySet<string> | null): Set<string> {
+  const out = new Set<string>();
+  const check = (key: string) => {
+    const r = snap.live.get(key)?.revision ?? snap.tombs.get(key)?.revision;
+    if (r !== undefined && r > top) out.add(key);
+  };
+  if (keys === null) {
+    for (const key of snap.live.keys()) check(key);
+    for (const key of snap.tombs.keys()) check(key);
+  } else {
+    for (const key of keys) check(key);
+  }
+  return out;
 }
 
 function rev(e: RegistryEvent): number {

@@ -171,6 +171,37 @@ describe('EmbeddedRegistry', () => {
     }
   });
 
+  it('follows changes by inotify: only the changed files are read, no full re-read', async () => {
+    const dir = tempStore();
+    const writer = new EmbeddedRegistry(dir);
+    // No poll and no safety re-scan within the test: every batch comes from inotify.
+    const reader = new EmbeddedRegistry(dir, { pollMs: 3_600_000, rescanMs: 3_600_000 });
+    const ac = new AbortController();
+    try {
+      for (let i = 0; i < 20; i++) await writer.createSubnet(`10.5.${i}.0-24`, V4_VALUE, 60_000);
+      const { revision } = await reader.listSubnets();
+      const it = reader.watchSubnets(revision + 1, ac.signal)[Symbol.asyncIterator]();
+      await writer.createSubnet('10.5.99.0-24', DUAL_VALUE, 60_000);
+      await writer.deleteSubnet('10.5.3.0-24');
+      const seen: string[] = [];
+      while (seen.length < 2) {
+        const b = await nextBatch(it, 5000);
+        assert.equal(b.kind, 'events');
+        if (b.kind === 'events')
+          for (const e of b.events)
+            seen.push(e.type === 'put' ? `put ${e.lease.key}` : `del ${e.key}`);
+      }
+      assert.deepEqual(seen, ['put 10.5.99.0-24', 'del 10.5.3.0-24']);
+      assert.equal(reader.fullScans, 1, 'the watch re-read the whole directory');
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await writer.close();
+      await reader.close();
+    }
+  });
+
   it('breaks the lock of a writer killed while holding it', async () => {
     const dir = tempStore();
     const r = new EmbeddedRegistry(dir, { lockTimeoutMs: 5000 });
