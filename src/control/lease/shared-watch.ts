@@ -11,6 +11,7 @@
  * the events its list did not already hold (revision above the list's); resync batches always.
  * The watch stops when its last watcher leaves; a registry error ends every watcher with it.
  */
+import { Inbox } from '../../common/inbox.js';
 import type { Registry, SubnetList, WatchBatch } from '../registry/registry.js';
 
 const REPLAY_MS = 5000;
@@ -19,35 +20,20 @@ const REPLAY_BATCHES = 256;
 type Item = { batch: WatchBatch } | { error: unknown } | { end: true };
 
 class Watcher {
-  readonly #items: Item[] = [];
-  #wake: (() => void) | null = null;
+  readonly #inbox = new Inbox<Item>();
   /** Events at or below this revision were in the watcher's own list. */
   skipUpTo = -1;
 
   push(item: Item): void {
-    this.#items.push(item);
-    this.#wake?.();
+    this.#inbox.push(item);
   }
 
   /** The next batch; undefined when the watch ended or `signal` fired. */
   async next(signal: AbortSignal): Promise<WatchBatch | undefined> {
     for (;;) {
-      while (this.#items.length === 0) {
-        if (signal.aborted) return undefined;
-        await new Promise<void>((resolve) => {
-          const done = () => {
-            this.#wake = null;
-            signal.removeEventListener('abort', done);
-            resolve();
-          };
-          this.#wake = done;
-          signal.addEventListener('abort', done, { once: true });
-        });
-      }
-      if (signal.aborted) return undefined;
-      const item = this.#items.shift()!;
+      const item = await this.#inbox.shift(signal);
+      if (item === undefined || 'end' in item) return undefined;
       if ('error' in item) throw item.error;
-      if ('end' in item) return undefined;
       const b = item.batch;
       if (b.kind === 'resync' || this.skipUpTo < 0) return b;
       const events = b.events.filter(

@@ -33,6 +33,7 @@ import {
   isWeftError,
   usageError,
 } from '../../common/errors.js';
+import { Inbox } from '../../common/inbox.js';
 import { anySignal, backoffDelay, retry, sleep } from '../../common/lifecycle.js';
 import { logger } from '../../common/log.js';
 import type {
@@ -120,34 +121,6 @@ function prefixEnd(prefix: Buffer): Buffer {
     }
   }
   return Buffer.from([0]);
-}
-
-/** A queue between a stream's callbacks and an async reader. */
-class Inbox<T> {
-  readonly #items: T[] = [];
-  #wake: (() => void) | null = null;
-
-  push(item: T): void {
-    this.#items.push(item);
-    this.#wake?.();
-  }
-
-  /** The next item, or undefined once `signal` fires. */
-  async shift(signal: AbortSignal): Promise<T | undefined> {
-    while (this.#items.length === 0) {
-      if (signal.aborted) return undefined;
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          this.#wake = null;
-          signal.removeEventListener('abort', done);
-          resolve();
-        };
-        this.#wake = done;
-        signal.addEventListener('abort', done, { once: true });
-      });
-    }
-    return signal.aborted ? undefined : this.#items.shift();
-  }
 }
 
 type WatchItem =

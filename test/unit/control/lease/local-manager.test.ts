@@ -252,20 +252,28 @@ function counting(reg: MemoryRegistry) {
   return n;
 }
 
-test("a daemon's two watchers (peers and its own lease) share one store watch and one list", async () => {
-  const { reg, sm } = setup();
+/**
+ * A daemon's two watchers on one manager: watchOwnLease first (as the daemon starts it), then
+ * watchLeases once `between` ran (it returns the peers the first batch must hold). Returns the
+ * store calls the peer watch's start cost; checks that both follow on (a new peer, then our own
+ * lease deleted).
+ */
+async function twoWatchers(
+  sm: LocalManager,
+  reg: MemoryRegistry,
+  between: () => Promise<string[]>,
+): Promise<{ watches: number; lists: number }> {
   const own = await sm.acquireLease(attrs('192.168.1.10'));
-  const peer = await sm.acquireLease(attrs('192.168.1.11'));
-  const n = counting(reg);
   const ac = new AbortController();
-  const ownIt = sm.watchOwnLease(own, ac.signal)[Symbol.asyncIterator]();
-  const ownNext = ownIt.next();
+  const ownNext = sm.watchOwnLease(own, ac.signal)[Symbol.asyncIterator]().next();
+  const peers = await between();
+  const n = counting(reg);
   const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
   assert.deepEqual(
     (await take(it)).map((e) => [e.type, e.lease.key]),
-    [['added', peer.key]],
+    peers.map((key) => ['added', key]),
   );
-  assert.deepEqual(n, { watches: 1, lists: 1 });
+  const cost = { ...n };
   const third = await sm.acquireLease(attrs('192.168.1.12'));
   assert.deepEqual(
     (await take(it)).map((e) => [e.type, e.lease.key]),
@@ -275,6 +283,15 @@ test("a daemon's two watchers (peers and its own lease) share one store watch an
   await assert.rejects(ownNext, { code: 'WEFT_ERR_LEASE_REVOKED' });
   ac.abort();
   assert.equal((await it.next()).done, true);
+  return cost;
+}
+
+test("a daemon's two watchers (peers and its own lease) share one store watch and one list", async () => {
+  const { reg, sm } = setup();
+  const all = counting(reg);
+  const cost = await twoWatchers(sm, reg, async () => []);
+  assert.deepEqual(cost, { watches: 0, lists: 0 }, 'the peer watch joined the running one');
+  assert.equal(all.watches, 1);
 });
 
 test('a watcher joining after the replay window lists again and gets only newer events', async () => {
@@ -285,27 +302,12 @@ test('a watcher joining after the replay window lists again and gets only newer 
     random: () => 0,
     sharedWatch: { replayBatches: 0 },
   });
-  const own = await sm.acquireLease(attrs('192.168.1.10'));
-  const ac = new AbortController();
-  const ownIt = sm.watchOwnLease(own, ac.signal)[Symbol.asyncIterator]();
-  const ownNext = ownIt.next();
-  const peer = await sm.acquireLease(attrs('192.168.1.11')); // closes the replay window
-  await new Promise((r) => setImmediate(r));
-  const n = counting(reg);
-  const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
-  assert.deepEqual(
-    (await take(it)).map((e) => [e.type, e.lease.key]),
-    [['added', peer.key]],
-  );
-  assert.deepEqual(n, { watches: 0, lists: 1 });
-  const third = await sm.acquireLease(attrs('192.168.1.12'));
-  assert.deepEqual(
-    (await take(it)).map((e) => [e.type, e.lease.key]),
-    [['added', third.key]],
-  );
-  await reg.deleteSubnet(own.key);
-  await assert.rejects(ownNext, { code: 'WEFT_ERR_LEASE_REVOKED' });
-  ac.abort();
+  const cost = await twoWatchers(sm, reg, async () => {
+    const peer = await sm.acquireLease(attrs('192.168.1.11')); // closes the replay window
+    await new Promise((r) => setImmediate(r));
+    return [peer.key];
+  });
+  assert.deepEqual(cost, { watches: 0, lists: 1 });
 });
 
 test('watching our own lease throws revoked when it is deleted', async () => {
