@@ -105,6 +105,7 @@ NlOp ToOp(Napi::Env env, const Napi::Object& o) {
       op.ifindex = static_cast<int>(NumProp(o, "ifindex", 0));
       op.onlink = o.Get("onlink").ToBoolean().Value();
       op.table = static_cast<uint32_t>(NumProp(o, "table", 0));
+      op.route_type = static_cast<uint8_t>(NumProp(o, "routeType", 0));
       break;
     case NlOpKind::kReplaceNeigh:
     case NlOpKind::kDelNeigh:

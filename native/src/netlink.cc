@@ -55,9 +55,10 @@ nlmsghdr* BuildOp(char* at, const NlOp& op, uint32_t seq) {
       uint32_t table = op.table == 0 ? RT_TABLE_MAIN : op.table;
       rtm->rtm_table = table < 256 ? table : RT_TABLE_UNSPEC;
       rtm->rtm_protocol = add ? RTPROT_BOOT : 0;
-      rtm->rtm_type = RTN_UNICAST;
+      rtm->rtm_type = op.route_type != 0 ? op.route_type : RTN_UNICAST;
       if (add) {
-        rtm->rtm_scope = op.gw.family != 0 ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK;
+        bool link_scope = op.gw.family == 0 && rtm->rtm_type == RTN_UNICAST;
+        rtm->rtm_scope = link_scope ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
       } else {
         rtm->rtm_scope = RT_SCOPE_NOWHERE;
       }

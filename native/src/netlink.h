@@ -56,6 +56,7 @@ struct NlOp {
   int ifindex = 0;   // route oif / neighbour / FDB / address / link index
   bool onlink = false;
   uint32_t table = 0;  // 0: main
+  uint8_t route_type = 0;  // RTN_*; 0: RTN_UNICAST (RTN_BLACKHOLE: no device, no gateway)
   bool has_mac = false;
   uint8_t mac[6] = {};  // neighbour lladdr, FDB MAC, link MAC, vxlan MAC
   int mtu = 0;          // set link / vxlan: 0 leaves it

@@ -18,6 +18,33 @@ export const LOG_LEVELS = [
   'silent',
 ] as const satisfies readonly LevelWithSilent[];
 
+/** `--log-format`: one JSON object per line (the default), or plain text for a terminal. */
+export const LOG_FORMATS = ['json', 'text'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
+let format: LogFormat = 'json';
+const stderr = pino.destination({ fd: 2, sync: true });
+
+/**
+ * One JSON log line as text: `<time> <LEVEL> [<component>] <msg> key=value …` (strings with
+ * spaces or quotes JSON-quoted, objects as JSON).
+ */
+export function textLine(json: string): string {
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(json) as Record<string, unknown>;
+  } catch {
+    return json;
+  }
+  const { time, level, component, msg, pid: _pid, ...rest } = o;
+  const value = (v: unknown): string =>
+    typeof v === 'string' && /^[^\s"=]+$/.test(v) ? v : JSON.stringify(v);
+  const fields = Object.entries(rest).map(([k, v]) => `${k}=${value(v)}`);
+  const head = [String(time), String(level).toUpperCase().padEnd(5)];
+  if (component !== undefined) head.push(`[${String(component)}]`);
+  return [...head, String(msg ?? ''), ...fields].join(' ') + '\n';
+}
+
 let root: Logger = pino(
   {
     level: process.env.WEFT_LOG_LEVEL ?? 'info',
@@ -25,11 +52,20 @@ let root: Logger = pino(
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label) => ({ level: label }) },
   },
-  pino.destination({ fd: 2, sync: true }),
+  { write: (line: string) => stderr.write(format === 'json' ? line : textLine(line)) },
 );
+
+export function setLogFormat(f: LogFormat): void {
+  format = f;
+}
 
 export function isLogLevel(level: string): level is LevelWithSilent {
   return (LOG_LEVELS as readonly string[]).includes(level);
+}
+
+/** flanneld's klog `-v` as a level: 0 info, 1–4 debug, 5 and above trace. */
+export function verbosityLevel(v: number): LevelWithSilent {
+  return v <= 0 ? 'info' : v < 5 ? 'debug' : 'trace';
 }
 
 export function setLogLevel(level: LevelWithSilent): void {

@@ -1,7 +1,14 @@
 /** `weft daemon [flags]`: flags → DaemonConfig → runDaemon, with signal handling. */
 import { errorMessage } from '../../common/errors.js';
-import { logger, setLogLevel } from '../../common/log.js';
-import { DAEMON_FLAGS, parseFlags, storeKind, usage } from '../config/flags.js';
+import { logger, setLogFormat, setLogLevel, verbosityLevel } from '../../common/log.js';
+import { blackholeRouteTask } from '../blackhole-route.js';
+import {
+  DAEMON_FLAGS,
+  IGNORED_FLANNELD_FLAGS,
+  parseFlags,
+  storeKind,
+  usage,
+} from '../config/flags.js';
 import { runDaemon } from '../daemon.js';
 import { selectExternalInterface } from '../iface.js';
 import { iptablesTask } from '../iptables/iptables.js';
@@ -28,8 +35,16 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
     io.stdout.write(`${VERSION}\n`);
     return 0;
   }
-  setLogLevel(o.logLevel);
+  setLogFormat(o.logFormat);
+  setLogLevel(parsed.explicit.has('log-level') ? o.logLevel : verbosityLevel(o.v));
   const log = logger('main');
+  for (const name of IGNORED_FLANNELD_FLAGS) {
+    if (parsed.explicit.has(name))
+      log.warn(
+        { flag: `--${name}` },
+        'flag accepted for flanneld compatibility; no effect in weft',
+      );
+  }
   const ac = new AbortController();
   // systemd Type=notify: readiness and stopping are reported when NOTIFY_SOCKET is set.
   const notify = (state: string) => {
@@ -82,7 +97,9 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
             ipMasq: o.ipMasq,
             forwardRules: o.iptablesForwardRules,
             resyncSec: o.iptablesResync,
+            fullyRandom: !o.ipMasqFullyRandomDisable,
           }),
+          ...(o.ipBlackholeRoute ? [blackholeRouteTask({ resyncSec: o.iptablesResync })] : []),
         ],
         openManager: async (metrics) => {
           if (storeKind(parsed) !== 'kube')

@@ -20,7 +20,7 @@
  */
 import { isIP } from 'node:net';
 import { usageError } from '../../common/errors.js';
-import { LOG_LEVELS } from '../../common/log.js';
+import { LOG_FORMATS, LOG_LEVELS } from '../../common/log.js';
 import { offloadListError } from '../../dataplane/offloads.js';
 
 export const ENV_PREFIX = 'FLANNELD_';
@@ -218,6 +218,7 @@ export const DAEMON_FLAGS = {
     false,
     'setup IP masquerade rule for traffic destined outside of overlay network',
   ),
+  'ip-masq-fully-random-disable': bool(false, 'disable fully-random mode for MASQUERADE'),
   'iptables-resync': int(5, 'resync period for iptables rules, in seconds', { min: 1 }),
   'iptables-forward-rules': bool(true, 'add default accept rules to FORWARD chain in iptables'),
   'subnet-file': str(
@@ -235,7 +236,20 @@ export const DAEMON_FLAGS = {
     min: 0,
     max: 65535,
   }),
+  'ip-blackhole-route': bool(false, "add a blackhole route for the node's own subnet"),
   'set-node-network-unavailable': bool(true, 'set NetworkUnavailable=False on the node when ready'),
+  // flanneld's klog flags: -v sets the log level (when --log-level is not given); the other two
+  // have no meaning in weft and are accepted with one warning.
+  v: int(0, "log verbosity as flanneld's -v: 0 info, 1-4 debug, 5+ trace (unless --log-level)", {
+    min: 0,
+    max: 2 ** 31 - 1,
+  }),
+  vmodule: str('', "flanneld's per-file verbosity; accepted, no meaning in weft", 'PATTERN'),
+  log_backtrace_at: str(
+    '',
+    "flanneld's backtrace location; accepted, no meaning in weft",
+    'FILE:N',
+  ),
   version: bool(false, 'print version and exit'),
   help: bool(false, 'print this message'),
   'store-dir': str(
@@ -244,6 +258,7 @@ export const DAEMON_FLAGS = {
     'DIR',
   ),
   'log-level': oneOf(LOG_LEVELS, 'info', 'log level'),
+  'log-format': oneOf(LOG_FORMATS, 'json', 'log line format: json (one object per line) or text'),
   'release-lease-on-exit': bool(false, 'delete our lease when the daemon stops'),
   'dataplane-engine': oneOf(
     DATAPLANE_ENGINES,
@@ -279,6 +294,9 @@ export const DAEMON_FLAGS = {
 } as const satisfies FlagTable;
 
 export type DaemonFlagTable = typeof DAEMON_FLAGS;
+
+/** flanneld flags weft accepts but cannot honour (klog internals): warned once when given. */
+export const IGNORED_FLANNELD_FLAGS = ['vmodule', 'log_backtrace_at'] as const;
 export type DaemonOptions = FlagValues<DaemonFlagTable>;
 
 /** The subset a table row list picks out of another table, keeping the rows' types. */

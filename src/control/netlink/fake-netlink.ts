@@ -42,6 +42,8 @@ function isV4(addrOrCIDR: string): boolean {
 export class FakeNetlink implements Netlink {
   readonly links = new Map<string, FakeLink>();
   readonly routes = new Map<string, RouteEntry>();
+  /** Blackhole routes, `<table>|<dst>`. */
+  readonly blackholes = new Set<string>();
   readonly neighs = new Map<string, NeighEntry>();
   readonly fdb = new Map<string, FdbEntry>();
   readonly addrs = new Map<string, AddrEntry>();
@@ -101,6 +103,11 @@ export class FakeNetlink implements Netlink {
     switch (op.op) {
       case 'replaceRoute': {
         const table = op.table ?? RT_TABLE_MAIN;
+        if (op.type === 'blackhole') {
+          // Kept apart: the kernel implementations list unicast routes only.
+          this.blackholes.add(`${table}|${op.dst}`);
+          return 0;
+        }
         this.routes.set(`${table}|${op.dst}`, {
           dst: op.dst,
           gw: op.gw ?? null,
@@ -114,6 +121,7 @@ export class FakeNetlink implements Netlink {
       }
       case 'delRoute': {
         const key = `${op.table ?? RT_TABLE_MAIN}|${op.dst}`;
+        if (op.type === 'blackhole') return this.blackholes.delete(key) ? 0 : E.ESRCH;
         return this.routes.delete(key) ? 0 : E.ESRCH;
       }
       case 'replaceNeigh':

@@ -128,6 +128,7 @@ export function opArgs(op: Op): { tool: Tool; args: string[] } {
     case 'replaceRoute':
     case 'delRoute': {
       const args = [familyFlag(op.dst), 'route', op.op === 'replaceRoute' ? 'replace' : 'del'];
+      if (op.type === 'blackhole') args.push('blackhole');
       args.push(op.dst);
       if (op.gw) args.push('via', op.gw);
       if (op.dev) args.push('dev', op.dev);

@@ -79,6 +79,7 @@ export interface NetlinkBinding {
 
 const IFF_UP = 1;
 const RTN_UNICAST = 1;
+const RTN_BLACKHOLE = 6;
 const RTNH_F_ONLINK = 4;
 const NTF_SELF = 0x02;
 
@@ -266,6 +267,7 @@ export class NativeNetlink implements Netlink {
           ifindex,
           onlink: op.onlink ?? false,
           table: op.table ?? RT_TABLE_MAIN,
+          routeType: op.type === 'blackhole' ? RTN_BLACKHOLE : 0,
         };
       }
       case 'replaceNeigh':

@@ -28,6 +28,8 @@ export interface RouteSpec {
   readonly onlink?: boolean;
   /** Routing table (default: main, 254). */
   readonly table?: number;
+  /** A blackhole route (no gw, no dev): packets to `dst` are dropped (--ip-blackhole-route). */
+  readonly type?: 'blackhole';
 }
 
 export interface NeighSpec {
@@ -171,7 +173,7 @@ export function describeOp(op: Op): string {
     case 'replaceRoute':
     case 'delRoute': {
       const verb = op.op === 'replaceRoute' ? 'replace' : 'delete';
-      let s = `${verb} route ${op.dst}`;
+      let s = `${verb} route ${op.type === 'blackhole' ? 'blackhole ' : ''}${op.dst}`;
       if (op.gw) s += ` via ${op.gw}`;
       if (op.dev) s += ` dev ${op.dev}`;
       if (op.onlink) s += ' onlink';
