@@ -15,14 +15,15 @@
         "src/udp_socket.cc",
         "src/engine.cc",
         "src/coalesce.cc",
-        "src/sd_notify.cc"
+        "src/sd_notify.cc",
+        "src/bpf_loader.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=9", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fexceptions"],
-      "libraries": ["-lmnl"]
+      "libraries": ["-lmnl", "-lbpf"]
     }
   ]
 }

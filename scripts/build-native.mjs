@@ -54,13 +54,40 @@ export function buildTunHelper({ strict = false } = {}) {
   return true;
 }
 
+/**
+ * Builds native/build/weft.bpf.o (native/bpf/weft.bpf.c, the bpf engine's programs) with
+ * `clang -target bpf`. Reported, not fatal: without it `--dataplane-engine=auto` falls back to
+ * the native engine and `bpf` refuses to start, naming this file.
+ */
+export function buildBpf({ strict = false } = {}) {
+  const out = join(root, 'native', 'build', 'weft.bpf.o');
+  mkdirSync(dirname(out), { recursive: true });
+  const arch = spawnSync(process.env.CC || 'cc', ['-dumpmachine'], { encoding: 'utf8' });
+  const multiarch = arch.status === 0 ? arch.stdout.trim() : 'x86_64-linux-gnu';
+  const src = join(root, 'native', 'bpf', 'weft.bpf.c');
+  const r = spawnSync(
+    process.env.BPF_CLANG || 'clang',
+    ['-O2', '-g', '-Wall', '-target', 'bpf', `-I/usr/include/${multiarch}`, '-c', src, '-o', out],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
+  if (r.status !== 0) {
+    const msg = `weft: bpf programs build failed (${r.error?.message ?? `clang exit ${r.status}`}); the bpf engine is unavailable (are clang and libbpf-dev installed?)`;
+    if (strict) throw new Error(msg);
+    console.error(msg);
+    return false;
+  }
+  return true;
+}
+
 export function buildNative({ strict = false } = {}) {
-  // The helper is built after node-gyp (whose `rebuild` empties native/build) and whether or not
-  // the addon builds: it is what the js engine uses when the addon cannot load.
+  // The helper and the bpf programs are built after node-gyp (whose `rebuild` empties
+  // native/build) and whether or not the addon builds: the helper is what the js engine uses
+  // when the addon cannot load.
   try {
     return buildAddon({ strict });
   } finally {
     buildTunHelper({ strict });
+    buildBpf({ strict });
   }
 }
 

@@ -24,6 +24,10 @@
 #include "flannel_udp.h"
 #include "vxlan.h"
 #include "sd_notify.h"
+#include "bpf_loader.h"
+
+#include <arpa/inet.h>
+#include <net/if.h>
 
 namespace weft {
 
@@ -653,6 +657,151 @@ void DefineEngine(Napi::Env env, Napi::Object exports) {
 }  // namespace dpbind
 // ---- end dataplane bindings ----
 
+// ---- bpf engine bindings (src/dataplane/bpf-engine.ts is the only caller) ----
+namespace bpfbind {
+
+std::mutex g_mu;
+std::map<uint32_t, std::shared_ptr<BpfEngine>> g_bpf;
+uint32_t g_next_id = 1;
+
+std::shared_ptr<BpfEngine> Arg(const Napi::CallbackInfo& info) {
+  uint32_t id = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Uint32Value() : 0;
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_bpf.find(id);
+  if (it == g_bpf.end()) throw Napi::Error::New(info.Env(), "bpf: no such engine");
+  return it->second;
+}
+
+uint32_t IfindexOf(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (v.IsNumber()) return v.As<Napi::Number>().Uint32Value();
+  if (!v.IsString()) throw Napi::TypeError::New(env, std::string("bpf: ") + what + " must be a device name");
+  std::string name = v.As<Napi::String>().Utf8Value();
+  uint32_t i = if_nametoindex(name.c_str());
+  if (!i) throw Napi::Error::New(env, std::string("bpf: ") + what + " " + name + ": " + std::strerror(errno));
+  return i;
+}
+
+// bpfLoad(objectPath) → id: opens and loads the programs (the verifier runs here).
+Napi::Value Load(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "bpfLoad(objectPath)");
+  std::string error;
+  std::unique_ptr<BpfEngine> e = BpfEngine::Load(info[0].As<Napi::String>().Utf8Value(), &error);
+  if (!e) throw Napi::Error::New(env, "bpf: " + error);
+  std::lock_guard<std::mutex> lock(g_mu);
+  uint32_t id = g_next_id++;
+  g_bpf[id] = std::shared_ptr<BpfEngine>(e.release());
+  return Napi::Number::New(env, id);
+}
+
+// bpfConfigure(id, { format, vni, vtepMac, port, localV4, tun?, underlay? })
+Napi::Value Configure(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<BpfEngine> e = Arg(info);
+  if (info.Length() < 2 || !info[1].IsObject()) throw Napi::TypeError::New(env, "bpfConfigure(id, config)");
+  Napi::Object o = info[1].As<Napi::Object>();
+  BpfConfig c;
+  c.vxlan = o.Get("format").ToString().Utf8Value() == "vxlan";
+  c.vni = o.Get("vni").ToNumber().Uint32Value();
+  c.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
+  Napi::Value mac = o.Get("vtepMac");
+  if (!mac.IsBuffer() || mac.As<Napi::Buffer<uint8_t>>().Length() != 6) throw Napi::TypeError::New(env, "bpf: vtepMac must be 6 bytes");
+  std::memcpy(c.vtep_mac, mac.As<Napi::Buffer<uint8_t>>().Data(), 6);
+  std::string local = o.Get("localV4").ToString().Utf8Value();
+  if (inet_pton(AF_INET, local.c_str(), c.local_v4) != 1) throw Napi::TypeError::New(env, "bpf: localV4 " + local + " is not an IPv4 address");
+  if (o.Has("tun")) c.tun_ifindex = IfindexOf(env, o.Get("tun"), "tun");
+  if (o.Has("underlay")) c.underlay_ifindex = IfindexOf(env, o.Get("underlay"), "underlay");
+  int rc = e->Configure(c);
+  if (rc < 0) throw Napi::Error::New(env, std::string("bpf: config map: ") + std::strerror(-rc));
+  return env.Undefined();
+}
+
+Napi::Value SetPeers(const Napi::CallbackInfo& info) {
+  std::shared_ptr<BpfEngine> e = Arg(info);
+  if (info.Length() < 2 || !info[1].IsBuffer()) throw Napi::TypeError::New(info.Env(), "bpfSetPeers(id, table)");
+  Napi::Buffer<uint8_t> b = info[1].As<Napi::Buffer<uint8_t>>();
+  std::string error;
+  if (!e->SetPeers(b.Data(), b.Length(), &error)) throw Napi::RangeError::New(info.Env(), "bpf: " + error);
+  return info.Env().Undefined();
+}
+
+// bpfTestRun(id, 'tx' | 'rx', frame, gsoSize = 0, gsoSegs = 0) → { verdict, data }
+Napi::Value TestRun(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<BpfEngine> e = Arg(info);
+  if (info.Length() < 3 || !info[1].IsString() || !info[2].IsBuffer()) throw Napi::TypeError::New(env, "bpfTestRun(id, 'tx'|'rx', frame)");
+  BpfProgram p = info[1].As<Napi::String>().Utf8Value() == "rx" ? BpfProgram::kRx : BpfProgram::kTx;
+  Napi::Buffer<uint8_t> in = info[2].As<Napi::Buffer<uint8_t>>();
+  uint32_t gso_size = info.Length() > 3 ? info[3].ToNumber().Uint32Value() : 0;
+  uint32_t gso_segs = info.Length() > 4 ? info[4].ToNumber().Uint32Value() : 0;
+  int verdict = 0;
+  std::vector<uint8_t> out;
+  int rc = e->TestRun(p, in.Data(), in.Length(), gso_size, gso_segs, &verdict, &out);
+  if (rc < 0) throw Napi::Error::New(env, std::string("bpf: test run: ") + std::strerror(-rc));
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("verdict", verdict);
+  o.Set("data", Napi::Buffer<uint8_t>::Copy(env, out.data(), out.size()));
+  return o;
+}
+
+// bpfAttach(id, tun, underlay, mode = 'auto' | 'tcx' | 'clsact') → 'tcx' | 'clsact'
+Napi::Value Attach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<BpfEngine> e = Arg(info);
+  if (info.Length() < 3) throw Napi::TypeError::New(env, "bpfAttach(id, tun, underlay, mode)");
+  uint32_t tun = IfindexOf(env, info[1], "tun");
+  uint32_t underlay = IfindexOf(env, info[2], "underlay");
+  std::string want = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "auto";
+  BpfAttachMode m = want == "tcx" ? BpfAttachMode::kTcx : want == "clsact" ? BpfAttachMode::kClsact : BpfAttachMode::kNone;
+  std::string error;
+  BpfAttachMode got = e->Attach(tun, underlay, m, &error);
+  if (got == BpfAttachMode::kNone) throw Napi::Error::New(env, "bpf: attach: " + error);
+  return Napi::String::New(env, got == BpfAttachMode::kTcx ? "tcx" : "clsact");
+}
+
+Napi::Value Counters(const Napi::CallbackInfo& info) {
+  std::vector<uint64_t> c = Arg(info)->Counters();
+  Napi::Float64Array out = Napi::Float64Array::New(info.Env(), c.size());
+  for (size_t i = 0; i < c.size(); i++) out[i] = static_cast<double>(c[i]);
+  return out;
+}
+
+Napi::Value ObjectIds(const Napi::CallbackInfo& info) {
+  std::vector<uint32_t> ids = Arg(info)->ObjectIds();
+  Napi::Array a = Napi::Array::New(info.Env(), ids.size());
+  for (size_t i = 0; i < ids.size(); i++) a.Set(static_cast<uint32_t>(i), ids[i]);
+  return a;
+}
+
+// bpfClose(id): detaches and frees programs, maps and links (idempotent).
+Napi::Value Close(const Napi::CallbackInfo& info) {
+  std::shared_ptr<BpfEngine> e;
+  if (info.Length() > 0 && info[0].IsNumber()) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_bpf.find(info[0].As<Napi::Number>().Uint32Value());
+    if (it != g_bpf.end()) {
+      e = it->second;
+      g_bpf.erase(it);
+    }
+  }
+  if (e) e->Detach();
+  return info.Env().Undefined();
+}
+
+void Define(Napi::Env env, Napi::Object exports) {
+  exports.Set("bpfLoad", Napi::Function::New(env, Load));
+  exports.Set("bpfConfigure", Napi::Function::New(env, Configure));
+  exports.Set("bpfSetPeers", Napi::Function::New(env, SetPeers));
+  exports.Set("bpfTestRun", Napi::Function::New(env, TestRun));
+  exports.Set("bpfAttach", Napi::Function::New(env, Attach));
+  exports.Set("bpfCounters", Napi::Function::New(env, Counters));
+  exports.Set("bpfObjectIds", Napi::Function::New(env, ObjectIds));
+  exports.Set("bpfClose", Napi::Function::New(env, Close));
+}
+
+}  // namespace bpfbind
+// ---- end bpf engine bindings ----
+
 // sdNotify(socketPath, state) → 0 or an errno: one sd_notify datagram (see sd_notify.h).
 Napi::Value SdNotifyBinding(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -672,6 +821,7 @@ class Addon : public Napi::Addon<Addon> {
     nlbind::Define(env, exports);
     dpbind::DefineCodec(env, exports);
     dpbind::DefineEngine(env, exports);
+    bpfbind::Define(env, exports);
     exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
   }
 

@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The bpf engine's fast path: VXLAN and flannel-udp encapsulation in the kernel, with the same
+// formats and the same decisions as the reference codec (src/dataplane/js-codec.ts).
+//
+//   weft_tx  egress of weft's TUN (no MAC header; under BPF_PROG_TEST_RUN an Ethernet header is
+//            in front): inner IPv4/IPv6 → peer (LPM trie) → adjust_room encap → outer IPv4, UDP
+//            (and VXLAN + inner Ethernet) → bpf_redirect_neigh(underlay).
+//   weft_rx  ingress of the underlay (Ethernet): UDP to our port on our IPv4 address from a peer's
+//            public address → VNI, inner MAC, anti-spoofing (and TTL for flannel-udp) →
+//            adjust_room decap → TC_ACT_OK into the stack.
+//
+// Anything either program does not handle exactly as the reference would (no peer, a peer behind
+// an IPv6 underlay, trailing bytes, TTL expiring, a bad header, an unknown sender, ...) leaves
+// the packet untouched and returns TC_ACT_OK: it reaches the TUN or the UDP socket, where the
+// userspace engine handles it (or drops it with its usual reason). So the drop reasons are
+// counted in one place, the userspace engine; this file counts what it moved and what it passed.
+//
+// Only stable helpers: map lookups, skb_load_bytes/store_bytes, skb_adjust_room, redirect_neigh,
+// get_prandom_u32.
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// Newer than this machine's 6.1 uapi headers (kernel 6.3+).
+#define WEFT_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
+#define WEFT_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
+
+#define ETH_HLEN 14
+#define IP4_HLEN 20
+#define IP6_HLEN 40
+#define UDP_HLEN 8
+#define VXLAN_HLEN 8
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define PROTO_TCP 6
+#define PROTO_UDP 17
+#define MAX_UDP_PAYLOAD 65507
+#define VXLAN_SRC_PORT_MIN 32768
+#define VXLAN_SRC_PORT_MAX 61000
+
+#define FORMAT_UDP 0
+#define FORMAT_VXLAN 1
+
+// The counter slots (src/dataplane/bpf-engine.ts BPF_COUNTERS mirrors them).
+enum {
+  C_TX_PACKETS,
+  C_TX_BYTES,
+  C_RX_PACKETS,
+  C_RX_BYTES,
+  C_TX_PASSED,  // left to the userspace engine (TUN side)
+  C_RX_PASSED,  // ours (our port, our address) but left to the userspace socket
+  C_TX_REDIRECT_ERROR,
+  C_COUNT,
+};
+
+struct config {
+  __u32 format;  // FORMAT_*
+  __u32 vni;
+  __u32 tun_ifindex;       // where weft_tx runs with no MAC header
+  __u32 underlay_ifindex;  // where encapsulated packets leave
+  __u32 local_v4;          // our underlay address (network order)
+  __u16 port;              // backend port (network order)
+  __u8 vtep_mac[6];
+};
+
+struct lpm_v4 {
+  __u32 prefixlen;
+  __u8 addr[4];
+};
+
+struct lpm_v6 {
+  __u32 prefixlen;
+  __u8 addr[16];
+};
+
+// One peer, as the native peer table has it (native/src/peer_table.h), trimmed to what the
+// programs use. pub_family 4 or 6; an IPv6 public address is never encapsulated here.
+struct peer {
+  __u8 pub_family;
+  __u8 has_mac;
+  __u16 port;  // network order
+  __u8 mac[6];
+  __u8 pad[2];
+  __u8 pub[16];
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct config);
+} weft_config SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_LPM_TRIE);
+  __uint(max_entries, 65536);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, struct lpm_v4);
+  __type(value, struct peer);
+} weft_peers4 SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_LPM_TRIE);
+  __uint(max_entries, 65536);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, struct lpm_v6);
+  __type(value, struct peer);
+} weft_peers6 SEC(".maps");
+
+// Public IPv4 addresses holding a lease (value: how many peer records name it).
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 65536);
+  __type(key, __u32);
+  __type(value, __u32);
+} weft_sources SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, C_COUNT);
+  __type(key, __u32);
+  __type(value, __u64);
+} weft_counters SEC(".maps");
+
+static __always_inline void count(__u32 slot, __u64 n) {
+  __u64 *c = bpf_map_lookup_elem(&weft_counters, &slot);
+  if (c) *c += n;
+}
+
+static __always_inline struct config *config(void) {
+  __u32 zero = 0;
+  return bpf_map_lookup_elem(&weft_config, &zero);
+}
+
+static __always_inline __u32 fold(__u32 sum) {
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
+  return sum;
+}
+
+// What parse_ip learns about the inner packet at `off`.
+struct ip_info {
+  __u32 len;     // IPv4 total length / 40 + IPv6 payload length
+  __u32 l4_off;  // from the start of the IP header
+  __u8 version;
+  __u8 proto;
+  __u8 ttl;
+  __u8 first_fragment;
+  __u8 src[16];
+  __u8 dst[16];
+  __u8 ports[4];
+  __u8 has_ports;
+};
+
+// Reads the inner IP header (and the first 4 L4 bytes) at `off`; 0 if it parses as the reference
+// codec's parseIp would accept it with exactly `avail` bytes, -1 otherwise.
+static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u32 avail,
+                                    struct ip_info *ip) {
+  __u8 h[IP6_HLEN];
+  if (avail < IP4_HLEN) return -1;
+  if (bpf_skb_load_bytes(skb, off, h, IP4_HLEN) < 0) return -1;
+  ip->version = h[0] >> 4;
+  if (ip->version == 4) {
+    __u32 ihl = (h[0] & 0x0f) * 4;
+    __u32 tot = ((__u32)h[2] << 8) | h[3];
+    if (ihl < IP4_HLEN || tot < ihl || tot != avail) return -1;
+    ip->len = tot;
+    ip->l4_off = ihl;
+    ip->proto = h[9];
+    ip->ttl = h[8];
+    ip->first_fragment = ((((__u32)h[6] << 8) | h[7]) & 0x1fff) == 0;
+    __builtin_memcpy(ip->src, h + 12, 4);
+    __builtin_memcpy(ip->dst, h + 16, 4);
+  } else if (ip->version == 6) {
+    if (avail < IP6_HLEN) return -1;
+    if (bpf_skb_load_bytes(skb, off, h, IP6_HLEN) < 0) return -1;
+    __u32 tot = IP6_HLEN + (((__u32)h[4] << 8) | h[5]);
+    if (tot != avail) return -1;
+    ip->len = tot;
+    ip->l4_off = IP6_HLEN;
+    ip->proto = h[6];
+    ip->ttl = h[7];
+    ip->first_fragment = 1;
+    __builtin_memcpy(ip->src, h + 8, 16);
+    __builtin_memcpy(ip->dst, h + 24, 16);
+  } else {
+    return -1;
+  }
+  ip->has_ports = 0;
+  if ((ip->proto == PROTO_TCP || ip->proto == PROTO_UDP) && ip->first_fragment &&
+      ip->len >= ip->l4_off + 4) {
+    __u32 l4 = ip->l4_off & 0x3f;  // ≤ 60 for IPv4, 40 for IPv6
+    if (bpf_skb_load_bytes(skb, off + l4, ip->ports, 4) < 0) return -1;
+    ip->has_ports = 1;
+  }
+  return 0;
+}
+
+static __always_inline struct peer *lookup_peer(struct ip_info *ip, const __u8 *addr) {
+  if (ip->version == 4) {
+    struct lpm_v4 k = {.prefixlen = 32};
+    __builtin_memcpy(k.addr, addr, 4);
+    return bpf_map_lookup_elem(&weft_peers4, &k);
+  }
+  struct lpm_v6 k = {.prefixlen = 128};
+  __builtin_memcpy(k.addr, addr, 16);
+  return bpf_map_lookup_elem(&weft_peers6, &k);
+}
+
+#define FNV_STEP(h, b) ((h) = ((h) ^ (__u8)(b)) * 16777619u)
+
+// The VXLAN outer source port: FNV-1a over the inner addresses, protocol and ports, scaled into
+// [32768, 61000) (js-codec.ts vxlanSourcePort, native/src/vxlan.cc).
+static __always_inline __u16 vxlan_src_port(struct ip_info *ip) {
+  __u32 h = 0x811c9dc5u;
+  if (ip->version == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) FNV_STEP(h, ip->src[i]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) FNV_STEP(h, ip->dst[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; i++) FNV_STEP(h, ip->src[i]);
+#pragma unroll
+    for (int i = 0; i < 16; i++) FNV_STEP(h, ip->dst[i]);
+  }
+  FNV_STEP(h, ip->proto);
+  if (ip->has_ports) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) FNV_STEP(h, ip->ports[i]);
+  }
+  __u64 range = VXLAN_SRC_PORT_MAX - VXLAN_SRC_PORT_MIN;
+  return (__u16)(VXLAN_SRC_PORT_MIN + (((__u64)h * range) >> 32));
+}
+
+// Decrements the TTL / hop limit of the IP header at `off` (ttl > 1 checked by the caller).
+static __always_inline int decrement_ttl(struct __sk_buff *skb, __u32 off, struct ip_info *ip) {
+  __u8 ttl = ip->ttl - 1;
+  if (ip->version == 6) return bpf_skb_store_bytes(skb, off + 7, &ttl, 1, 0);
+  __u8 w[2];
+  __u16 old_check;
+  if (bpf_skb_load_bytes(skb, off + 8, w, 2) < 0) return -1;
+  if (bpf_skb_load_bytes(skb, off + 10, &old_check, 2) < 0) return -1;
+  __u32 old_word = ((__u32)w[0] << 8) | w[1];
+  __u32 new_word = old_word - 0x100;
+  // RFC 1624 eqn. 3, as js-codec.ts checksumUpdate16.
+  __u32 check = bpf_ntohs(old_check);
+  __u32 sum = fold((~check & 0xffff) + (~old_word & 0xffff) + new_word);
+  __u16 new_check = bpf_htons(~sum & 0xffff);
+  if (bpf_skb_store_bytes(skb, off + 8, &ttl, 1, 0) < 0) return -1;
+  return bpf_skb_store_bytes(skb, off + 10, &new_check, 2, 0);
+}
+
+static __always_inline int same_mac(const __u8 *a, const __u8 *b) {
+  __u8 diff = 0;
+#pragma unroll
+  for (int i = 0; i < 6; i++) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+struct outer_hdrs {
+  __u8 ip[IP4_HLEN];
+  __u8 udp[UDP_HLEN];
+  __u8 vxlan[VXLAN_HLEN];
+  __u8 eth[ETH_HLEN];
+};
+
+SEC("tc")
+int weft_tx(struct __sk_buff *skb) {
+  struct config *cfg = config();
+  if (!cfg) return TC_ACT_OK;
+  // On the TUN there is no MAC header; under BPF_PROG_TEST_RUN (and on any Ethernet device)
+  // the packet starts with one.
+  __u32 l2 = skb->ifindex == cfg->tun_ifindex ? 0 : ETH_HLEN;
+  if (skb->len < l2) return TC_ACT_OK;
+  int vx = cfg->format == FORMAT_VXLAN;
+  __u32 head = vx ? VXLAN_HLEN + ETH_HLEN : 0;
+  struct ip_info ip = {};
+  if (parse_ip(skb, l2, skb->len - l2, &ip) < 0) goto pass;
+  if (ip.len + head > MAX_UDP_PAYLOAD) goto pass;
+  struct peer *p = lookup_peer(&ip, ip.dst);
+  if (!p || p->pub_family != 4 || (vx && !p->has_mac)) goto pass;
+  if (!vx && ip.ttl <= 1) goto pass;
+  struct peer peer = *p;
+  __u32 segs = skb->gso_segs ? skb->gso_segs : 1;  // adjust_room zeroes it
+
+  struct outer_hdrs o = {};
+  __u32 outer_len = IP4_HLEN + UDP_HLEN + head;
+  __u32 total = outer_len + ip.len;
+  // Outer IPv4: no options, DF clear, TTL 64, a random ID (so GSO segments and fragments of
+  // different packets do not share one), checksum computed here.
+  o.ip[0] = 0x45;
+  o.ip[2] = total >> 8;
+  o.ip[3] = total & 0xff;
+  __u16 id = bpf_get_prandom_u32();
+  __builtin_memcpy(o.ip + 4, &id, 2);
+  o.ip[8] = 64;
+  o.ip[9] = PROTO_UDP;
+  __builtin_memcpy(o.ip + 12, &cfg->local_v4, 4);
+  __builtin_memcpy(o.ip + 16, peer.pub, 4);
+  __u32 sum = 0;
+#pragma unroll
+  for (int i = 0; i < IP4_HLEN; i += 2) sum += ((__u32)o.ip[i] << 8) | o.ip[i + 1];
+  __u16 csum = ~fold(sum) & 0xffff;
+  o.ip[10] = csum >> 8;
+  o.ip[11] = csum & 0xff;
+  // UDP: VXLAN from a flow-hashed port, flannel-udp from the backend port; checksum 0 (as kernel
+  // vxlan sends over IPv4).
+  __u16 sport = vx ? bpf_htons(vxlan_src_port(&ip)) : cfg->port;
+  __builtin_memcpy(o.udp, &sport, 2);
+  __builtin_memcpy(o.udp + 2, &peer.port, 2);
+  __u32 udp_len = total - IP4_HLEN;
+  o.udp[4] = udp_len >> 8;
+  o.udp[5] = udp_len & 0xff;
+
+  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
+  if (vx) {
+    o.vxlan[0] = 0x08;
+    o.vxlan[4] = cfg->vni >> 16;
+    o.vxlan[5] = cfg->vni >> 8;
+    o.vxlan[6] = cfg->vni;
+    __builtin_memcpy(o.eth, peer.mac, 6);
+    __builtin_memcpy(o.eth + 6, cfg->vtep_mac, 6);
+    o.eth[12] = ip.version == 4 ? 0x08 : 0x86;
+    o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
+    flags |= BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
+  } else if (decrement_ttl(skb, l2, &ip) < 0) {
+    goto pass;
+  }
+  if (bpf_skb_adjust_room(skb, outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) goto pass;
+  if (bpf_skb_store_bytes(skb, l2, &o, vx ? sizeof(o) : IP4_HLEN + UDP_HLEN, 0) < 0) {
+    // The room is there but the headers are not: the packet cannot be sent as is.
+    count(C_TX_REDIRECT_ERROR, 1);
+    return TC_ACT_SHOT;
+  }
+  count(C_TX_PACKETS, segs);
+  count(C_TX_BYTES, ip.len);
+  if (l2 != 0) return TC_ACT_REDIRECT;  // test runs: report the decision, send nothing
+  return bpf_redirect_neigh(cfg->underlay_ifindex, 0, 0, 0);
+pass:
+  count(C_TX_PASSED, 1);
+  return TC_ACT_OK;
+}
+
+SEC("tc")
+int weft_rx(struct __sk_buff *skb) {
+  struct config *cfg = config();
+  if (!cfg) return TC_ACT_OK;
+  __u8 h[ETH_HLEN + IP4_HLEN + UDP_HLEN];
+  if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0) return TC_ACT_OK;
+  // Outer: Ethernet, IPv4 without options and not a fragment, UDP, to our address and port.
+  if (h[12] != 0x08 || h[13] != 0x00) return TC_ACT_OK;
+  __u8 *o = h + ETH_HLEN;
+  if (o[0] != 0x45 || o[9] != PROTO_UDP) return TC_ACT_OK;
+  if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return TC_ACT_OK;
+  __u32 dst;
+  __builtin_memcpy(&dst, o + 16, 4);
+  __u8 *u = o + IP4_HLEN;
+  __u16 dport;
+  __builtin_memcpy(&dport, u + 2, 2);
+  if (dst != cfg->local_v4 || dport != cfg->port) return TC_ACT_OK;
+  __u32 outer_tot = ((__u32)o[2] << 8) | o[3];
+  __u32 udp_len = ((__u32)u[4] << 8) | u[5];
+  // Exactly one datagram, nothing after it (GSO trains and padding go to the socket).
+  if (outer_tot + ETH_HLEN != skb->len || udp_len + IP4_HLEN != outer_tot) goto pass;
+  __u32 src;
+  __builtin_memcpy(&src, o + 12, 4);
+  if (!bpf_map_lookup_elem(&weft_sources, &src)) goto pass;
+
+  int vx = cfg->format == FORMAT_VXLAN;
+  __u32 off = ETH_HLEN + IP4_HLEN + UDP_HLEN;
+  __u16 inner_type = 0;
+  if (vx) {
+    __u8 v[VXLAN_HLEN + ETH_HLEN];
+    if (bpf_skb_load_bytes(skb, off, v, sizeof(v)) < 0) goto pass;
+    if (v[0] != 0x08 || v[1] || v[2] || v[3] || v[7]) goto pass;
+    __u32 vni = ((__u32)v[4] << 16) | ((__u32)v[5] << 8) | v[6];
+    if (vni != cfg->vni) goto pass;
+    if (!same_mac(v + VXLAN_HLEN, cfg->vtep_mac)) goto pass;
+    inner_type = ((__u16)v[20] << 8) | v[21];
+    if (inner_type != ETH_P_IP && inner_type != ETH_P_IPV6) goto pass;
+    off += VXLAN_HLEN + ETH_HLEN;
+  }
+  if (skb->len < off) goto pass;
+  struct ip_info ip = {};
+  if (parse_ip(skb, off, skb->len - off, &ip) < 0) goto pass;
+  if (vx && ip.version != (inner_type == ETH_P_IP ? 4 : 6)) goto pass;
+  // Anti-spoofing: the inner source must be inside a subnet leased to the outer source.
+  struct peer *p = lookup_peer(&ip, ip.src);
+  if (!p || p->pub_family != 4) goto pass;
+  __u32 pub;
+  __builtin_memcpy(&pub, p->pub, 4);
+  if (pub != src) goto pass;
+  if (!vx) {
+    if (ip.ttl <= 1) goto pass;
+    if (decrement_ttl(skb, off, &ip) < 0) goto pass;
+  }
+  __u32 segs = skb->gso_segs ? skb->gso_segs : 1;
+  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO |
+                (ip.version == 4 ? WEFT_ADJ_ROOM_DECAP_L3_IPV4 : WEFT_ADJ_ROOM_DECAP_L3_IPV6);
+  if (bpf_skb_adjust_room(skb, -(__s32)(off - ETH_HLEN), BPF_ADJ_ROOM_MAC, flags) < 0) {
+    count(C_RX_PASSED, 1);
+    return TC_ACT_SHOT;  // the TTL may already be changed: not the packet that came in
+  }
+  __u16 proto = bpf_htons(ip.version == 4 ? ETH_P_IP : ETH_P_IPV6);
+  bpf_skb_store_bytes(skb, 12, &proto, 2, 0);
+  count(C_RX_PACKETS, segs);
+  count(C_RX_BYTES, ip.len);
+  return TC_ACT_OK;
+pass:
+  count(C_RX_PASSED, 1);
+  return TC_ACT_OK;
+}
+
+// No GPL-only helper is used.
+char LICENSE[] SEC("license") = "Apache-2.0";
