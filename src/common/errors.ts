@@ -35,6 +35,10 @@ export const ERROR_CODES = {
   WEFT_ERR_NFTABLES: { exit: 1, summary: 'nft failed to list or write the flannel tables' },
   WEFT_ERR_NATIVE_UNAVAILABLE: { exit: 1, summary: 'the native addon is not built or cannot load' },
   WEFT_ERR_DATAPLANE: { exit: 1, summary: 'the packet engine failed' },
+  WEFT_ERR_BPF_UNAVAILABLE: {
+    exit: 1,
+    summary: 'the bpf engine cannot run here (load, probe or attach failed); native runs instead',
+  },
   WEFT_ERR_CNI: { exit: 1, summary: 'the CNI plugin failed' },
   WEFT_ERR_SD_NOTIFY: { exit: 1, summary: 'the readiness message to systemd could not be sent' },
   WEFT_ERR_ABORTED: { exit: 1, summary: 'the operation was cancelled' },

@@ -8,7 +8,8 @@ import type { PeerEntry } from './peer-table.js';
 import type { DataplaneStats } from './stats.js';
 
 export type DataplaneFormat = 'udp' | 'vxlan';
-export type DataplaneEngine = 'native' | 'js';
+/** `bpf`: the native engine with the TC-BPF fast path in front (bpf-engine.ts). */
+export type DataplaneEngine = 'native' | 'js' | 'bpf';
 
 export interface DataplaneOptions {
   readonly format: DataplaneFormat;
@@ -16,6 +17,8 @@ export interface DataplaneOptions {
   readonly tunName: string;
   /** Worker threads = TUN queues = UDP sockets (native engine; the js engine uses one). */
   readonly workers: number;
+  /** The external interface (bpf engine: where encapsulated packets leave and arrive). */
+  readonly underlay?: string;
   /** The address the UDP sockets bind (the external interface's address). */
   readonly bindIp: string;
   readonly port: number;

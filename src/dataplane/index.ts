@@ -10,17 +10,36 @@
  *                          TUN device disappears with its addresses and routes
  *
  * Engines (each in its own module, sharing only the contract in engine.ts): `native`
- * (native-engine.ts: the addon's packet loops on a piscina pool) and `js` (js-engine.ts: the
- * reference codec per packet on dgram, one queue, for when speed does not matter or the native
- * engine is unwanted).
+ * (native-engine.ts: the addon's packet loops on a piscina pool), `bpf` (bpf-engine.ts: TC-BPF
+ * encap/decap in the kernel in front of the native engine, which stays the slow path) and `js`
+ * (js-engine.ts: the reference codec per packet on dgram, one queue, for when speed does not
+ * matter or the native engine is unwanted).
  */
+import { WeftError, errorMessage } from '../common/errors.js';
+import { logger } from '../common/log.js';
+import { startBpfEngine } from './bpf-engine.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import { startJsEngine } from './js-engine.js';
 import { startNativeEngine } from './native-engine.js';
 
 export type { Dataplane, DataplaneEngine, DataplaneFormat, DataplaneOptions } from './engine.js';
 
+/**
+ * Starts the engine asked for. `bpf` falls back to `native` when its programs cannot load, probe
+ * or attach here (logged once, with the step that failed); the result's `engine` says which runs.
+ */
 export async function startDataplane(opts: DataplaneOptions): Promise<Dataplane> {
   if (opts.engine === 'js') return startJsEngine(opts);
-  return startNativeEngine(opts);
+  if (opts.engine === 'bpf') {
+    try {
+      return await startBpfEngine(opts);
+    } catch (err) {
+      if (!(err instanceof WeftError) || err.code !== 'WEFT_ERR_BPF_UNAVAILABLE') throw err;
+      (opts.log ?? logger('dataplane')).warn(
+        { err: errorMessage(err), code: err.code },
+        'bpf engine unavailable; the native engine runs instead',
+      );
+    }
+  }
+  return startNativeEngine({ ...opts, engine: 'native' });
 }

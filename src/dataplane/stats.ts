@@ -54,11 +54,13 @@ export interface WorkerStats {
 export { OFFLOAD_FEATURES, type OffloadFeature } from './offloads.js';
 
 export interface DataplaneStats {
-  readonly engine: 'native' | 'js';
+  readonly engine: 'native' | 'js' | 'bpf';
   /** Offloads in use (the js engine uses none). */
   readonly offloads?: Readonly<Record<OffloadFeature, boolean>>;
   readonly workers: readonly WorkerStats[];
   readonly total: WorkerStats;
+  /** bpf engine: the programs' own counters (bpf-binding.ts BPF_COUNTERS). */
+  readonly bpf?: Readonly<Record<string, number>>;
 }
 
 export function emptyWorkerStats(): {

@@ -1,0 +1,251 @@
+/**
+ * The bpf engine: the native engine (TUN, sockets, the same peer table) with the TC-BPF programs
+ * of native/bpf/weft.bpf.c in front of it, so the payload never leaves the kernel:
+ *
+ *   pod → TUN egress ── weft_tx: encap + redirect_neigh ──→ underlay       (fast path)
+ *                    └─ anything it does not handle → TUN → native engine  (slow path, counted)
+ *   underlay ingress ── weft_rx: checks + decap → stack → pod              (fast path)
+ *                    └─ anything it does not handle → UDP socket → native engine
+ *
+ * Start: the programs load (verifier), a probe runs them under BPF_PROG_TEST_RUN on a small and
+ * a page-sized packet of each family and compares the bytes with the reference codec, then they
+ * attach (tcx links, else clsact). Any failure throws WEFT_ERR_BPF_UNAVAILABLE naming the step;
+ * the seam (index.ts) logs it and runs the native engine instead. setPeers writes the native
+ * table and the BPF maps from the same records (the maps add before they remove). close()
+ * detaches and frees every program, map and link, then stops the native engine.
+ */
+import { WeftError, errorMessage } from '../common/errors.js';
+import { ipToBytes, parseIP } from '../common/ip.js';
+import { logger } from '../common/log.js';
+import {
+  BPF_COUNTERS,
+  TC_ACT_OK,
+  TC_ACT_REDIRECT,
+  bpfObjectPath,
+  loadBpfBinding,
+} from './bpf-binding.js';
+import type { BpfAttachMode, NativeBpf } from './bpf-binding.js';
+import type { Dataplane, DataplaneOptions } from './engine.js';
+import { checksum, decap, encap } from './js-codec.js';
+import { startNativeEngine } from './native-engine.js';
+import { JsPeerTable, encodePeerTable, formatMac, peerEntry } from './peer-table.js';
+import { COUNTERS, emptyWorkerStats } from './stats.js';
+import type { DataplaneStats } from './stats.js';
+
+/** Test knob: a probe that always fails (the fallback path, exercised end to end). */
+export const PROBE_FAIL_ENV = 'WEFT_BPF_PROBE_FAIL';
+
+function unavailable(step: string, err?: unknown): WeftError {
+  const why = err === undefined ? step : `${step}: ${errorMessage(err)}`;
+  return new WeftError('WEFT_ERR_BPF_UNAVAILABLE', `bpf engine unavailable (${why})`, {
+    cause: err,
+  });
+}
+
+/** A well-formed TCP/IP packet from `src` to `dst` with `len` bytes of payload. */
+function probePacket(src: string, dst: string, len: number): Buffer {
+  const s = parseIP(src)!;
+  const d = parseIP(dst)!;
+  const v6 = s.family === 6;
+  const hl = v6 ? 40 : 20;
+  const p = Buffer.alloc(hl + 20 + len);
+  for (let i = 0; i < len; i++) p[hl + 20 + i] = (i * 7) & 0xff;
+  const addr = ipToBytes;
+  if (v6) {
+    p[0] = 0x60;
+    p.writeUInt16BE(20 + len, 4);
+    p[6] = 6;
+    p[7] = 64;
+    addr(s).copy(p, 8);
+    addr(d).copy(p, 24);
+  } else {
+    p[0] = 0x45;
+    p.writeUInt16BE(p.length, 2);
+    p[8] = 64;
+    p[9] = 6;
+    addr(s).copy(p, 12);
+    addr(d).copy(p, 16);
+    p.writeUInt16BE(checksum(p, 0, 20), 10);
+  }
+  p.writeUInt16BE(40000, hl);
+  p.writeUInt16BE(80, hl + 2);
+  p[hl + 12] = 0x50;
+  p[hl + 13] = 0x18;
+  return p;
+}
+
+const PROBE_PEER_PUBLIC = '198.51.100.7';
+
+/**
+ * Runs both programs on small and page-sized IPv4 and IPv6 packets and compares every byte with
+ * the reference codec; throws naming the first difference. Leaves the peer maps empty.
+ */
+export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): void {
+  if (process.env[PROBE_FAIL_ENV]) throw unavailable(`probe forced to fail by ${PROBE_FAIL_ENV}`);
+  const local = parseIP(opts.bindIp);
+  if (local?.family !== 4) throw unavailable(`the underlay address ${opts.bindIp} is not IPv4`);
+  const peers = [
+    peerEntry('198.18.7.0/24', PROBE_PEER_PUBLIC, opts.port, '02:00:00:00:00:07'),
+    peerEntry('fd77:0:0:7::/64', PROBE_PEER_PUBLIC, opts.port, '02:00:00:00:00:07'),
+  ];
+  // Our own subnet as the reference sees it from the peer's side (for decap).
+  const ours = [
+    peerEntry('198.18.8.0/24', opts.bindIp, opts.port, formatMac(opts.vtepMac)),
+    peerEntry('fd77:0:0:8::/64', opts.bindIp, opts.port, formatMac(opts.vtepMac)),
+  ];
+  const table = new JsPeerTable(encodePeerTable(peers));
+  const ourTable = new JsPeerTable(encodePeerTable(ours));
+  const cfg = { vni: opts.vni, vtepMac: opts.vtepMac, tunMtu: 65535 };
+  bpf.bpfSetPeers(id, encodePeerTable(peers));
+  try {
+    for (const [src, dst] of [
+      ['198.18.8.2', '198.18.7.9'],
+      ['fd77:0:0:8::2', 'fd77:0:0:7::9'],
+    ] as const) {
+      for (const len of [32, 2800]) {
+        const what = `${dst} ${len} B`;
+        // TX: inner packet → the reference's UDP payload behind outer IPv4 + UDP.
+        const p = probePacket(src, dst, len);
+        const eth = Buffer.alloc(14);
+        eth.writeUInt16BE(src.includes(':') ? 0x86dd : 0x0800, 12);
+        const tx = bpf.bpfTestRun(id, 'tx', Buffer.concat([eth, p]));
+        const ref = encap(opts.format, table, cfg, p);
+        if (tx.verdict !== TC_ACT_REDIRECT || !ref.payload)
+          throw unavailable(`probe: encap of ${what} returned verdict ${tx.verdict}`);
+        if (!tx.data.subarray(42).equals(ref.payload))
+          throw unavailable(`probe: encap of ${what} differs from the reference codec`);
+        if (checksum(tx.data, 14, 34) !== 0)
+          throw unavailable(`probe: outer IPv4 checksum of ${what} is wrong`);
+        // RX: a datagram from the peer to us, as the reference would have sent it.
+        const payload = encap(opts.format, ourTable, cfg, probePacket(dst, src, len)).payload!;
+        const frame = outerIpv4Frame(PROBE_PEER_PUBLIC, opts.bindIp, opts.port, payload);
+        const expect = decap(opts.format, table, cfg, parseIP(PROBE_PEER_PUBLIC)!, payload);
+        const rx = bpf.bpfTestRun(id, 'rx', frame);
+        if (
+          rx.verdict !== TC_ACT_OK ||
+          !expect.tun ||
+          !rx.data.subarray(14).equals(expect.tun.subarray(10))
+        )
+          throw unavailable(`probe: decap of ${what} differs from the reference codec`);
+      }
+    }
+  } finally {
+    bpf.bpfSetPeers(id, Buffer.alloc(0));
+  }
+}
+
+/** An Ethernet + IPv4 + UDP frame carrying `payload` (source port 40000, TTL 64). */
+export function outerIpv4Frame(src: string, dst: string, dport: number, payload: Buffer): Buffer {
+  const f = Buffer.alloc(42 + payload.length);
+  f.writeUInt16BE(0x0800, 12);
+  f[14] = 0x45;
+  f.writeUInt16BE(28 + payload.length, 16);
+  f[22] = 64;
+  f[23] = 17;
+  ipToBytes(parseIP(src)!).copy(f, 26);
+  ipToBytes(parseIP(dst)!).copy(f, 30);
+  f.writeUInt16BE(checksum(f, 14, 34), 24);
+  f.writeUInt16BE(40000, 34);
+  f.writeUInt16BE(dport, 36);
+  f.writeUInt16BE(8 + payload.length, 38);
+  payload.copy(f, 42);
+  return f;
+}
+
+export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane> {
+  const log = opts.log ?? logger('dataplane-bpf');
+  if (!opts.underlay) throw unavailable('no underlay device given');
+  let bpf: NativeBpf;
+  let id: number;
+  try {
+    bpf = loadBpfBinding();
+    id = bpf.bpfLoad(bpfObjectPath());
+  } catch (err) {
+    throw unavailable(`load ${bpfObjectPath()}`, err);
+  }
+  try {
+    probeBpf(bpf, id, opts);
+  } catch (err) {
+    bpf.bpfClose(id);
+    throw err instanceof WeftError ? err : unavailable('probe', err);
+  }
+  let native: Dataplane;
+  try {
+    native = await startNativeEngine({ ...opts, engine: 'native' });
+  } catch (err) {
+    bpf.bpfClose(id);
+    throw err;
+  }
+  let mode: BpfAttachMode;
+  try {
+    bpf.bpfConfigure(id, {
+      format: opts.format,
+      vni: opts.vni,
+      vtepMac: opts.vtepMac,
+      port: opts.port,
+      localV4: opts.bindIp,
+      tun: native.tunName,
+      underlay: opts.underlay,
+    });
+    mode = bpf.bpfAttach(id, native.tunName, opts.underlay, attachModeFromEnv());
+  } catch (err) {
+    bpf.bpfClose(id);
+    await native.close();
+    throw unavailable('attach', err);
+  }
+  log.info({ tun: native.tunName, underlay: opts.underlay, attach: mode }, 'bpf programs attached');
+  let closed: Promise<void> | null = null;
+  return {
+    engine: 'bpf',
+    tunName: native.tunName,
+    threadIds: native.threadIds,
+    failed: native.failed,
+    setPeers(entries) {
+      if (closed) return;
+      native.setPeers(entries);
+      bpf.bpfSetPeers(id, encodePeerTable(entries));
+    },
+    stats() {
+      const slowStats = native.stats();
+      if (closed) return { ...slowStats, engine: 'bpf' };
+      return withBpfCounters(slowStats, bpf.bpfCounters(id));
+    },
+    close() {
+      closed ??= (async () => {
+        bpf.bpfClose(id);
+        await native.close();
+        log.debug({ tun: native.tunName }, 'bpf programs detached');
+      })();
+      return closed;
+    },
+  };
+}
+
+/** WEFT_BPF_ATTACH = tcx | clsact forces one attach mode (default: tcx, else clsact). */
+function attachModeFromEnv(): 'auto' | BpfAttachMode {
+  const m = process.env.WEFT_BPF_ATTACH;
+  return m === 'tcx' || m === 'clsact' ? m : 'auto';
+}
+
+/** The native engine's stats plus the programs' packets: one more worker row, and the totals. */
+export function withBpfCounters(s: DataplaneStats, flat: ArrayLike<number>): DataplaneStats {
+  const row = emptyWorkerStats();
+  const at = (n: (typeof BPF_COUNTERS)[number]) => flat[BPF_COUNTERS.indexOf(n)] ?? 0;
+  row.counters.tx_packets = at('tx_packets');
+  row.counters.tx_bytes = at('tx_bytes');
+  row.counters.rx_packets = at('rx_packets');
+  row.counters.rx_bytes = at('rx_bytes');
+  const total = emptyWorkerStats();
+  for (const c of COUNTERS) total.counters[c] = s.total.counters[c] + row.counters[c];
+  Object.assign(total.drops, s.total.drops);
+  return {
+    ...s,
+    engine: 'bpf',
+    workers: [...s.workers, row],
+    total,
+    bpf: Object.fromEntries(BPF_COUNTERS.map((c) => [c, at(c)])) as Record<
+      (typeof BPF_COUNTERS)[number],
+      number
+    >,
+  };
+}
