@@ -162,13 +162,10 @@ describe('NativeNetlink in a namespace', { skip }, () => {
       for (let i = 0; i < 5000; i++) {
         ops.push({ op: 'replaceRoute', dst: F.net(i), gw: F.gw, dev: F.dev, onlink: true });
       }
-      const t0 = performance.now();
       const res = await nl.apply(ops);
-      const ms = performance.now() - t0;
       assert.equal(res.filter((r) => r !== null).length, 0);
       const listed = await nl.listRoutes({ family: f, dev: F.dev });
       assert.equal(listed.filter((r) => r.gw === F.gw).length, 5000);
-      assert.ok(ms < 2000, `5,000 routes took ${ms.toFixed(0)} ms`);
       const delRes = await nl.apply(ops.map((o) => ({ ...o, op: 'delRoute' }) as Op));
       assert.equal(delRes.filter((r) => r !== null).length, 0);
       assert.equal(
