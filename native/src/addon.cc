@@ -13,8 +13,12 @@
 
 #include "netlink.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "checksum.h"
 #include "coalesce.h"
@@ -598,6 +602,30 @@ Napi::Value EngineClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// engineStopAll() → how many engines were told to stop: every loop of every engine leaves. For
+// process exit: Node joins its worker threads, which it cannot while they sit in a loop.
+Napi::Value EngineStopAll(const Napi::CallbackInfo& info) {
+  std::vector<std::shared_ptr<Engine>> all;
+  {
+    std::lock_guard<std::mutex> lock(g_engines_mu);
+    for (auto& kv : g_engines) all.push_back(kv.second);
+  }
+  for (auto& e : all) e->Stop();
+  return Napi::Number::New(info.Env(), static_cast<double>(all.size()));
+}
+
+// exitWatchdog(ms, code): a detached thread ends the process with `code` after `ms` unless it
+// has ended by then (_exit: no exit handlers, no thread joins). Armed when the process exits.
+Napi::Value ExitWatchdog(const Napi::CallbackInfo& info) {
+  int ms = info.Length() > 0 ? info[0].ToNumber().Int32Value() : 2000;
+  int code = info.Length() > 1 ? info[1].ToNumber().Int32Value() : 1;
+  std::thread([ms, code] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    _exit(code);
+  }).detach();
+  return info.Env().Undefined();
+}
+
 Napi::Value EngineSetPeers(const Napi::CallbackInfo& info) {
   std::shared_ptr<Engine> e = EngineArg(info);
   Napi::Buffer<uint8_t> b = BufArg(info, 1, "peer table");
@@ -649,6 +677,8 @@ void DefineEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineRun", Napi::Function::New(env, EngineRun));
   exports.Set("engineStop", Napi::Function::New(env, EngineStop));
   exports.Set("engineClose", Napi::Function::New(env, EngineClose));
+  exports.Set("engineStopAll", Napi::Function::New(env, EngineStopAll));
+  exports.Set("exitWatchdog", Napi::Function::New(env, ExitWatchdog));
   exports.Set("engineSetPeers", Napi::Function::New(env, EngineSetPeers));
   exports.Set("engineCounters", Napi::Function::New(env, EngineCounters));
   exports.Set("counterNames", Napi::Function::New(env, CounterNames));

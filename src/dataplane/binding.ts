@@ -69,6 +69,10 @@ export interface NativeDataplane {
   engineRun(id: number, worker: number, direction?: number): number;
   engineStop(id: number): void;
   engineClose(id: number): void;
+  /** Tells every engine's loops to leave; returns how many engines there were. */
+  engineStopAll(): number;
+  /** A native thread ends the process with `code` after `ms` (`_exit`), unless it ended before. */
+  exitWatchdog(ms: number, code: number): void;
   engineSetPeers(id: number, table: Buffer): number;
   engineCounters(id: number): Float64Array;
 }

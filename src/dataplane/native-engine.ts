@@ -50,9 +50,30 @@ function runLoop(
   return { started, done };
 }
 
+/** How long an exiting process waits for the loops to leave before a native thread ends it. */
+export const EXIT_WATCHDOG_MS = 1500;
+
+let exitHookInstalled = false;
+
+/**
+ * On process exit (process.exit, an uncaught exception, the SIGTERM deadline) Node joins its
+ * worker threads, which never happens while one sits in the native loop: the process would stay
+ * alive, dead inside. So every engine is stopped first; and should a loop not leave, a native
+ * thread ends the process with the same code after EXIT_WATCHDOG_MS.
+ */
+function installExitHook(native: ReturnType<typeof loadDataplaneBinding>): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', (code) => {
+    native.exitWatchdog(EXIT_WATCHDOG_MS, code);
+    native.engineStopAll();
+  });
+}
+
 export async function startNativeEngine(opts: DataplaneOptions): Promise<Dataplane> {
   const log = opts.log ?? logger('dataplane');
   const native = loadDataplaneBinding();
+  installExitHook(native);
   const want = [...COUNTERS, ...DROP_REASONS.map((r) => `drop_${r}`)].join(',');
   if (native.counterNames().join(',') !== want) {
     throw new WeftError(

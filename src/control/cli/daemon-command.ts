@@ -67,8 +67,18 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
       process.exit(0);
     }, STOP_DEADLINE_MS).unref();
   };
+  // A fatal error (an uncaught exception, an unhandled rejection) is logged as JSON and ends the
+  // process with 1; the native engine's 'exit' hook stops its loops so that the exit completes.
+  const onFatal = (err: unknown, origin: string) => {
+    log.fatal(
+      { err: errorMessage(err), stack: (err as Error)?.stack, origin },
+      'fatal error; exiting',
+    );
+    process.exit(1);
+  };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+  process.on('uncaughtException', onFatal);
   log.info({ version: VERSION, store: storeKind(parsed) }, 'starting weft daemon');
   try {
     await runDaemon(
@@ -119,7 +129,10 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           );
           return kube;
         },
-        onReady: () => notify('READY=1'),
+        onReady: () => {
+          notify('READY=1');
+          crashForTests(io.env.WEFT_TEST_CRASH);
+        },
         selectInterface: (cfg) =>
           selectExternalInterface(
             {
@@ -141,5 +154,22 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
   } finally {
     process.off('SIGTERM', onSignal);
     process.off('SIGINT', onSignal);
+    process.off('uncaughtException', onFatal);
+  }
+}
+
+/**
+ * Test-only (test/netns/crash-exit.test.ts): after ready, crash the way a bug would — `throw` an
+ * uncaught exception, `reject` a promise nobody handles, or `exit` with process.exit(3).
+ */
+function crashForTests(how: string | undefined): void {
+  if (how === 'throw') {
+    setImmediate(() => {
+      throw new Error('WEFT_TEST_CRASH=throw');
+    });
+  } else if (how === 'reject') {
+    void Promise.reject(new Error('WEFT_TEST_CRASH=reject'));
+  } else if (how === 'exit') {
+    setImmediate(() => process.exit(3));
   }
 }
