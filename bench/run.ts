@@ -11,7 +11,8 @@
  * vxlan-userspace (weft native engine), udp-js (weft js engine). Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
  * received pps and loss, ping RTT avg and p99, dataplane-process CPU seconds per GB moved.
- * Output: a table (medians, ranges, ratios), bench/results/<time>.json, latest.json, latest.svg.
+ * Output: a table (medians, ranges, ratios), bench/results/<time>.json; a full run (every path,
+ * not --quick) also replaces latest.json, latest.svg and latest.md, which the README shows.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -82,6 +83,31 @@ const BENCH_FLAGS = {
 } as const;
 
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
+
+/** A full run (every path, not --quick) is the only one that may replace latest.*. */
+export function isFullRun(o: { quick: boolean; paths: readonly string[] }): boolean {
+  return !o.quick && o.paths.length === 0;
+}
+
+/**
+ * Writes a run's results to `dir`: always `<time>.json`; `latest.{json,svg,md}` (what the
+ * README shows) only for a full run. Returns the file names written.
+ */
+export function saveResults(
+  dir: string,
+  started: Date,
+  out: { json: string; svg: string; table: string },
+  full: boolean,
+): string[] {
+  mkdirSync(dir, { recursive: true });
+  const files: Array<[string, string]> = [
+    [`${started.toISOString().replace(/[:.]/g, '-')}.json`, out.json],
+  ];
+  if (full)
+    files.push(['latest.json', out.json], ['latest.svg', out.svg], ['latest.md', out.table]);
+  for (const [name, text] of files) writeFileSync(join(dir, name), text);
+  return files.map(([name]) => name);
+}
 
 /** utime + stime of a process in seconds (from /proc/<pid>/stat), 0 when gone. */
 function cpuSeconds(pid: number | undefined): number {
@@ -379,19 +405,14 @@ export async function main(argv: readonly string[]): Promise<number> {
     cpus: (await import('node:os')).cpus().length,
     command: `weft bench ${argv.join(' ')}`.trim(),
   };
-  mkdirSync(RESULTS, { recursive: true });
   const json = JSON.stringify({ meta, summaries, rounds: results }, null, 2) + '\n';
-  const stamp = started.toISOString().replace(/[:.]/g, '-');
-  writeFileSync(join(RESULTS, `${stamp}.json`), json);
-  writeFileSync(join(RESULTS, 'latest.json'), json);
-  writeFileSync(
-    join(RESULTS, 'latest.svg'),
-    renderSvg(
-      summaries,
-      `weft dataplanes vs kernel vxlan — ${meta.kernel}, ${rounds} round(s) × ${seconds}s`,
-    ),
+  const svg = renderSvg(
+    summaries,
+    `weft dataplanes vs kernel vxlan — ${meta.kernel}, ${rounds} round(s) × ${seconds}s`,
   );
-  writeFileSync(join(RESULTS, 'latest.md'), table);
+  const saved = saveResults(RESULTS, started, { json, svg, table }, isFullRun(o));
+  if (!saved.includes('latest.json'))
+    process.stdout.write('(not a full run: bench/results/latest.* left as they were)\n');
   process.stdout.write(
     `\n${table}\nmedians [min–max] and ratio to kernel vxlan in the same round; results in bench/results/\n`,
   );

@@ -60,31 +60,30 @@ export async function main(argv: readonly string[], io: Io): Promise<number> {
   const [name, ...rest] = argv;
   if (name === '--version' || name === '-version') return COMMANDS.version!(rest, io);
   if (name === '--help' || name === '-h' || name === '-help') return COMMANDS.help!(rest, io);
-  const command = name === undefined ? undefined : COMMANDS[name];
+  if (name === undefined) {
+    process.stderr.write(HELP);
+    return 2;
+  }
+  const command = COMMANDS[name];
   try {
-    if (!command)
-      throw usageError(
-        '',
-        name === undefined ? 'missing command' : `unknown command ${JSON.stringify(name)}`,
-      );
+    if (!command) throw usageError('', `unknown command ${JSON.stringify(name)}`);
     return await command(rest, io);
   } catch (err) {
-    return await reportFailure(name ?? 'weft', err);
+    return await reportFailure(name, err);
   }
 }
 
 async function reportFailure(command: string, err: unknown): Promise<number> {
   const { logger } = await import('../common/log.js');
+  // Every failure is said plainly for a person on stderr, then logged as JSON for machines.
   if (err instanceof WeftError) {
-    const exit = ERROR_CODES[err.code].exit;
-    // Usage and config mistakes are for a person: say it plainly, then log it as JSON too.
-    if (exit === 2)
-      process.stderr.write(
-        `weft ${command}: ${err.message}\n${err.code === 'WEFT_ERR_USAGE' ? "run 'weft help' or 'weft " + command + " --help'\n" : ''}`,
-      );
+    const hint =
+      err.code === 'WEFT_ERR_USAGE' ? `run 'weft help' or 'weft ${command} --help'\n` : '';
+    process.stderr.write(`weft ${command}: ${err.message}\n${hint}`);
     logger('main').error({ code: err.code, ...err.details }, err.message);
-    return exit;
+    return ERROR_CODES[err.code].exit;
   }
+  process.stderr.write(`weft ${command}: unexpected failure: ${errorMessage(err)}\n`);
   logger('main').error(
     { err: errorMessage(err), stack: (err as Error)?.stack },
     'unexpected failure',

@@ -6,8 +6,9 @@ import { WeftError } from '../../common/errors.js';
 import type { BackendFactory } from './backend.js';
 import { createAllocBackend } from './alloc.js';
 import { createHostGwBackend } from './host-gw.js';
-import { VXLAN_USERSPACE, createVxlanBackend } from './vxlan.js';
-import { createUdpBackend } from './udp.js';
+import type { BackendConfig } from '../config/net-config.js';
+import { VXLAN_USERSPACE, createVxlanBackend, parseVxlanConfig } from './vxlan.js';
+import { createUdpBackend, parseUdpConfig } from './udp.js';
 import { createVxlanUserspaceBackend } from './vxlan-userspace.js';
 
 const factories: Map<string, BackendFactory> = new Map<string, BackendFactory>([
@@ -35,6 +36,22 @@ export function backendFactory(type: string): BackendFactory {
     );
   }
   return f;
+}
+
+/** Each type's Backend-block parser: what its factory runs first, before it creates anything. */
+const blockParsers = new Map<string, (raw: Readonly<Record<string, unknown>>) => unknown>([
+  ['vxlan', parseVxlanConfig],
+  [VXLAN_USERSPACE, parseVxlanConfig],
+  ['udp', parseUdpConfig],
+]);
+
+/**
+ * The daemon's check of a Backend block (the type is known, its options parse), without
+ * creating anything: `weft config set` refuses what every daemon would refuse.
+ */
+export function checkBackendConfig(backend: BackendConfig): void {
+  backendFactory(backend.type);
+  blockParsers.get(backend.type.toLowerCase())?.(backend.raw);
 }
 
 export function knownBackends(): string[] {

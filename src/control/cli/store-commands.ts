@@ -2,7 +2,9 @@
  * Store-only commands: `weft config set FILE`, `weft config get`, `weft leases [--json]`.
  * Same store flags as the daemon (embedded by default, --etcd-endpoints, ...).
  */
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { WeftError, usageError } from '../../common/errors.js';
 import { formatCIDR } from '../../common/ip.js';
 import {
@@ -56,7 +58,7 @@ export async function configCommand(argv: readonly string[], io: Io): Promise<nu
       io.stdout.write(await readConfigFromFlags(parsed));
       return 0;
     }
-    const reg = await openRegistry(parsed);
+    const reg = await openForReading(parsed);
     try {
       const text = await reg.getNetworkConfig();
       io.stdout.write(text.endsWith('\n') ? text : text + '\n');
@@ -67,8 +69,11 @@ export async function configCommand(argv: readonly string[], io: Io): Promise<nu
   }
   if (action === 'set') {
     if (file === undefined) throw usageError('', 'config set needs a FILE (use - for stdin)');
-    const text = file === '-' ? await readStdin() : await readFile(file, 'utf8');
-    parseNetConfig(text); // refuse to store a config the daemons would reject
+    const text = file === '-' ? await readStdin() : await readConfigFile(file);
+    // refuse to store a config the daemons would reject: theirs are the same checks (the
+    // backends load only here, not for `config get` or `leases`)
+    const { checkBackendConfig } = await import('../backend/registry.js');
+    checkBackendConfig(parseNetConfig(text).backend);
     if (kube)
       throw usageError('kube-subnet-mgr', 'in kube mode the config is the net-conf.json ConfigMap');
     const reg = await openRegistry(parsed);
@@ -80,6 +85,33 @@ export async function configCommand(argv: readonly string[], io: Io): Promise<nu
     return 0;
   }
   throw usageError('', `unknown config action ${JSON.stringify(action)} (set or get)`);
+}
+
+async function readConfigFile(file: string): Promise<string> {
+  try {
+    return await readFile(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'a directory' : code;
+    throw usageError('', `config set: cannot read ${file}: ${why ?? (err as Error).message}`);
+  }
+}
+
+/**
+ * The store for a read-only command: it must exist (a mistyped --store-dir is an error, not an
+ * empty list), and reading it creates nothing.
+ */
+async function openForReading<T extends typeof STORE_FLAGS>(parsed: ParsedFlags<T>) {
+  const v = parsed.values as ParsedFlags<typeof STORE_FLAGS>['values'];
+  const kind = storeKind({ values: v, explicit: parsed.explicit as ReadonlySet<string> });
+  const dir = v.storeDir;
+  if (kind === 'embedded' && !existsSync(join(dir, 'subnets'))) {
+    throw usageError(
+      'store-dir',
+      `${dir} holds no embedded store (the daemon or 'weft config set' creates one)`,
+    );
+  }
+  return openRegistry(parsed, { readOnly: true });
 }
 
 async function readStdin(): Promise<string> {
@@ -96,7 +128,7 @@ export async function leasesCommand(argv: readonly string[], io: Io): Promise<nu
   }
   if (parsed.positionals.length > 0)
     throw usageError('', `unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
-  const reg = await openRegistry(parsed);
+  const reg = await openForReading(parsed);
   let list;
   try {
     list = await reg.listSubnets(undefined, { expirations: true });

@@ -54,6 +54,11 @@ export interface EmbeddedRegistryOptions {
   pollMs?: number;
   /** Safety re-read of the whole directory by a watch that has inotify (default 60 s). */
   rescanMs?: number;
+  /**
+   * Read-only (`weft leases`, `weft config get`): the store must exist; nothing is created,
+   * cleaned or written, and a write is refused.
+   */
+  readOnly?: boolean;
 }
 
 interface Snapshot {
@@ -87,6 +92,7 @@ export class EmbeddedRegistry implements Registry {
       lockTimeoutMs: options.lockTimeoutMs ?? 10_000,
       pollMs: options.pollMs ?? POLL_MS,
       rescanMs: options.rescanMs ?? RESCAN_MS,
+      readOnly: options.readOnly ?? false,
     };
   }
 
@@ -121,6 +127,10 @@ export class EmbeddedRegistry implements Registry {
   }
 
   async #init(): Promise<void> {
+    if (this.#opts.readOnly) {
+      await readdir(this.#path('subnets')); // the store exists: ENOENT otherwise
+      return;
+    }
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
     for (const sub of ['subnets', 'deleted', 'tmp', 'lock']) {
       await mkdir(this.#path(sub), { recursive: true, mode: 0o700 });
@@ -233,6 +243,7 @@ export class EmbeddedRegistry implements Registry {
   }
 
   async #replace(rel: string[], data: string | Buffer): Promise<void> {
+    this.#writable();
     const tmp = await this.#temp(data);
     try {
       await rename(tmp, this.#path(...rel));
@@ -243,7 +254,13 @@ export class EmbeddedRegistry implements Registry {
   }
 
   /** Runs `fn` under the store lock after purging lapsed keys; writes the revision last. */
+  #writable(): void {
+    if (this.#opts.readOnly)
+      throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `${this.#dir} is open read-only`);
+  }
+
   async #mutate<T>(signal: AbortSignal | undefined, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    this.#writable();
     await this.#check(signal);
     const run = async (): Promise<T> => {
       const lock = await acquireDirLock(this.#path('lock'), {

@@ -19,12 +19,15 @@ type StoreValues = FlagValues<StoreFlagTable>;
  * ../kube/kube-manager.ts).
  * Each store's module is imported only when selected (etcd's gRPC client costs ~20 MB).
  */
-export async function openRegistry<T extends FlagTable>(parsed: ParsedFlags<T>): Promise<Registry> {
+export async function openRegistry<T extends FlagTable>(
+  parsed: ParsedFlags<T>,
+  opts: { readOnly?: boolean } = {},
+): Promise<Registry> {
   const v = parsed.values as unknown as StoreValues;
   const kind = storeKind({ values: v, explicit: parsed.explicit as ReadonlySet<string> });
   switch (kind) {
     case 'embedded':
-      return new (await import('./embedded.js')).EmbeddedRegistry(v.storeDir);
+      return new (await import('./embedded.js')).EmbeddedRegistry(v.storeDir, opts);
     case 'etcd': {
       const { EtcdRegistry } = await import('./etcd.js');
       return new EtcdRegistry({
