@@ -15,6 +15,7 @@
         "src/udp_socket.cc",
         "src/engine.cc",
         "src/coalesce.cc",
+        "src/harness.cc",
         "src/sd_notify.cc",
         "src/bpf_loader.cc"
       ],

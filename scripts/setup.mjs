@@ -47,6 +47,7 @@ export const TEST_PACKAGES = [
   'libbpf-dev', // the bpf engine's loader and program headers
   'bpftool',
   'ethtool', // offload switches in the dataplane tests
+  'clang-format', // native/.clang-format (format the C++ you touch: git clang-format)
 ];
 
 export const DEBIAN_PACKAGES = [...DAEMON_PACKAGES, ...TEST_PACKAGES];

@@ -1,37 +1,33 @@
 // The only file that includes napi.h: it converts arguments, checks them and maps errors.
 // Packet and netlink logic live in plain C++ files beside it.
+#include <arpa/inet.h>
+#include <libmnl/libmnl.h>
 #include <napi.h>
+#include <net/if.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include <libmnl/libmnl.h>
-
-#include "netlink.h"
-
-#include <unistd.h>
-
-#include <chrono>
-#include <map>
-#include <mutex>
-#include <thread>
-
+#include "bpf_loader.h"
 #include "checksum.h"
-#include "coalesce.h"
 #include "codec.h"
 #include "engine.h"
-#include "tun.h"
 #include "flannel_udp.h"
-#include "vxlan.h"
+#include "harness.h"
+#include "netlink.h"
+#include "offloads.h"
 #include "sd_notify.h"
-#include "bpf_loader.h"
-
-#include <arpa/inet.h>
-#include <net/if.h>
+#include "tun.h"
+#include "vxlan.h"
 
 namespace weft {
 
@@ -411,90 +407,38 @@ Napi::Value PeerLookup(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), r ? static_cast<double>(r - table->records()) : -1);
 }
 
-// tsoSplit(vnetHdrAndPacket, inPlace?) → Buffer[] segments ([] when it is not a valid TCP GSO
-// packet); inPlace: cut by SplitTsoHeaders, each segment reassembled from its headers and its
-// payload left in the packet (what the engine sends as an iovec pair)
-Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Napi::Buffer<uint8_t> b = BufArg(info, 0, "packet");
-  Napi::Array out = Napi::Array::New(env);
-  if (b.Length() < kVnetHdrLen) return out;
-  const size_t max_segs = 128;
-  std::vector<uint16_t> lens(max_segs);
-  VnetHdr h = LoadVnetHdr(b.Data());
-  // Size the scratch for the worst case this packet can produce.
-  size_t want = h.gso_size ? (b.Length() / h.gso_size + 2) : 2;
-  if (want > max_segs) want = max_segs;
-  size_t seg_slot = h.gso_size + 200u;
-  std::vector<uint8_t> segs(seg_slot * want);
-  if (info.Length() > 1 && info[1].ToBoolean().Value()) {
-    const uint8_t* pkt = b.Data() + kVnetHdrLen;
-    size_t hdrs = 0;
-    size_t n = SplitTsoHeaders(h, pkt, b.Length() - kVnetHdrLen, segs.data(), seg_slot, want, lens.data(), &hdrs);
-    size_t off = hdrs;
-    for (size_t i = 0; i < n; i++) {
-      std::vector<uint8_t> seg(segs.data() + i * seg_slot, segs.data() + i * seg_slot + hdrs);
-      seg.insert(seg.end(), pkt + off, pkt + off + lens[i]);
-      off += lens[i];
-      out.Set(static_cast<uint32_t>(i), Napi::Buffer<uint8_t>::Copy(env, seg.data(), seg.size()));
-    }
-    return out;
+Napi::Array BufferArray(Napi::Env env, const std::vector<Bytes>& bufs) {
+  Napi::Array out = Napi::Array::New(env, bufs.size());
+  for (size_t i = 0; i < bufs.size(); i++) {
+    out.Set(static_cast<uint32_t>(i),
+            Napi::Buffer<uint8_t>::Copy(env, bufs[i].data(), bufs[i].size()));
   }
-  size_t n = SplitTso(h, b.Data() + kVnetHdrLen, b.Length() - kVnetHdrLen, segs.data(), seg_slot, want, lens.data());
-  for (size_t i = 0; i < n; i++) out.Set(static_cast<uint32_t>(i), Napi::Buffer<uint8_t>::Copy(env, segs.data() + i * seg_slot, lens[i]));
   return out;
 }
 
-// groCoalesce(packets, tunMtu, gather?, udp?) → Buffer[] TUN writes (vnet header + packet), as
-// the receive path would make them from these inner packets in this order; gather: with a
-// gathering coalescer (later payloads read in place, the write assembled from FinishIov's
-// iovecs); udp: UDP datagrams merge too (as on a TUN that took USO4 and USO6).
+// tsoSplit(vnetHdrAndPacket, inPlace?) → Buffer[] segments (harness.h TsoSplitForTest)
+Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
+  Napi::Buffer<uint8_t> b = BufArg(info, 0, "packet");
+  bool in_place = info.Length() > 1 && info[1].ToBoolean().Value();
+  return BufferArray(info.Env(), TsoSplitForTest(b.Data(), b.Length(), in_place));
+}
+
+// groCoalesce(packets, tunMtu, gather?, udp?) → Buffer[] TUN writes (harness.h GroCoalesceForTest)
 Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 2 || !info[0].IsArray()) throw Napi::TypeError::New(env, "dataplane: packets");
   Napi::Array in = info[0].As<Napi::Array>();
   uint32_t mtu = info[1].ToNumber().Uint32Value();
-  std::vector<uint8_t> buf(kVnetHdrLen + Coalescer::kMaxLen);
   bool gather = info.Length() > 2 && info[2].ToBoolean().Value();
   bool udp = info.Length() > 3 && info[3].ToBoolean().Value();
-  Coalescer co(buf.data(), mtu, gather, udp ? Coalescer::kUdpV4 | Coalescer::kUdpV6 : 0);
-  std::vector<std::vector<uint8_t>> kept(in.Length());  // alive until the gathered writes
-  Napi::Array out = Napi::Array::New(env);
-  uint32_t n = 0;
-  auto flush = [&]() {
-    if (gather) {
-      iovec iov[Coalescer::kMaxSegs];
-      int k = co.FinishIov(iov);
-      std::vector<uint8_t> w;
-      for (int j = 0; j < k; j++) {
-        const uint8_t* base = static_cast<const uint8_t*>(iov[j].iov_base);
-        w.insert(w.end(), base, base + iov[j].iov_len);
-      }
-      if (k) out.Set(n++, Napi::Buffer<uint8_t>::Copy(env, w.data(), w.size()));
-      return;
-    }
-    const uint8_t* p;
-    size_t len = co.Finish(&p);
-    if (len) out.Set(n++, Napi::Buffer<uint8_t>::Copy(env, p, len));
-  };
+  std::vector<Bytes> packets(in.Length());
   for (uint32_t i = 0; i < in.Length(); i++) {
     Napi::Value v = in.Get(i);
     if (!v.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: packet must be a Buffer");
     Napi::Buffer<uint8_t> b = v.As<Napi::Buffer<uint8_t>>();
-    std::vector<uint8_t>& pkt = kept[i];
-    pkt.assign(b.Data(), b.Data() + b.Length());
-    IpInfo ip;
-    if (ParseIp(pkt.data(), pkt.size(), &ip) == DropReason::kNone &&
-        (co.Add(pkt.data(), ip) || (flush(), co.Add(pkt.data(), ip)))) {
-      continue;
-    }
-    flush();
-    std::vector<uint8_t> w(kVnetHdrLen + pkt.size());
-    std::memcpy(w.data() + kVnetHdrLen, pkt.data(), pkt.size());
-    out.Set(n++, Napi::Buffer<uint8_t>::Copy(env, w.data(), w.size()));
+    packets[i].assign(b.Data(), b.Data() + b.Length());
   }
-  flush();
-  return out;
+  return BufferArray(env, GroCoalesceForTest(packets, mtu, gather, udp));
 }
 
 // checksum(buf) → the Internet checksum of buf
@@ -536,7 +480,40 @@ std::shared_ptr<Engine> EngineArg(const Napi::CallbackInfo& info) {
   return it->second;
 }
 
-// engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, busyPollUs, vni, vtepMac, tunMtu})
+// offloads: an array of offloads.h names → their bits (unknown names refused)
+unsigned OffloadsArg(Napi::Env env, const Napi::Value& v) {
+  if (v.IsUndefined()) return 0;
+  if (!v.IsArray())
+    throw Napi::TypeError::New(env, "dataplane: offloads must be an array of names");
+  Napi::Array a = v.As<Napi::Array>();
+  unsigned bits = 0;
+  for (uint32_t i = 0; i < a.Length(); i++) {
+    std::string name = a.Get(i).ToString().Utf8Value();
+    unsigned bit = OffloadBit(name.c_str());
+    if (bit == 0) throw Napi::TypeError::New(env, "dataplane: unknown offload " + name);
+    bits |= bit;
+  }
+  return bits;
+}
+
+// The names of the offloads.h bits set in `bits`, in kOffloadNames order.
+Napi::Array OffloadNames(Napi::Env env, unsigned bits) {
+  Napi::Array a = Napi::Array::New(env);
+  uint32_t n = 0;
+  for (const OffloadName& o : kOffloadNames) {
+    if ((bits & o.bit) != 0) a.Set(n++, o.name);
+  }
+  return a;
+}
+
+// offloadNames() → every offload name the engine knows (offloads.h), in order
+Napi::Value AllOffloadNames(const Napi::CallbackInfo& info) {
+  return OffloadNames(info.Env(), ~0u);
+}
+
+// engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, busyPollUs, vni,
+// vtepMac, tunMtu}) → {id, tunName, offloadsAccepted, offloadsEnabled}; offloads are names
+// (offloads.h) both ways.
 Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "dataplane: engine config");
@@ -550,20 +527,17 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.bind_ip = o.Get("bindIp").ToString().Utf8Value();
   cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
-  if (o.Get("offloads").IsNumber()) cfg.offloads = o.Get("offloads").ToNumber().Uint32Value();
-  if (o.Get("busyPollUs").IsNumber()) cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();
-  // binding.ts TUN_OFFLOADS: gro, udpGso, udpGro are the engine's own, not TUN flags.
-  cfg.gro = (cfg.offloads & 0x10000u) != 0;
-  cfg.udp_gso = (cfg.offloads & 0x20000u) != 0;
-  cfg.udp_gro = (cfg.offloads & 0x40000u) != 0;
+  cfg.offloads = OffloadsArg(env, o.Get("offloads"));
+  if (o.Get("busyPollUs").IsNumber())
+    cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();
   cfg.codec = ConfigArg(info, 0);
   std::string error;
   std::unique_ptr<Engine> e = Engine::Create(cfg, &error);
   if (!e) throw Napi::Error::New(env, "dataplane: " + error);
   Napi::Object out = Napi::Object::New(env);
   out.Set("tunName", e->tun_name());
-  out.Set("offloadsAccepted", e->offloads_accepted());
-  out.Set("offloadsEnabled", e->offloads_enabled());
+  out.Set("offloadsAccepted", OffloadNames(env, e->offloads_accepted()));
+  out.Set("offloadsEnabled", OffloadNames(env, e->offloads_enabled()));
   std::lock_guard<std::mutex> lock(g_engines_mu);
   uint32_t id = g_next_engine++;
   g_engines[id] = std::shared_ptr<Engine>(e.release());
@@ -647,12 +621,9 @@ Napi::Value EngineCounters(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value CounterNames(const Napi::CallbackInfo& info) {
-  static const char* kNames[] = {"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "icmp_sent",
-                                 "tun_reads", "send_batches", "recv_batches", "wakeups", "tso_segments", "gro_writes", "gso_sends", "gso_disabled", "gro_trains", "busy_polls"};
-  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kDropBase, "counter names out of step");
   Napi::Array a = Napi::Array::New(info.Env());
   uint32_t n = 0;
-  for (const char* s : kNames) a.Set(n++, s);
+  for (const char* s : kCounterNames) a.Set(n++, s);
   for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); i++) a.Set(n++, std::string("drop_") + kDropReasonNames[i]);
   return a;
 }
@@ -682,6 +653,7 @@ void DefineEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineSetPeers", Napi::Function::New(env, EngineSetPeers));
   exports.Set("engineCounters", Napi::Function::New(env, EngineCounters));
   exports.Set("counterNames", Napi::Function::New(env, CounterNames));
+  exports.Set("offloadNames", Napi::Function::New(env, AllOffloadNames));
 }
 
 }  // namespace dpbind

@@ -1,3 +1,17 @@
+// The packet engine's loop (engine.h states the contracts). One queue's thread, per wake-up:
+//
+//   TUN → network (TunToUdp)                        network → TUN (UdpToTun)
+//   1. read() the TUN: [virtio_net_hdr][packet],     1. recvmmsg() up to 64 datagrams (UDP_GRO:
+//      a TSO super-packet up to 64 KB                   trains of equal-size datagrams)
+//   2. peer = LPM(inner dst) in the current table    2. peer = by outer source; decap, checks
+//   3. split: headers per segment into an arena         (VNI, MAC, anti-spoofing)
+//      slot, payload left in the read buffer         3. coalesce consecutive TCP (UDP with USO)
+//      (SplitTsoHeaders); encap (VXLAN / flannel)       segments of a flow (Coalescer)
+//   4. MergeRuns: runs to one peer → UDP GSO msgs    4. one writev() per coalesced group to the
+//   5. sendmmsg() per source socket; EIO → GSO off      TUN, as a GSO packet with NEEDS_CSUM
+//   repeat 1-5 until a read hits EAGAIN              repeat 1-4 until a short batch
+//
+// Then epoll_wait (or busy-poll a while after a light drain). Stop() writes every eventfd.
 #include "engine.h"
 
 #include <arpa/inet.h>
@@ -63,7 +77,7 @@ class Engine::Loop {
         co_(co_buf_.data(), e->cfg_.codec.tun_mtu, /*gather=*/true,
             ((e->offloads_enabled_ & kTunFUso4) != 0 ? Coalescer::kUdpV4 : 0) |
                 ((e->offloads_enabled_ & kTunFUso6) != 0 ? Coalescer::kUdpV6 : 0)),
-        gro_(e->cfg_.gro) {
+        gro_((e->offloads_enabled_ & kOffloadGro) != 0) {
     // A slot holds one MTU-sized packet and the headroom before it (rounded to a cache line).
     slot_size_ = (kTxPkt + e->cfg_.codec.tun_mtu + 63) / 64 * 64;
     if (slot_size_ < 2048) slot_size_ = 2048;
@@ -78,7 +92,7 @@ class Engine::Loop {
     tx_gso_.resize(kArenaSlots);
     max_datagram_ = e->cfg_.codec.tun_mtu + (e->cfg_.format == Format::kVxlan ? kVxlanEncapLen : 0);
     cmsg_.resize(static_cast<size_t>(kArenaSlots) * kCmsgSpace);
-    udp_gso_ = e->cfg_.udp_gso;
+    udp_gso_ = (e->offloads_enabled_ & kOffloadUdpGso) != 0;
     seg_len_.resize(kMaxSegs);
     if (dir != Direction::kTx) rx_.resize(kBatch * kBufSize);
     icmp_.resize(kVnetHdrLen + kIcmpReplyMax);
@@ -194,11 +208,10 @@ class Engine::Loop {
   // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
   void EncapSlot(int slot, size_t len, const PeerTable& table) {
     uint8_t* pkt = Slot(slot) + kTxPkt;
-    EncapResult r = VxlanFormat()
-                        ? VxlanEncap(pkt, len, table, e_->cfg_.codec, icmp_.data() + kVnetHdrLen,
-                                     kIcmpReplyMax)
-                        : FlannelUdpEncap(pkt, len, table, icmp_.data() + kVnetHdrLen,
-                                          kIcmpReplyMax);
+    EncapResult r =
+        VxlanFormat()
+            ? VxlanEncap(pkt, len, table, e_->cfg_.codec, icmp_.data() + kVnetHdrLen, kIcmpReplyMax)
+            : FlannelUdpEncap(pkt, len, table, icmp_.data() + kVnetHdrLen, kIcmpReplyMax);
     if (r.drop != DropReason::kNone) {
       c_.Drop(r.drop);
       if (r.icmp_len > 0) WriteIcmp(r.icmp_len);
@@ -360,8 +373,8 @@ class Engine::Loop {
     // One message per segment: MergeRuns joins them (and the next TSO packet's) into UDP GSO
     // messages at the flush.
     for (size_t i = 0; i < segs; i++) {
-      SetMessage(out_++, &tx_addr_[first], alen, &tx_iov_[static_cast<size_t>(v0) + 2 * i], 2, 1,
-                 0, hdrs + seg_len_[i], fd);
+      SetMessage(out_++, &tx_addr_[first], alen, &tx_iov_[static_cast<size_t>(v0) + 2 * i], 2, 1, 0,
+                 hdrs + seg_len_[i], fd);
     }
     rd_used_++;
     return true;
@@ -391,8 +404,8 @@ class Engine::Loop {
       VnetHdr h = LoadVnetHdr(rd);
       if (h.gso_type != kVnetGsoNone) {
         if (SendTsoInPlace(h, pkt, len, table)) continue;
-        size_t segs = SplitTso(h, pkt, len, Slot(used_) + kTxPkt, slot_size_,
-                               kMaxSegs, seg_len_.data());
+        size_t segs =
+            SplitTso(h, pkt, len, Slot(used_) + kTxPkt, slot_size_, kMaxSegs, seg_len_.data());
         if (segs == 0) {
           c_.Drop(DropReason::kMalformed);
           continue;
@@ -400,7 +413,8 @@ class Engine::Loop {
         c_.Add(kTsoSegments, segs);
         int first = used_;
         used_ += static_cast<int>(segs);
-        for (size_t i = 0; i < segs; i++) EncapSlot(first + static_cast<int>(i), seg_len_[i], table);
+        for (size_t i = 0; i < segs; i++)
+          EncapSlot(first + static_cast<int>(i), seg_len_[i], table);
         continue;
       }
       if ((h.flags & kVnetFlagNeedsCsum) != 0) {
@@ -653,6 +667,7 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       e->src_count_ = k + 1;
     }
   }
+  bool udp_gro = (cfg.offloads & kOffloadUdpGro) != 0;
   std::string empty_error;
   e->table_.store(PeerTable::Build(nullptr, 0, &empty_error).release());
   for (int i = 0; i < cfg.workers; i++) {
@@ -663,7 +678,7 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     if (i == 0) {
       e->tun_name_ = name;
       // The loop splits TCP (TSO) and UDP (USO) super-packets and finishes partial checksums.
-      unsigned want = cfg.offloads & (kTunFCsum | kTunFTso4 | kTunFTso6 | kTunFUso4 | kTunFUso6);
+      unsigned want = cfg.offloads & kTunFAll;
       if ((want & kTunFCsum) == 0) want = 0;  // the kernel needs CSUM for TSO
       e->offloads_accepted_ = ProbeTunOffloads(w->tun_fd, want);
       e->offloads_enabled_ = want & e->offloads_accepted_;
@@ -675,10 +690,10 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
       return nullptr;
     }
-    if (cfg.udp_gro) {
+    if ((cfg.offloads & kOffloadUdpGro) != 0) {
       int one = 1;
       if (setsockopt(wp->udp_fd, IPPROTO_UDP, kUdpGro, &one, sizeof(one)) < 0) {
-        e->cfg_.udp_gro = false;  // an old kernel: receive datagram by datagram
+        udp_gro = false;  // an old kernel: receive datagram by datagram
       }
     }
     wp->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -687,10 +702,9 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       return nullptr;
     }
   }
-  // The engine's own offloads, reported beside the TUN bits (binding.ts TUN_OFFLOADS).
-  if (cfg.gro) e->offloads_enabled_ |= 0x10000u;
-  if (cfg.udp_gso) e->offloads_enabled_ |= 0x20000u;
-  if (e->cfg_.udp_gro) e->offloads_enabled_ |= 0x40000u;
+  // The engine's own offloads, reported beside the TUN bits (offloads.h).
+  e->offloads_enabled_ |= cfg.offloads & (kOffloadGro | kOffloadUdpGso);
+  if (udp_gro) e->offloads_enabled_ |= kOffloadUdpGro;
   return e;
 }
 

@@ -46,18 +46,19 @@ struct EngineConfig {
   std::string bind_ip;
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
-  unsigned offloads = 0;  // TUN_F_* wanted (tun.h): CSUM and TSO4/6 are handled; not USO
-  bool gro = false;       // coalesce received TCP (and UDP, with USO) into GSO writes (coalesce.h)
-  bool udp_gso = false;   // UDP_SEGMENT on send (TSO segments, runs of equal-size datagrams)
-  bool udp_gro = false;   // UDP_GRO on receive
+  // Offload bits wanted (offloads.h): the TUN_F_* ones are probed on the TUN; kOffloadGro
+  // (coalesce received TCP, and UDP with USO, into GSO writes), kOffloadUdpGso (UDP_SEGMENT on
+  // send) and kOffloadUdpGro (UDP_GRO on receive) are the engine's own.
+  unsigned offloads = 0;
   // After a drain that moved few packets (latency-bound traffic: ping, RPC), poll this long
   // before sleeping in epoll, so the reply that is on its way needs no wake-up. 0 = never.
   int busy_poll_us = 0;
   CodecConfig codec;
 };
 
-// Counter indexes, a contract with src/dataplane/stats.ts (COUNTERS), followed by one counter
-// per DropReason (kDropBase + reason).
+// Counter indexes, followed by one counter per DropReason (kDropBase + reason). kCounterNames
+// below names them; the addon's counterNames() exports those names (then `drop_<reason>`), and
+// src/dataplane/stats.ts COUNTERS must list the same (checked when an engine starts).
 enum Counter : uint32_t {
   kTxPackets = 0,  // inner packets read from the TUN and sent
   kTxBytes,        // their inner bytes
@@ -78,6 +79,15 @@ enum Counter : uint32_t {
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
 
+// kCounterNames[i] names Counter i (i < kDropBase), as weft_dataplane_* and stats.ts call it.
+inline constexpr const char* kCounterNames[] = {
+    "tx_packets", "tx_bytes",     "rx_packets",   "rx_bytes",   "icmp_sent",
+    "tun_reads",  "send_batches", "recv_batches", "wakeups",    "tso_segments",
+    "gro_writes", "gso_sends",    "gso_disabled", "gro_trains", "busy_polls",
+};
+static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kDropBase,
+              "kCounterNames out of step with enum Counter");
+
 struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> v[kCounterCount];
   WorkerCounters() {
@@ -92,8 +102,10 @@ class Engine {
   static constexpr int kBatch = 64;
   static constexpr size_t kBufSize = 65536 + 64;
 
-  // Opens the TUN queues, sockets and eventfds. Returns null with `error` set on failure.
+  // Opens the TUN queues, sockets and eventfds and probes the offloads; no thread starts.
+  // Returns null with `error` set on failure (everything opened so far is closed again).
   static std::unique_ptr<Engine> Create(const EngineConfig& cfg, std::string* error);
+  // Closes every fd. Only after every Run has returned (the TUN device goes with its last queue).
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -101,16 +113,26 @@ class Engine {
   // Runs worker `w`'s loop for `dir` until Stop(). A queue runs either one kBoth loop or a kTx
   // and a kRx loop (on two threads). Returns 0, or an errno for a fatal error (EBUSY when that
   // direction of the worker already runs, EINVAL for a bad index or direction).
+  // Blocks the calling thread (never a JS event loop) in the packet loop; allocates only on entry.
   int Run(int w, Direction dir = Direction::kBoth);
+  // Any thread, idempotent, never blocks: every Run returns soon after (Stop is for good).
   void Stop();
+  // Any thread (serialised with other SetPeers): copies `buf` (peer_table.h format) into a new
+  // table that packets read after the return see; false with `error` (old table kept) if invalid.
   bool SetPeers(const uint8_t* buf, size_t len, std::string* error);
-  // Copies worker `w`'s counters into out[0..kCounterCount).
+  // Any thread, lock-free: copies worker `w`'s counters (both directions summed) into
+  // out[0..kCounterCount); relaxed reads, so a snapshot may mix a few packets' worth of moments.
   void ReadCounters(int w, uint64_t* out) const;
 
+  // The number of queues (fixed at Create).
   int workers() const { return static_cast<int>(workers_.size()); }
+  // The kernel's name for the TUN device (cfg.tun_name, or what the kernel picked for "").
   const std::string& tun_name() const { return tun_name_; }
+  // offloads.h bits the kernel accepted on the TUN, whether wanted or not.
   unsigned offloads_accepted() const { return offloads_accepted_; }
+  // offloads.h bits in use: wanted and accepted (a loop may still drop udp_gso later, counted).
   unsigned offloads_enabled() const { return offloads_enabled_; }
+  // Peers in the current table (any thread).
   size_t peer_count() const;
 
  private:
@@ -130,7 +152,7 @@ class Engine {
     // Per direction thread (index: kTx 0, kRx 1; a kBoth loop uses 0 and claims both).
     std::atomic<bool> running[2] = {false, false};
     std::atomic<uint64_t> seen[2] = {0, 0};  // generation of the table in use; 0 = quiescent
-    WorkerCounters counters[2];               // summed by ReadCounters
+    WorkerCounters counters[2];              // summed by ReadCounters
     // Held while reading the TUN and sending what was read, so the queue's packets leave in
     // the order they were read. The kTx loop takes it to drain; the kRx loop, after writing to
     // the TUN, drains with it too when it is free: the reply a local pod answers with during

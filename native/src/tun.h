@@ -6,13 +6,9 @@
 #include <cstdint>
 #include <string>
 
-namespace weft {
+#include "offloads.h"  // kTunF*
 
-constexpr unsigned kTunFCsum = 0x01;
-constexpr unsigned kTunFTso4 = 0x02;
-constexpr unsigned kTunFTso6 = 0x04;
-constexpr unsigned kTunFUso4 = 0x20;  // kernel >= 6.2; the headers here are 6.1
-constexpr unsigned kTunFUso6 = 0x40;
+namespace weft {
 
 // Opens one queue of the TUN device `name` (created by the first queue; it lives while any
 // queue is open). Non-blocking, close-on-exec. Returns the fd, or -errno with `error` set.

@@ -4,14 +4,14 @@
  * works from src/ under tsx and from dist/), later calls return the cached module or rethrow the
  * cached failure. A missing or broken build throws WEFT_ERR_NATIVE_UNAVAILABLE with the reason.
  *
- * The addon's exports are typed by the modules that use them (each declares the part it needs),
- * so this file does not grow with every binding.
+ * The addon's exports are typed once, in native-addon.ts (NativeAddon).
  */
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { WeftError, errorMessage } from './errors.js';
+import type { NativeAddon } from './native-addon.js';
 
 let cached: { ok: true; mod: unknown } | { ok: false; err: WeftError } | undefined;
 
@@ -32,8 +32,8 @@ export function nativeAddonPath(): string {
   );
 }
 
-/** Loads (once) and returns the addon, typed as the caller's view of it. */
-export function loadNative<T = Record<string, unknown>>(): T {
+/** Loads (once) and returns the addon. */
+export function loadNative(): NativeAddon {
   if (!cached) {
     let path = '(unresolved)';
     try {
@@ -54,7 +54,7 @@ export function loadNative<T = Record<string, unknown>>(): T {
     }
   }
   if (!cached.ok) throw cached.err;
-  return cached.mod as T;
+  return cached.mod as NativeAddon;
 }
 
 /** Whether the addon loads (never throws). */

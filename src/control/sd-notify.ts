@@ -13,13 +13,12 @@
 import { WeftError, errorMessage } from '../common/errors.js';
 import { LogOnce, logger } from '../common/log.js';
 import { loadNative } from '../common/native.js';
+import type { NativeAddon } from '../common/native-addon.js';
 import { constants } from 'node:os';
 
 const once = new LogOnce();
 
-interface SdNotifyBinding {
-  sdNotify(socketPath: string, state: string): number;
-}
+type SdNotifyBinding = Pick<NativeAddon, 'sdNotify'>;
 
 export type SdNotifyState = 'READY=1' | 'STOPPING=1' | 'RELOADING=1' | `STATUS=${string}`;
 
@@ -39,7 +38,7 @@ export function sdNotify(
   let b = binding;
   if (!b) {
     try {
-      b = loadNative<SdNotifyBinding>();
+      b = loadNative();
     } catch (err) {
       if (once.first('no-addon')) {
         logger('sd-notify').warn(

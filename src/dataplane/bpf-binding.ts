@@ -9,51 +9,22 @@
  */
 import { join } from 'node:path';
 import { loadNative, packageRoot } from '../common/native.js';
+import type { NativeAddon } from '../common/native-addon.js';
 
-export interface BpfConfig {
-  readonly format: 'udp' | 'vxlan';
-  readonly vni: number;
-  readonly vtepMac: Buffer;
-  readonly port: number;
-  /** Our underlay IPv4 address (outer source; decapsulated only when it is the destination). */
-  readonly localV4: string;
-  /** Device names (or ifindexes): weft's TUN and the underlay device. */
-  readonly tun?: string | number;
-  readonly underlay?: string | number;
-}
+export type { BpfAttachMode, BpfConfig } from '../common/native-addon.js';
 
-export type BpfAttachMode = 'tcx' | 'clsact';
-
-export interface NativeBpf {
-  /** Loads the programs (the verifier runs here); throws with the verifier's log on refusal. */
-  bpfLoad(objectPath: string): number;
-  bpfConfigure(id: number, cfg: BpfConfig): void;
-  /** The peer maps become exactly this table (peer-table.ts layout), adds before removals. */
-  bpfSetPeers(id: number, table: Buffer): void;
-  /**
-   * BPF_PROG_TEST_RUN of one program on an Ethernet frame: the verdict (TC_ACT_*) and the frame
-   * it left. gsoSize > 0 marks the skb GSO (the kernel then refuses encap: no gso_type).
-   */
-  bpfTestRun(
-    id: number,
-    prog: 'tx' | 'rx',
-    frame: Buffer,
-    gsoSize?: number,
-    gsoSegs?: number,
-  ): { verdict: number; data: Buffer };
-  /** weft_tx on the TUN's egress, weft_rx on the underlay's ingress; the mode it used. */
-  bpfAttach(
-    id: number,
-    tun: string | number,
-    underlay: string | number,
-    mode?: 'auto' | BpfAttachMode,
-  ): BpfAttachMode;
-  /** BPF_COUNTERS, summed over CPUs. */
-  bpfCounters(id: number): Float64Array;
-  /** Ids of the programs, maps and links this id holds (tests check none outlives close). */
-  bpfObjectIds(id: number): number[];
-  bpfClose(id: number): void;
-}
+/** The addon's bpf exports (typed in NativeAddon, src/common/native-addon.ts). */
+export type NativeBpf = Pick<
+  NativeAddon,
+  | 'bpfLoad'
+  | 'bpfConfigure'
+  | 'bpfSetPeers'
+  | 'bpfTestRun'
+  | 'bpfAttach'
+  | 'bpfCounters'
+  | 'bpfObjectIds'
+  | 'bpfClose'
+>;
 
 /** TC verdicts the programs return. */
 export const TC_ACT_OK = 0;
@@ -77,5 +48,5 @@ export function bpfObjectPath(): string {
 }
 
 export function loadBpfBinding(): NativeBpf {
-  return loadNative<NativeBpf>();
+  return loadNative();
 }

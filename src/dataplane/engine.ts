@@ -4,6 +4,7 @@
  */
 import type { WeftError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
+import type { OffloadName } from './offloads.js';
 import type { PeerEntry } from './peer-table.js';
 import type { DataplaneStats } from './stats.js';
 
@@ -26,8 +27,8 @@ export interface DataplaneOptions {
   readonly vni: number;
   /** Our VtepMAC (VXLAN); ignored by udp. */
   readonly vtepMac: Buffer;
-  /** TUN_F_* offloads wanted (binding.ts TUN_OFFLOADS); default: WEFT_DATAPLANE_OFFLOADS. */
-  readonly offloads?: number;
+  /** Offloads wanted (offloads.ts names); default: WEFT_DATAPLANE_OFFLOADS. */
+  readonly offloads?: readonly OffloadName[];
   /** Busy-poll this many µs after a light drain before sleeping (native engine; 0 = never). */
   readonly busyPollUs?: number;
   /**

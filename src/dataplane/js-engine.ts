@@ -16,6 +16,7 @@ import { WeftError, errorMessage } from '../common/errors.js';
 import { formatIP, parseIP } from '../common/ip.js';
 import { LogOnce, logger } from '../common/log.js';
 import { loadNative, nativeAvailable } from '../common/native.js';
+import type { NativeAddon } from '../common/native-addon.js';
 import { checksum, decap, encap } from './js-codec.js';
 import type { CodecConfig } from './js-codec.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
@@ -24,9 +25,7 @@ import { COUNTERS, COUNTERS_PER_WORKER, DROP_REASONS, decodeCounters } from './s
 import type { CounterName, DropReason } from './stats.js';
 import { openTunHelper } from './tun-helper.js';
 
-interface TunOpener {
-  tunOpen(name: string): { fd: number; name: string };
-}
+type TunOpener = Pick<NativeAddon, 'tunOpen'>;
 
 /** One open TUN queue: packets come in through the sink given at open, go out by `write`. */
 interface TunPort {
@@ -136,7 +135,7 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
   const failed = new Promise<WeftError>((resolve) => (fail = resolve));
   try {
     if (nativeAvailable()) {
-      tun = addonTun(loadNative<TunOpener>(), opts.tunName, fromTun, (err) => {
+      tun = addonTun(loadNative(), opts.tunName, fromTun, (err) => {
         if (once.first('tun-read')) log.warn({ err: errorMessage(err) }, 'tun read failed');
       });
     } else {

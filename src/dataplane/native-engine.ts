@@ -7,12 +7,13 @@ import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { WeftError, errorMessage } from '../common/errors.js';
 import { logger } from '../common/log.js';
-import { TUN_OFFLOADS, loadDataplaneBinding, offloadsFromEnv } from './binding.js';
+import { loadDataplaneBinding } from './binding.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import type { Direction, WorkerMessage, WorkerResult, WorkerTask } from './messages.js';
+import { OFFLOAD_NAMES, offloadsFromEnv } from './offloads.js';
+import type { OffloadName } from './offloads.js';
 import { encodePeerTable } from './peer-table.js';
-import { COUNTERS, DROP_REASONS, OFFLOAD_FEATURES, decodeCounters } from './stats.js';
-import type { OffloadFeature } from './stats.js';
+import { COUNTERS, DROP_REASONS, decodeCounters } from './stats.js';
 
 /**
  * The pool's task file: worker.js from dist/; from the .ts sources under tsx, a bootstrap that
@@ -75,11 +76,19 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
   const native = loadDataplaneBinding();
   installExitHook(native);
   const want = [...COUNTERS, ...DROP_REASONS.map((r) => `drop_${r}`)].join(',');
-  if (native.counterNames().join(',') !== want) {
+  if (
+    native.counterNames().join(',') !== want ||
+    native.offloadNames().join(',') !== OFFLOAD_NAMES.join(',')
+  ) {
     throw new WeftError(
       'WEFT_ERR_NATIVE_UNAVAILABLE',
-      'native addon counters do not match this build of weft (rebuild the addon)',
-      { details: { native: native.counterNames(), expected: want } },
+      'native addon counters or offloads do not match this build of weft (rebuild the addon)',
+      {
+        details: {
+          native: [...native.counterNames(), ...native.offloadNames()],
+          expected: [want, OFFLOAD_NAMES.join(',')],
+        },
+      },
     );
   }
   let created: ReturnType<typeof native.engineCreate>;
@@ -200,8 +209,8 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
     'dataplane started',
   );
   const offloads = Object.fromEntries(
-    OFFLOAD_FEATURES.map((f) => [f, (created.offloadsEnabled & TUN_OFFLOADS[f]) !== 0]),
-  ) as Record<OffloadFeature, boolean>;
+    OFFLOAD_NAMES.map((f) => [f, created.offloadsEnabled.includes(f)]),
+  ) as Record<OffloadName, boolean>;
   let closed: Promise<void> | null = null;
   return {
     engine: 'native',

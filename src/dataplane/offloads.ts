@@ -1,11 +1,16 @@
 /**
- * Offload names, pure (no addon, no metrics): what `--dataplane-offloads` and the
- * WEFT_DATAPLANE_OFFLOADS kill switch accept and what weft_dataplane_offload_enabled{feature}
- * reports. The control plane validates flags with this module without loading the dataplane.
+ * The offload vocabulary, a pure module (no addon): the names the kill switch
+ * (WEFT_DATAPLANE_OFFLOADS), `--dataplane-offloads` and weft_dataplane_offload_enabled{feature}
+ * use. Names, never bits, cross the native boundary: native/src/offloads.h maps each to its
+ * TUN_F_* or engine bit, and the addon's offloadNames() lists the same names in the same order
+ * (checked when an engine starts and by test/native/addon-exports.test.ts).
+ *
+ *   csum, tso4, tso6   the TUN hands over partial checksums and TCP super-packets (split here)
+ *   uso4, uso6         the same for UDP (kernel >= 6.2; the kernel takes them only as a pair)
+ *   gro                received TCP (and UDP, with USO) coalesced into GSO TUN writes
+ *   udp_gso, udp_gro   UDP_SEGMENT on send, UDP_GRO on receive
  */
-
-/** Offloads as `weft_dataplane_offload_enabled{feature}` reports them. */
-export const OFFLOAD_FEATURES = [
+export const OFFLOAD_NAMES = [
   'csum',
   'tso4',
   'tso6',
@@ -15,15 +20,9 @@ export const OFFLOAD_FEATURES = [
   'udp_gso',
   'udp_gro',
 ] as const;
-export type OffloadFeature = (typeof OFFLOAD_FEATURES)[number];
+export type OffloadName = (typeof OFFLOAD_NAMES)[number];
 
-/**
- * The names the kill switch (and --dataplane-offloads) accepts, besides `all` and `none`: the
- * features weft_dataplane_offload_enabled reports.
- */
-export const OFFLOAD_NAMES = OFFLOAD_FEATURES;
-
-/** Why an offload list is invalid, or null when it is valid. */
+/** Why an offload list (`all`, `none` or a comma list of names) is invalid, or null. */
 export function offloadListError(value: string): string | null {
   if (value === '' || value === 'all' || value === 'none') return null;
   const bad = value
@@ -33,4 +32,17 @@ export function offloadListError(value: string): string | null {
   return bad.length
     ? `unknown offload(s) ${bad.join(', ')} (all, none, or a list of ${OFFLOAD_NAMES.join(', ')})`
     : null;
+}
+
+/**
+ * The kill switch: WEFT_DATAPLANE_OFFLOADS = "none" | "all" (default) | a comma list of names.
+ * Unknown names are ignored here (the flag refuses them: offloadListError).
+ */
+export function offloadsFromEnv(
+  value = process.env.WEFT_DATAPLANE_OFFLOADS,
+): readonly OffloadName[] {
+  if (value === undefined || value === '' || value === 'all') return OFFLOAD_NAMES;
+  if (value === 'none') return [];
+  const want = new Set(value.split(',').map((n) => n.trim()));
+  return OFFLOAD_NAMES.filter((n) => want.has(n));
 }

@@ -5,7 +5,8 @@
  */
 import { Counter, Gauge } from 'prom-client';
 import type { Registry } from 'prom-client';
-import { OFFLOAD_FEATURES, type OffloadFeature } from './offloads.js';
+import { OFFLOAD_NAMES } from './offloads.js';
+import type { OffloadName } from './offloads.js';
 
 /** Index i is native DropReason i. `none` is never counted. */
 export const DROP_REASONS = [
@@ -51,12 +52,10 @@ export interface WorkerStats {
   readonly drops: Readonly<Record<DropReason, number>>;
 }
 
-export { OFFLOAD_FEATURES, type OffloadFeature } from './offloads.js';
-
 export interface DataplaneStats {
   readonly engine: 'native' | 'js' | 'bpf';
   /** Offloads in use (the js engine uses none). */
-  readonly offloads?: Readonly<Record<OffloadFeature, boolean>>;
+  readonly offloads?: Readonly<Record<OffloadName, boolean>>;
   readonly workers: readonly WorkerStats[];
   readonly total: WorkerStats;
   /** bpf engine: the programs' own counters (bpf-binding.ts BPF_COUNTERS). */
@@ -221,7 +220,7 @@ export function registerDataplaneMetrics(
     collect() {
       const s = read();
       this.reset();
-      for (const f of OFFLOAD_FEATURES) {
+      for (const f of OFFLOAD_NAMES) {
         const on = s?.offloads?.[f] ?? false;
         const off = f === 'udp_gso' && (s?.total.counters.gso_disabled ?? 0) > 0;
         this.set({ feature: f }, on && !off ? 1 : 0);

@@ -240,7 +240,7 @@ describe('dataplane engine between two namespaces', { skip }, () => {
   // The traffic tests run twice: with every offload the kernel grants, and with all of them off.
   for (const off of [false, true]) {
     const when = off ? ', every offload off' : '';
-    const offloads = off ? { offloads: 0 } : {};
+    const offloads = off ? { offloads: [] } : {};
     for (const format of ['udp', 'vxlan'] as const) {
       for (const variant of ['native', 'native, a thread per direction', 'js'] as const) {
         const engine = variant === 'js' ? 'js' : 'native';

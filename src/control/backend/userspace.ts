@@ -13,7 +13,8 @@ import { WeftError, errorMessage } from '../../common/errors.js';
 import { type Family, formatCIDR } from '../../common/ip.js';
 import { LogOnce } from '../../common/log.js';
 import { loadNative } from '../../common/native.js';
-import { offloadsFromEnv } from '../../dataplane/binding.js';
+import { offloadsFromEnv } from '../../dataplane/offloads.js';
+import type { OffloadName } from '../../dataplane/offloads.js';
 import type { Dataplane, DataplaneEngine, DataplaneFormat } from '../../dataplane/index.js';
 import type { PeerEntry } from '../../dataplane/peer-table.js';
 import { registerDataplaneMetrics } from '../../dataplane/stats.js';
@@ -65,7 +66,7 @@ function checkEngine(type: string, engine: DataplaneEngine): void {
 }
 
 /** --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all. */
-function offloadsOption(ctx: BackendContext): number {
+function offloadsOption(ctx: BackendContext): readonly OffloadName[] {
   const o = ctx.options.dataplaneOffloads;
   return typeof o === 'string' && o !== '' ? offloadsFromEnv(o) : offloadsFromEnv();
 }

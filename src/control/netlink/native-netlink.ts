@@ -11,6 +11,13 @@ import { constants } from 'node:os';
 import { WeftError } from '../../common/errors.js';
 import type { Family } from '../../common/ip.js';
 import { loadNative } from '../../common/native.js';
+import type {
+  NativeAddon,
+  RawAddr,
+  RawLink,
+  RawNeigh,
+  RawRoute,
+} from '../../common/native-addon.js';
 import {
   type AddrEntry,
   type FdbEntry,
@@ -26,56 +33,11 @@ import {
   netlinkError,
 } from './netlink.js';
 
-interface RawLink {
-  index: number;
-  name: string;
-  mtu: number;
-  mac: string | null;
-  flags: number;
-  kind: string;
-  vxlan: {
-    vni: number;
-    port: number;
-    local: string | null;
-    link: number;
-    learning: boolean;
-  } | null;
-}
-interface RawRoute {
-  dst: string;
-  dstLen: number;
-  gw: string | null;
-  ifindex: number;
-  table: number;
-  protocol: number;
-  scope: number;
-  type: number;
-  flags: number;
-}
-interface RawNeigh {
-  dst: string | null;
-  ifindex: number;
-  mac: string | null;
-  state: number;
-  flags: number;
-}
-interface RawAddr {
-  addr: string;
-  prefix: number;
-  ifindex: number;
-}
-
-/** The addon's netlink exports (see native/src/addon.cc, nlbind). */
-export interface NetlinkBinding {
-  netlinkOpen(netnsPath: string): unknown;
-  netlinkClose(h: unknown): void;
-  netlinkApply(h: unknown, ops: Array<Record<string, unknown>>): Int32Array;
-  netlinkList(h: unknown, what: 'route', family: Family, ifindex: number): RawRoute[];
-  netlinkList(h: unknown, what: 'neigh' | 'fdb', family: Family, ifindex: number): RawNeigh[];
-  netlinkList(h: unknown, what: 'addr', family: Family, ifindex: number): RawAddr[];
-  netlinkList(h: unknown, what: 'link', family: Family, ifindex: number): RawLink[];
-  netlinkGetLink(h: unknown, name: string): RawLink | null;
-}
+/** The addon's netlink exports (native/src/addon.cc, nlbind); tests may inject a fake. */
+export type NetlinkBinding = Pick<
+  NativeAddon,
+  'netlinkOpen' | 'netlinkClose' | 'netlinkApply' | 'netlinkList' | 'netlinkGetLink'
+>;
 
 const IFF_UP = 1;
 const RTN_UNICAST = 1;
@@ -124,7 +86,7 @@ export class NativeNetlink implements Netlink {
   linkDumps = 0;
 
   constructor(options: { netns?: string; binding?: NetlinkBinding } = {}) {
-    this.#b = options.binding ?? loadNative<NetlinkBinding>();
+    this.#b = options.binding ?? loadNative();
     const ns = options.netns;
     const path = ns === undefined ? '' : ns.includes('/') ? ns : `/run/netns/${ns}`;
     try {

@@ -1,0 +1,244 @@
+/**
+ * Every export of the native addon (native/src/addon.cc), typed in one place: the boundary's
+ * whole vocabulary. `loadNative()` (native.ts) returns this; NATIVE_EXPORTS lists the same names
+ * (the compiler keeps the two in step) and test/native/addon-exports.test.ts checks the real
+ * addon exports exactly these.
+ *
+ * Contract: buffers passed in are copied before a call returns (the caller may reuse them);
+ * errors are thrown as Error (TypeError/RangeError for bad arguments) with `errno` where the
+ * kernel refused. `engineRun` blocks its calling thread inside the packet loop until
+ * `engineStop`/`engineClose` (call it only from a worker thread); `engineClose` stops every
+ * worker and frees the engine's fds once the last `engineRun` has returned. Engine ids are
+ * process-wide, so a worker thread (with its own addon instance) runs an engine the main thread
+ * created.
+ */
+import type { Family } from './ip.js';
+
+// ---- netlink (src/control/netlink/native-netlink.ts) ----
+
+export interface RawLink {
+  index: number;
+  name: string;
+  mtu: number;
+  mac: string | null;
+  flags: number;
+  kind: string;
+  vxlan: {
+    vni: number;
+    port: number;
+    local: string | null;
+    link: number;
+    learning: boolean;
+  } | null;
+}
+export interface RawRoute {
+  dst: string;
+  dstLen: number;
+  gw: string | null;
+  ifindex: number;
+  table: number;
+  protocol: number;
+  scope: number;
+  type: number;
+  flags: number;
+}
+export interface RawNeigh {
+  dst: string | null;
+  ifindex: number;
+  mac: string | null;
+  state: number;
+  flags: number;
+}
+export interface RawAddr {
+  addr: string;
+  prefix: number;
+  ifindex: number;
+}
+
+/** An open netlink socket (opaque to JS). */
+export type NetlinkHandle = unknown;
+
+// ---- dataplane (src/dataplane/) ----
+
+export interface NativeCodecConfig {
+  readonly vni: number;
+  readonly vtepMac: Buffer;
+  readonly tunMtu: number;
+}
+
+export interface NativeEngineConfig extends NativeCodecConfig {
+  readonly format: 'udp' | 'vxlan';
+  readonly tunName: string;
+  readonly workers: number;
+  readonly bindIp: string;
+  readonly port: number;
+  readonly sockBufBytes?: number;
+  /** Offload names (src/dataplane/offloads.ts); unknown names are refused. Default: none. */
+  readonly offloads?: readonly string[];
+  /** µs to busy-poll after a drain of ≤ 8 packets before sleeping; 0 = always sleep. */
+  readonly busyPollUs?: number;
+}
+
+export interface NativeEngine {
+  id: number;
+  tunName: string;
+  /** Offload names the kernel accepted on the TUN (whether wanted or not). */
+  offloadsAccepted: string[];
+  /** Offload names in use: wanted, accepted, and not switched off at start. */
+  offloadsEnabled: string[];
+}
+
+// ---- bpf engine (src/dataplane/bpf-binding.ts, bpf-engine.ts; native/src/bpf_loader.h) ----
+
+export interface BpfConfig {
+  readonly format: 'udp' | 'vxlan';
+  readonly vni: number;
+  readonly vtepMac: Buffer;
+  readonly port: number;
+  /** Our underlay IPv4 address (outer source; decapsulated only when it is the destination). */
+  readonly localV4: string;
+  /** Device names (or ifindexes): weft's TUN and the underlay device. */
+  readonly tun?: string | number;
+  readonly underlay?: string | number;
+}
+
+export type BpfAttachMode = 'tcx' | 'clsact';
+
+export interface NativeAddon {
+  version(): string;
+
+  netlinkOpen(netnsPath: string): NetlinkHandle;
+  netlinkClose(h: NetlinkHandle): void;
+  /** One result per op: 0 or an errno. */
+  netlinkApply(h: NetlinkHandle, ops: Array<Record<string, unknown>>): Int32Array;
+  netlinkList(h: NetlinkHandle, what: 'route', family: Family, ifindex: number): RawRoute[];
+  netlinkList(h: NetlinkHandle, what: 'neigh' | 'fdb', family: Family, ifindex: number): RawNeigh[];
+  netlinkList(h: NetlinkHandle, what: 'addr', family: Family, ifindex: number): RawAddr[];
+  netlinkList(h: NetlinkHandle, what: 'link', family: Family, ifindex: number): RawLink[];
+  netlinkGetLink(h: NetlinkHandle, name: string): RawLink | null;
+
+  codecEncap(
+    format: 'udp' | 'vxlan',
+    table: Buffer,
+    cfg: NativeCodecConfig,
+    packet: Buffer,
+  ): { drop: string; peer: number | null; payload: Buffer | null; icmp: Buffer | null };
+  codecDecap(
+    format: 'udp' | 'vxlan',
+    table: Buffer,
+    cfg: NativeCodecConfig,
+    outerSrc: Buffer,
+    datagram: Buffer,
+  ): { drop: string; tun: Buffer | null };
+  vxlanSourcePort(packet: Buffer): number;
+  peerLookup(table: Buffer, addr: Buffer): number;
+  checksum(data: Buffer): number;
+  /**
+   * Test export: the segments SplitTso cuts from a virtio_net_hdr + TCP GSO packet (inPlace:
+   * SplitTsoHeaders, each segment reassembled from its headers and its payload in place).
+   */
+  tsoSplit(vnetHdrAndPacket: Buffer, inPlace?: boolean): Buffer[];
+  /**
+   * Test export: the TUN writes (vnet header + packet) the receive path makes of these packets
+   * (gather: a coalescer that reads later payloads in place, as the engine uses it; udp: UDP
+   * datagrams are merged too, as on a TUN that took USO).
+   */
+  groCoalesce(packets: Buffer[], tunMtu: number, gather?: boolean, udp?: boolean): Buffer[];
+  /** native DropReason names, index = reason (src/dataplane/stats.ts DROP_REASONS). */
+  dropReasons(): string[];
+  /** Counter names (engine.h kCounterNames), then `drop_<reason>` (stats.ts COUNTERS). */
+  counterNames(): string[];
+  /** Every offload name the engine knows (offloads.h; src/dataplane/offloads.ts). */
+  offloadNames(): string[];
+
+  /** A plain TUN queue (IFF_TUN | IFF_NO_PI, non-blocking) for the js engine. */
+  tunOpen(name: string): { fd: number; name: string };
+  engineCreate(cfg: NativeEngineConfig): NativeEngine;
+  /** direction: 0 both ways, 1 TUN → UDP only, 2 UDP → TUN only; → 0 or an errno. */
+  engineRun(id: number, worker: number, direction?: number): number;
+  engineStop(id: number): void;
+  engineClose(id: number): void;
+  /** Replaces the peer table; → the number of peers. */
+  engineSetPeers(id: number, table: Buffer): number;
+  /** workers × counterNames().length counters. */
+  engineCounters(id: number): Float64Array;
+
+  /** Tells every engine's loops to leave; returns how many engines there were. */
+  engineStopAll(): number;
+  /** A native thread ends the process with `code` after `ms` (`_exit`), unless it ended before. */
+  exitWatchdog(ms: number, code: number): void;
+
+  /**
+   * bpf: an id owns one loaded copy of the programs and their maps; `bpfClose` detaches and
+   * frees all of it (idempotent). Nothing is pinned. Loads the programs (the verifier runs
+   * here); throws with the verifier's log on refusal.
+   */
+  bpfLoad(objectPath: string): number;
+  bpfConfigure(id: number, cfg: BpfConfig): void;
+  /** The peer maps become exactly this table (peer-table.ts layout), adds before removals. */
+  bpfSetPeers(id: number, table: Buffer): void;
+  /**
+   * BPF_PROG_TEST_RUN of one program on an Ethernet frame: the verdict (TC_ACT_*) and the frame
+   * it left. gsoSize > 0 marks the skb GSO (the kernel then refuses encap: no gso_type).
+   */
+  bpfTestRun(
+    id: number,
+    prog: 'tx' | 'rx',
+    frame: Buffer,
+    gsoSize?: number,
+    gsoSegs?: number,
+  ): { verdict: number; data: Buffer };
+  /** weft_tx on the TUN's egress, weft_rx on the underlay's ingress; the mode it used. */
+  bpfAttach(
+    id: number,
+    tun: string | number,
+    underlay: string | number,
+    mode?: 'auto' | BpfAttachMode,
+  ): BpfAttachMode;
+  /** BPF_COUNTERS, summed over CPUs. */
+  bpfCounters(id: number): Float64Array;
+  /** Ids of the programs, maps and links this id holds (tests check none outlives close). */
+  bpfObjectIds(id: number): number[];
+  bpfClose(id: number): void;
+
+  /** One sd_notify datagram; → 0 or an errno. */
+  sdNotify(socketPath: string, state: string): number;
+}
+
+/** Every export name, once: the compiler refuses a name missing here or not in NativeAddon. */
+export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
+  version: true,
+  netlinkOpen: true,
+  netlinkClose: true,
+  netlinkApply: true,
+  netlinkList: true,
+  netlinkGetLink: true,
+  codecEncap: true,
+  codecDecap: true,
+  vxlanSourcePort: true,
+  peerLookup: true,
+  checksum: true,
+  tsoSplit: true,
+  groCoalesce: true,
+  dropReasons: true,
+  counterNames: true,
+  offloadNames: true,
+  tunOpen: true,
+  engineCreate: true,
+  engineRun: true,
+  engineStop: true,
+  engineClose: true,
+  engineSetPeers: true,
+  engineCounters: true,
+  engineStopAll: true,
+  exitWatchdog: true,
+  bpfLoad: true,
+  bpfConfigure: true,
+  bpfSetPeers: true,
+  bpfTestRun: true,
+  bpfAttach: true,
+  bpfCounters: true,
+  bpfObjectIds: true,
+  bpfClose: true,
+  sdNotify: true,
+};
