@@ -3,10 +3,22 @@
  *   GET /healthz  200 while the process is serving
  *   GET /readyz   200 once the lease is held, subnet.env written and the backend running; else 503
  *   GET /metrics  Prometheus text format
+ *
+ * It must never take the daemon down: at most HTTP_MAX_CONNECTIONS connections are served at
+ * once (more are accepted and closed at once, so a flood of clients cannot use up the fds the
+ * dataplane and the control loops need), slow clients are cut after HTTP_REQUEST_TIMEOUT_MS, and
+ * an accept error (EMFILE when the process is out of fds) is logged once and survived.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { errorMessage } from '../common/errors.js';
+import { LogOnce, logger } from '../common/log.js';
+
+/** Connections served at once; Prometheus and the kubelet's probes need a few. */
+export const HTTP_MAX_CONNECTIONS = 64;
+/** A request must arrive whole within this (a slow client cannot hold a slot). */
+export const HTTP_REQUEST_TIMEOUT_MS = 10_000;
 
 export interface HealthServer {
   readonly port: number;
@@ -18,8 +30,13 @@ export async function startHealthServer(o: {
   port: number;
   metrics: Registry;
   isReady: () => boolean;
+  /** Default HTTP_MAX_CONNECTIONS (tests lower it). */
+  maxConnections?: number;
 }): Promise<HealthServer> {
-  const server: Server = createServer((req, res) => {
+  const log = logger('http');
+  const once = new LogOnce();
+  const options = { requestTimeout: HTTP_REQUEST_TIMEOUT_MS, connectionsCheckingInterval: 1000 };
+  const server: Server = createServer(options, (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
@@ -41,12 +58,29 @@ export async function startHealthServer(o: {
     }
   });
   server.keepAliveTimeout = 1000;
+  server.headersTimeout = HTTP_REQUEST_TIMEOUT_MS;
+  server.maxConnections = o.maxConnections ?? HTTP_MAX_CONNECTIONS;
+  server.on('drop', (d?: { remoteAddress?: string }) => {
+    if (once.first('drop')) {
+      log.warn(
+        { maxConnections: server.maxConnections, remote: d?.remoteAddress },
+        'http: too many connections; closing new ones until some end',
+      );
+    }
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, () => {
       server.off('error', reject);
       resolve();
     });
+  });
+  // After listen, an error is an accept failure (EMFILE, ENFILE, ...): the server keeps
+  // listening and the next connection is tried anew.
+  server.on('error', (err) => {
+    const code = (err as NodeJS.ErrnoException).code ?? 'error';
+    if (once.first(`error:${code}`))
+      log.warn({ err: errorMessage(err), code }, 'http: accept failed');
   });
   return {
     port: (server.address() as AddressInfo).port,

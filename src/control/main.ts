@@ -43,6 +43,7 @@ const COMMANDS: Record<string, Command> = {
     const r = spawnSync(process.execPath, ['--import', 'tsx', script, ...argv], {
       stdio: 'inherit',
     });
+    if (r.error) process.stderr.write(`weft bench: cannot run ${script}: ${r.error.message}\n`);
     return r.status ?? 1;
   },
   demo: async (argv, io) => (await import('./demo/demo.js')).demoCommand(argv, io),

@@ -101,21 +101,30 @@ export async function openTunHelper(name: string, h: TunHelperHandlers): Promise
   }
   const child: ChildProcess = spawn(path, [name], { stdio: ['pipe', 'pipe', 'pipe'] });
   let lastErr = '';
-  child.stderr!.on('data', (d: Buffer) => {
-    const lines = d.toString().trim().split('\n');
-    lastErr = lines[lines.length - 1] ?? lastErr;
-  });
-  // EPIPE on stdin after the helper died: the exit handler reports it.
-  child.stdin!.on('error', () => undefined);
   let closing = false;
   let exited = false;
+  // The error handler first: a spawn that failed (EMFILE) emits 'error' and has no stdio.
   const exit = new Promise<string>((resolve) => {
-    child.once('error', (err) => resolve(`spawn failed: ${err.message}`));
+    child.once('error', (err) => {
+      exited = true;
+      resolve(`spawn failed: ${err.message}`);
+    });
     child.once('close', (code, sig) => {
       exited = true;
       resolve(`${sig ? `signal ${sig}` : `exit ${code}`}${lastErr ? `: ${lastErr}` : ''}`);
     });
   });
+  if (!child.stdin || !child.stdout || !child.stderr) {
+    throw new WeftError('WEFT_ERR_DATAPLANE', `tun ${name}: helper ${await exit}`, {
+      details: { path },
+    });
+  }
+  child.stderr.on('data', (d: Buffer) => {
+    const lines = d.toString().trim().split('\n');
+    lastErr = lines[lines.length - 1] ?? lastErr;
+  });
+  // EPIPE on stdin after the helper died: the exit handler reports it.
+  child.stdin.on('error', () => undefined);
 
   // One reader from the first byte: the name line, then frames.
   const parser = new FrameParser();

@@ -40,9 +40,11 @@ export interface ExecResult {
 export function execPlugin(path: string, env: CniEnv, stdin: string): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(path, [], { env: { ...env }, stdio: ['pipe', 'pipe', 'inherit'] });
+    child.on('error', reject);
+    // A spawn that failed for want of fds (EMFILE) has no stdio: its 'error' says so.
+    if (!child.stdout || !child.stdin) return;
     const out: Buffer[] = [];
     child.stdout.on('data', (b: Buffer) => out.push(b));
-    child.on('error', reject);
     // A delegate that exits without reading all of stdin would make the write fail with EPIPE;
     // its exit status and stdout tell the story, so that error is not the one to report.
     child.stdin.on('error', () => {});

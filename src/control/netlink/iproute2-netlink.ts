@@ -277,12 +277,20 @@ export class Iproute2Netlink implements Netlink {
             );
           } else if (err && typeof code !== 'number' && err.killed) {
             reject(new WeftError('WEFT_ERR_NETLINK', `${tool} ${argv.join(' ')}: timed out`));
+          } else if (typeof code === 'string') {
+            // It never ran (EMFILE, EAGAIN, ...): an error of ours, not the command's answer.
+            reject(
+              new WeftError('WEFT_ERR_NETLINK', `${tool} ${argv.join(' ')}: cannot run: ${code}`, {
+                cause: err,
+              }),
+            );
           } else {
             resolve({ ok: !err, stdout, stderr });
           }
         },
       );
-      if (input !== undefined) child.stdin!.end(input);
+      // A spawn that failed (EMFILE) has no stdio; its error comes through the callback above.
+      if (input !== undefined) child.stdin?.end(input);
     });
   }
 

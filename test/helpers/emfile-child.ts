@@ -1,0 +1,35 @@
+/**
+ * Runs in a child process (`node --import tsx emfile-child.ts`): opens files until the process
+ * is out of fds (EMFILE), then starts each of weft's child processes the daemon may start — a
+ * CNI delegate, an iproute2 command, the TUN helper — and prints one JSON line: for each, the
+ * error it rejected with. A spawn whose 'error' went unhandled would crash this process instead.
+ */
+import { closeSync, openSync } from 'node:fs';
+import { execPlugin } from '../../src/control/cni/invoke.js';
+import { Iproute2Netlink } from '../../src/control/netlink/iproute2-netlink.js';
+import { openTunHelper } from '../../src/dataplane/tun-helper.js';
+
+const outcome = async (p: () => Promise<unknown>): Promise<string> => {
+  try {
+    await p();
+    return 'resolved';
+  } catch (err) {
+    return `rejected: ${(err as Error).message}`;
+  }
+};
+
+const fds: number[] = [];
+try {
+  for (;;) fds.push(openSync('/dev/null', 'r'));
+} catch {
+  /* EMFILE: the process is out of fds */
+}
+const result = {
+  cni: await outcome(() => execPlugin('/bin/true', {}, '{}')),
+  iproute2: await outcome(() => new Iproute2Netlink().getLink('lo')),
+  tunHelper: await outcome(() =>
+    openTunHelper('weft-emfile0', { onPackets: () => undefined, onExit: () => undefined }),
+  ),
+};
+for (const fd of fds) closeSync(fd);
+process.stdout.write(JSON.stringify(result) + '\n');
