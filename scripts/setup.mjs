@@ -25,6 +25,8 @@ export const DAEMON_PACKAGES = [
   'make',
   'python3',
   'libmnl-dev', // the addon's netlink
+  'libbpf-dev', // the addon's bpf loader (-lbpf), and the bpf programs' headers
+  'clang', // the bpf engine's programs (clang -target bpf); libFuzzer for the fuzz test
   'iproute2', // ip and bridge: kernel ops without the addon
   'iptables', // --ip-masq
   'nftables', // EnableNFTables mode
@@ -42,9 +44,7 @@ export const TEST_PACKAGES = [
   'openssl',
   'procps',
   'time', // peak RSS in bench:footprint
-  'clang', // libFuzzer for the bounded fuzz run of the packet decoder; the bpf target
   'libclang-rt-14-dev', // libFuzzer's and ASan's runtimes (not pulled in without recommends)
-  'libbpf-dev', // the bpf engine's loader and program headers
   'bpftool',
   'ethtool', // offload switches in the dataplane tests
   'clang-format', // native/.clang-format (format the C++ you touch: git clang-format)
