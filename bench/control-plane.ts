@@ -37,7 +37,7 @@ import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
 import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
 import { makeSubnetKey } from '../src/control/lease/subnet-key.js';
 import { EmbeddedRegistry } from '../src/control/registry/embedded.js';
-import { NetnsScope, ip } from '../test/helpers/netns.js';
+import { NetnsScope, ip } from '../src/testbed/netns.js';
 
 const WEFT_SRC = fileURLToPath(new URL('../test/helpers/weft-src.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

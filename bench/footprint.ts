@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Netns, isRoot, nsRun } from '../src/control/testbed/netns.js';
+import { NetnsScope, isRoot, nsExecAsync } from '../src/testbed/netns.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const WEFT = join(ROOT, 'bin', 'weft');
@@ -91,7 +91,7 @@ function compare(ns: string, cmds: Record<string, string[]>): Record<string, Row
 async function readyz(ns: string): Promise<boolean> {
   const probe = `exec 3<>/dev/tcp/127.0.0.1/${HEALTHZ_PORT} && printf 'GET /readyz HTTP/1.0\\r\\n\\r\\n' >&3 && head -1 <&3`;
   try {
-    return / 200 /.test(await nsRun(ns, 'bash', ['-c', probe]));
+    return / 200 /.test(await nsExecAsync(ns, 'bash', ['-c', probe]));
   } catch {
     return false;
   }
@@ -104,7 +104,7 @@ function vmRssMB(pid: number): number {
 
 /** Starts a daemon in `ns`, waits for /readyz, idles, samples its RSS, stops it. */
 async function idleDaemon(
-  nets: Netns,
+  nets: NetnsScope,
   ns: string,
   what: string,
   netConf: object,
@@ -114,7 +114,7 @@ async function idleDaemon(
   const conf = join(dir, 'net-conf.json');
   writeFileSync(conf, JSON.stringify(netConf));
   if (storeFlags.includes('--kube-subnet-mgr')) storeFlags.push(`--net-config-path=${conf}`);
-  else await nsRun(ns, process.execPath, [WEFT, 'config', 'set', conf, ...storeFlags]);
+  else await nsExecAsync(ns, process.execPath, [WEFT, 'config', 'set', conf, ...storeFlags]);
   const t0 = Date.now();
   const daemon: ChildProcess = nets.spawn(
     ns,
@@ -156,7 +156,7 @@ async function idleDaemon(
 const tmp = mkdtempSync(join(tmpdir(), 'weft-footprint-'));
 
 /** The fake Kubernetes API server on the namespace's loopback, holding node `footprint`. */
-async function startKube(nets: Netns, ns: string): Promise<ChildProcess> {
+async function startKube(nets: NetnsScope, ns: string): Promise<ChildProcess> {
   const api = nets.spawn(
     ns,
     process.execPath,
@@ -181,7 +181,7 @@ async function startKube(nets: Netns, ns: string): Promise<ChildProcess> {
 }
 
 /** A one-member etcd on the namespace's loopback, once it answers. */
-async function startEtcd(nets: Netns, ns: string): Promise<ChildProcess> {
+async function startEtcd(nets: NetnsScope, ns: string): Promise<ChildProcess> {
   const etcd = nets.spawn(ns, 'etcd', [
     '--name=footprint',
     `--data-dir=${join(tmp, 'etcd')}`,
@@ -193,7 +193,7 @@ async function startEtcd(nets: Netns, ns: string): Promise<ChildProcess> {
   ]);
   for (let i = 0; ; i++) {
     try {
-      await nsRun(ns, 'etcdctl', [`--endpoints=${ETCD_CLIENT}`, 'endpoint', 'health']);
+      await nsExecAsync(ns, 'etcdctl', [`--endpoints=${ETCD_CLIENT}`, 'endpoint', 'health']);
       return etcd;
     } catch (err) {
       if (i > 150) throw err;
@@ -203,18 +203,18 @@ async function startEtcd(nets: Netns, ns: string): Promise<ChildProcess> {
 }
 
 /** A namespace with lo and eth0 (one end of a veth pair, the other end beside it) up. */
-async function nodeNamespace(nets: Netns): Promise<string> {
+async function nodeNamespace(nets: NetnsScope): Promise<string> {
   const ns = await nets.add();
-  await nsRun(ns, 'ip', ['link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p']);
-  await nsRun(ns, 'ip', ['addr', 'add', '10.250.0.1/24', 'dev', 'eth0']);
-  await nsRun(ns, 'ip', ['link', 'set', 'eth0p', 'up']);
-  await nsRun(ns, 'ip', ['link', 'set', 'eth0', 'up']);
+  await nsExecAsync(ns, 'ip', ['link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p']);
+  await nsExecAsync(ns, 'ip', ['addr', 'add', '10.250.0.1/24', 'dev', 'eth0']);
+  await nsExecAsync(ns, 'ip', ['link', 'set', 'eth0p', 'up']);
+  await nsExecAsync(ns, 'ip', ['link', 'set', 'eth0', 'up']);
   return ns;
 }
 
 async function main(): Promise<void> {
   if (!isRoot()) throw new Error('bench:footprint needs root (it works in network namespaces)');
-  const nets = new Netns();
+  const nets = new NetnsScope();
   const rows: Row[] = [];
   const daemons: Array<Row & { readyMs: number }> = [];
   try {

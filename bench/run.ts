@@ -14,20 +14,13 @@
  * Output: a table (medians, ranges, ratios), bench/results/<time>.json; a full run (every path,
  * not --quick) also replaces latest.json, latest.svg and latest.md, which the README shows.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
 import { Progress } from '../src/control/demo/progress.js';
-import {
-  CLUSTER_NETWORK,
-  Cluster,
-  iperf,
-  ping,
-  waitForMesh,
-} from '../src/control/testbed/cluster.js';
-import { isRoot } from '../src/control/testbed/netns.js';
+import { Cluster, iperf, ping, waitForMesh } from '../src/testbed/cluster.js';
+import { isRoot } from '../src/testbed/netns.js';
 
 interface PathDef {
   readonly name: string;
@@ -124,40 +117,46 @@ function cpuSeconds(pid: number | undefined): number {
 interface Bed {
   path: PathDef;
   cluster: Cluster;
-  dir: string;
   src: { ns: string; ip: string };
   dst: { ns: string; ip: string };
 }
 
 async function buildBed(path: PathDef): Promise<Bed> {
-  const dir = mkdtempSync(join(tmpdir(), `weft-bench-${path.name}-`));
-  const cluster = await Cluster.create({ nodes: 2, dir, prefix: `weft-bench-${process.pid}` });
+  const cluster = await Cluster.build({
+    nodes: 2,
+    prefix: `weft-bench-${process.pid}`,
+    // The measured daemons are the built ones, started together, with pods made by weft-cni.
+    launcher: 'dist',
+    parallelStart: true,
+    podWiring: 'cni',
+    defaultRoute: true,
+    ipMasq: true,
+    iptablesResync: null,
+    ...(path.backend ? { backend: path.backend } : {}),
+    flags: path.daemonArgs ?? [],
+  });
   try {
     if (path.backend === null) {
       const [a, b] = cluster.nodes;
-      return { path, cluster, dir, src: { ns: a!.ns, ip: a!.ip }, dst: { ns: b!.ns, ip: b!.ip } };
+      return { path, cluster, src: { ns: a!.ns, ip: a!.ip }, dst: { ns: b!.ns, ip: b!.ip } };
     }
-    await cluster.startDaemons({
-      netConf: { Network: CLUSTER_NETWORK, Backend: path.backend },
-      extraArgs: path.daemonArgs ?? [],
-    });
+    await cluster.startDaemons();
     const pods = await cluster.addPods(1);
     const silent = await waitForMesh(pods, 15_000);
     if (silent > 0) throw new Error(`${silent} pod pair(s) unreachable after 15 s`);
-    return { path, cluster, dir, src: pods[0]!, dst: pods[1]! };
+    return { path, cluster, src: pods[0]!, dst: pods[1]! };
   } catch (err) {
     await cluster.destroy();
-    rmSync(dir, { recursive: true, force: true });
     throw err;
   }
 }
 
 async function measure(bed: Bed, seconds: number, pings: number): Promise<Sample> {
   const s: Sample = {};
-  const { netns } = bed.cluster;
+  const { scope } = bed.cluster;
   const pids = bed.cluster.nodes.map((n) => n.daemon?.pid);
   const cpu0 = pids.reduce<number>((a, p) => a + cpuSeconds(p), 0);
-  const t1 = await iperf(netns, bed.dst.ns, bed.dst.ip, bed.src.ns, ['-t', String(seconds)]);
+  const t1 = await iperf(scope, bed.dst.ns, bed.dst.ip, bed.src.ns, ['-t', String(seconds)]);
   const cpu1 = pids.reduce<number>((a, p) => a + cpuSeconds(p), 0);
   s.tcp1Gbps = t1.bitsPerSecond / 1e9;
   if (bed.path.userspace && t1.bitsPerSecond > 0) {
@@ -165,9 +164,9 @@ async function measure(bed: Bed, seconds: number, pings: number): Promise<Sample
     s.cpuSecPerGB = (cpu1 - cpu0) / gb;
   }
   s.tcp4Gbps =
-    (await iperf(netns, bed.dst.ns, bed.dst.ip, bed.src.ns, ['-t', String(seconds), '-P', '4']))
+    (await iperf(scope, bed.dst.ns, bed.dst.ip, bed.src.ns, ['-t', String(seconds), '-P', '4']))
       .bitsPerSecond / 1e9;
-  const u = await iperf(netns, bed.dst.ns, bed.dst.ip, bed.src.ns, [
+  const u = await iperf(scope, bed.dst.ns, bed.dst.ip, bed.src.ns, [
     '-t',
     String(seconds),
     '-u',
@@ -352,7 +351,6 @@ export async function main(argv: readonly string[]): Promise<number> {
   const cleanup = async () => {
     for (const b of beds.values()) {
       await b.cluster.destroy();
-      rmSync(b.dir, { recursive: true, force: true });
     }
     beds.clear();
   };

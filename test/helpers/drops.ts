@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
-import { nsExecAsync } from './netns.js';
+import { nsExecAsync } from '../../src/testbed/netns.js';
 
 const FLOOD = fileURLToPath(new URL('./udp-flood.ts', import.meta.url));
 

@@ -27,7 +27,7 @@ import {
   stopAll,
   type WeftProcess,
 } from '../helpers/daemon.js';
-import { NetnsScope, isRoot } from '../helpers/netns.js';
+import { NetnsScope, isRoot } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (the daemons run in a network namespace)';
 const test = (name: string, fn: () => Promise<void>) => nodeTest(name, { skip }, fn);

@@ -24,7 +24,7 @@ import {
   type WeftProcess,
 } from '../helpers/daemon.js';
 import { etcdSkipReason, opensslSkipReason, startEtcd, type TestEtcd } from '../helpers/etcd.js';
-import { NetnsScope, isRoot } from '../helpers/netns.js';
+import { NetnsScope, isRoot } from '../../src/testbed/netns.js';
 
 const PREFIX = '/coreos.com/network';
 const NET_CONF = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'alloc' } });

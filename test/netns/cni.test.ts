@@ -36,7 +36,7 @@ import { isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { NetnsScope, ip, isRoot, nsExec } from '../helpers/netns.js';
+import { NetnsScope, ip, isRoot, nsExec } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const REPO = resolve(import.meta.dirname, '../..');

@@ -23,8 +23,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
-import { ROOT } from '../helpers/cluster.js';
-import { NetnsScope, ip, isRoot, nsExecAsync } from '../helpers/netns.js';
+import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
+import { NetnsScope, ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 
@@ -114,8 +114,13 @@ function startNode(
     scope.spawn(
       s.ns,
       process.execPath,
-      ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-node.ts'), JSON.stringify(cfg)],
-      { cwd: ROOT },
+      [
+        '--import',
+        'tsx',
+        join(PACKAGE_ROOT, 'test/helpers/dataplane-node.ts'),
+        JSON.stringify(cfg),
+      ],
+      { cwd: PACKAGE_ROOT },
     ),
   );
 }
@@ -180,7 +185,12 @@ describe('dataplane engine between two namespaces', { skip }, () => {
   const fixture = (name: string) => join(bin, name);
   before(() => {
     for (const name of ['udp-gso-send', 'udp-burst-send']) {
-      execFileSync('cc', ['-O2', '-o', fixture(name), join(ROOT, `test/fixtures/${name}.c`)]);
+      execFileSync('cc', [
+        '-O2',
+        '-o',
+        fixture(name),
+        join(PACKAGE_ROOT, `test/fixtures/${name}.c`),
+      ]);
     }
   });
   after(() => {
@@ -467,7 +477,13 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     const out = await nsExecAsync(
       A.ns,
       process.execPath,
-      ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-probe.ts'), mode, JSON.stringify(cfg)],
+      [
+        '--import',
+        'tsx',
+        join(PACKAGE_ROOT, 'test/helpers/dataplane-probe.ts'),
+        mode,
+        JSON.stringify(cfg),
+      ],
       30_000,
     );
     return JSON.parse(out.trim().split('\n').pop()!) as Record<string, unknown>;

@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { ExternalInterface } from '../../src/control/backend/backend.js';
 import type { IfaceSelection } from '../../src/control/iface.js';
-import { NetnsScope, ip, isRoot } from '../helpers/netns.js';
+import { NetnsScope, ip, isRoot } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));

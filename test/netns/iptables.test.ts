@@ -17,7 +17,7 @@ import {
 } from '../../src/control/iptables/iptables.js';
 import { forwardRules, masqRules } from '../../src/control/iptables/rules.js';
 import { logger } from '../../src/common/log.js';
-import { NetnsScope, isRoot, nsExec } from '../helpers/netns.js';
+import { NetnsScope, isRoot, nsExec } from '../../src/testbed/netns.js';
 
 const log = logger('test');
 log.level = 'silent';

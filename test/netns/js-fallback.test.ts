@@ -20,9 +20,9 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Cluster, ROOT, waitFor } from '../helpers/cluster.js';
+import { Cluster, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
-import { ip, isRoot, nsExecAsync } from '../helpers/netns.js';
+import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 // @ts-expect-error: a plain .mjs build script without types
 import { buildTunHelper } from '../../scripts/build-native.mjs';
 
@@ -195,7 +195,7 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
         process.execPath,
         '--import',
         'tsx',
-        join(ROOT, 'test', 'helpers', 'weft-src.ts'),
+        join(PACKAGE_ROOT, 'test', 'helpers', 'weft-src.ts'),
         'daemon',
         '--store-dir',
         c.storeDir,
@@ -204,7 +204,12 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
         '--subnet-file',
         join(c.dir, 'node9.env'),
       ],
-      { cwd: ROOT, env: { ...process.env, ...NO_ADDON }, encoding: 'utf8', timeout: 30_000 },
+      {
+        cwd: PACKAGE_ROOT,
+        env: { ...process.env, ...NO_ADDON },
+        encoding: 'utf8',
+        timeout: 30_000,
+      },
     );
     assert.equal(r.status, 1, r.stderr);
     assert.match(r.stderr, /WEFT_ERR_NATIVE_UNAVAILABLE/);

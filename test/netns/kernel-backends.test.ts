@@ -16,8 +16,14 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Cluster, NETWORK, type Pod, readEnvFile, waitFor } from '../helpers/cluster.js';
-import { isRoot, nsExec, nsExecAsync } from '../helpers/netns.js';
+import {
+  Cluster,
+  CLUSTER_NETWORK,
+  type Pod,
+  readEnvFile,
+  waitFor,
+} from '../../src/testbed/cluster.js';
+import { isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 
@@ -57,7 +63,7 @@ async function iperf(client: Pod, server: Pod, reverse: boolean): Promise<number
 function goldenIptables(subnet: string): string[] {
   const m = '-m comment --comment "flanneld masq"';
   const f = '-m comment --comment "flanneld forward"';
-  const N = NETWORK;
+  const N = CLUSTER_NETWORK;
   const S = subnet;
   return [
     `-A FORWARD ${f} -j FLANNEL-FWD`,

@@ -19,25 +19,26 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { waitFor } from '../helpers/cluster.js';
-import { KubeCluster, pingFailures, type Obj } from '../helpers/kube-cluster.js';
-import { ip, isRoot } from '../helpers/netns.js';
+import { join } from 'node:path';
+import { Cluster, PACKAGE_ROOT, pingFailures, waitFor } from '../../src/testbed/cluster.js';
+import { ip, isRoot } from '../../src/testbed/netns.js';
 
+/** The fake API server, run in the underlay namespace (its control: JSON lines). */
+const KUBE_APISERVER = join(PACKAGE_ROOT, 'test', 'helpers', 'kube-apiserver-child.ts');
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const P = 'flannel.alpha.coreos.com/';
+type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
 for (const backend of [{ Type: 'host-gw' }, { Type: 'vxlan' }]) {
   describe(`kube mode, ${backend.Type}`, { skip }, () => {
-    let c: KubeCluster;
+    let c: Cluster;
 
     before(async () => {
-      c = new KubeCluster(backend);
-      try {
-        await c.build();
-      } catch (err) {
-        await c.destroy();
-        throw err;
-      }
+      c = await Cluster.create({
+        store: 'kube',
+        kubeApiServer: KUBE_APISERVER,
+        backend,
+      });
     });
 
     after(async () => {
@@ -52,7 +53,7 @@ for (const backend of [{ Type: 'host-gw' }, { Type: 'vxlan' }]) {
     });
 
     test('every pod pings every other pod', async () => {
-      assert.deepEqual(await pingFailures(c.nodes), []);
+      assert.deepEqual(await pingFailures(c.pods), []);
     });
 
     test('each node carries the flannel annotations and NetworkUnavailable=False', async () => {
@@ -85,7 +86,7 @@ for (const backend of [{ Type: 'host-gw' }, { Type: 'vxlan' }]) {
         assert.match(ip(c.nodes[0]!.ns, 'link', 'show', 'flannel.1'), new RegExp(mac));
       }
       assert.equal(await writes(), writesBefore);
-      assert.deepEqual(await pingFailures(c.nodes), []);
+      assert.deepEqual(await pingFailures(c.pods), []);
     });
 
     test('a node deleted from the API loses its routes and its daemon stops revoked', async () => {

@@ -21,9 +21,12 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { KubeCluster, type KubeNode } from '../helpers/kube-cluster.js';
-import { ip, isRoot, nsExec, nsExecAsync } from '../helpers/netns.js';
+import { join } from 'node:path';
+import { Cluster, type ClusterNode, PACKAGE_ROOT } from '../../src/testbed/cluster.js';
+import { ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 
+/** The fake API server, run in the underlay namespace (its control: JSON lines). */
+const KUBE_APISERVER = join(PACKAGE_ROOT, 'test', 'helpers', 'kube-apiserver-child.ts');
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 
 const BACKENDS = [
@@ -33,9 +36,9 @@ const BACKENDS = [
   { Type: 'udp' },
 ];
 
-async function pings(from: KubeNode, to: KubeNode): Promise<boolean> {
+async function pings(from: ClusterNode, to: ClusterNode): Promise<boolean> {
   try {
-    await nsExecAsync(from.pod!.ns, 'ping', ['-n', '-c', '1', '-W', '2', to.pod!.ip]);
+    await nsExecAsync(from.pods[0]!.ns, 'ping', ['-n', '-c', '1', '-W', '2', to.pods[0]!.ip]);
     return true;
   } catch {
     return false;
@@ -43,13 +46,22 @@ async function pings(from: KubeNode, to: KubeNode): Promise<boolean> {
 }
 
 /** iperf3 TCP for 1 s from `client`'s pod to `server`'s pod (reverse: server sends). */
-async function iperfBps(client: KubeNode, server: KubeNode, reverse: boolean): Promise<number> {
-  const srv = nsExecAsync(server.pod!.ns, 'iperf3', ['-s', '-1', '-B', server.pod!.ip], 20_000);
+async function iperfBps(
+  client: ClusterNode,
+  server: ClusterNode,
+  reverse: boolean,
+): Promise<number> {
+  const srv = nsExecAsync(
+    server.pods[0]!.ns,
+    'iperf3',
+    ['-s', '-1', '-B', server.pods[0]!.ip],
+    20_000,
+  );
   await new Promise((r) => setTimeout(r, 300));
   const out = await nsExecAsync(
-    client.pod!.ns,
+    client.pods[0]!.ns,
     'iperf3',
-    ['-c', server.pod!.ip, '-t', '1', '-J', ...(reverse ? ['-R'] : [])],
+    ['-c', server.pods[0]!.ip, '-t', '1', '-J', ...(reverse ? ['-R'] : [])],
     20_000,
   );
   await srv;
@@ -58,7 +70,7 @@ async function iperfBps(client: KubeNode, server: KubeNode, reverse: boolean): P
 }
 
 /** Routes inside the cluster network (10.5.0.0/16) on a node, one `ip route` line each. */
-function clusterRoutes(n: KubeNode): string[] {
+function clusterRoutes(n: ClusterNode): string[] {
   return ip(n.ns, 'route', 'show')
     .split('\n')
     .filter((l) => l.startsWith('10.5.'))
@@ -71,18 +83,16 @@ describe(
     skip,
   },
   () => {
-    let c: KubeCluster;
-    let A: KubeNode, B: KubeNode, C: KubeNode, D: KubeNode;
+    let c: Cluster;
+    let A: ClusterNode, B: ClusterNode, C: ClusterNode, D: ClusterNode;
 
     before(async () => {
-      c = new KubeCluster(BACKENDS);
-      try {
-        await c.build();
-      } catch (err) {
-        await c.destroy();
-        throw err;
-      }
-      [A, B, C, D] = c.nodes as [KubeNode, KubeNode, KubeNode, KubeNode];
+      c = await Cluster.create({
+        store: 'kube',
+        kubeApiServer: KUBE_APISERVER,
+        backend: BACKENDS,
+      });
+      [A, B, C, D] = c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
     });
 
     after(async () => {

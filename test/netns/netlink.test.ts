@@ -13,7 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Family } from '../../src/common/ip.js';
 import { NativeNetlink } from '../../src/control/netlink/native-netlink.js';
 import { NUD_PERMANENT, type Op, applyAll } from '../../src/control/netlink/netlink.js';
-import { NetnsScope, ip, isRoot } from '../helpers/netns.js';
+import { NetnsScope, ip, isRoot } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 

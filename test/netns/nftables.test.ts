@@ -27,7 +27,7 @@ import {
   removeNftTables,
 } from '../../src/control/iptables/nftables.js';
 import { forwardRules, masqRules } from '../../src/control/iptables/rules.js';
-import { NetnsScope, isRoot, nsExec } from '../helpers/netns.js';
+import { NetnsScope, isRoot, nsExec } from '../../src/testbed/netns.js';
 
 const log = logger('test');
 log.level = 'silent';

@@ -16,7 +16,7 @@ import type { ChildProcess } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { checksum } from '../../src/dataplane/js-codec.js';
 import { FrameParser, encodeFrame, tunHelperPath } from '../../src/dataplane/tun-helper.js';
-import { NetnsScope, ip, isRoot } from '../helpers/netns.js';
+import { NetnsScope, ip, isRoot } from '../../src/testbed/netns.js';
 // @ts-expect-error: a plain .mjs build script without types
 import { buildTunHelper } from '../../scripts/build-native.mjs';
 

@@ -22,9 +22,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { encodeLeaseAttrs } from '../../src/control/lease/lease-json.js';
 import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
-import { Cluster, type Pod, ROOT, waitFor } from '../helpers/cluster.js';
+import { Cluster, type Pod, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
-import { ip, isRoot, nsExec, nsExecAsync } from '../helpers/netns.js';
+import { ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const HEALTH_PORT = '9093';
@@ -77,7 +77,7 @@ async function flood(ns: string, args: Record<string, unknown>): Promise<number>
   const out = await nsExecAsync(
     ns,
     process.execPath,
-    ['--import', 'tsx', join(ROOT, 'test/helpers/udp-flood.ts'), JSON.stringify(args)],
+    ['--import', 'tsx', join(PACKAGE_ROOT, 'test/helpers/udp-flood.ts'), JSON.stringify(args)],
     60_000,
   );
   return (JSON.parse(out) as { sent: number }).sent;

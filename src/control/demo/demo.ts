@@ -2,24 +2,27 @@
  * `weft demo`: the one-command local cluster (DESIGN §9). For each backend it builds a fresh
  * cluster of network namespaces, starts one `weft daemon` per node on a shared store, creates
  * pods through weft-cni (bridge + host-local), pings every pod pair, runs a short iperf3, and
- * prints a table. Everything it made is removed on success, failure or Ctrl-C; with --keep the
- * last cluster stays up until `weft demo down`.
+ * prints a table. Everything it made is removed on success, failure or Ctrl-C.
+ *
+ * With --keep the last cluster is built detached (daemons and etcd in their own session, their
+ * output in log files under the state dir), recorded in `<state-dir>/weft-demo-<pid>.json`
+ * (processes with their start times, namespaces, dir), and the command returns. `weft demo down`
+ * stops exactly what those state files list, nothing else.
  */
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { WeftError, usageError } from '../../common/errors.js';
-import { bool, int, list, oneOf, parseFlags, usage } from '../config/flags.js';
+import { bool, int, list, oneOf, parseFlags, str, usage } from '../config/flags.js';
 import type { Io } from '../cli/store-commands.js';
 import {
   Cluster,
   iperf,
   ping,
   waitForMesh,
-  CLUSTER_NETWORK,
+  type DetachedCluster,
   type Pod,
-} from '../testbed/cluster.js';
-import { deleteNamespace, isRoot } from '../testbed/netns.js';
+} from '../../testbed/cluster.js';
+import { deleteNamespace, isRoot } from '../../testbed/netns.js';
 import { Progress } from './progress.js';
 
 export const DEMO_BACKENDS: Record<string, Record<string, unknown>> = {
@@ -40,12 +43,28 @@ export const DEMO_FLAGS = {
   ),
   store: oneOf(['embedded', 'etcd'] as const, 'embedded', 'lease store shared by the nodes'),
   'iperf-seconds': int(2, 'iperf3 duration per backend', { min: 1, max: 60 }),
-  keep: bool(false, 'leave the last cluster up (remove it with `weft demo down`)'),
+  keep: bool(
+    false,
+    'leave the last cluster up, detached, and return (remove it with `weft demo down`)',
+  ),
+  'state-dir': str(
+    '/run/weft-demo',
+    'where kept clusters are recorded (and keep their logs); `weft demo down` reads it',
+    'DIR',
+  ),
   help: bool(false, 'print this message'),
 } as const;
 
-/** Where kept clusters are recorded for `weft demo down`. */
-const STATE_DIR = '/run/weft-demo';
+/** A kept cluster as `<state-dir>/<id>.json` records it for `weft demo down`. */
+export interface KeptState {
+  readonly id: string;
+  readonly dir: string;
+  readonly namespaces: readonly string[];
+  /** `start`: the process's start time (/proc/<pid>/stat field 22), so a reused pid is spared. */
+  readonly processes: ReadonlyArray<{ pid: number; start: string | null; what: string }>;
+  readonly nodes: ReadonlyArray<{ name: string; ns: string; ip: string; log: string }>;
+  readonly pods: ReadonlyArray<{ name: string; ns: string; ip: string; node: number }>;
+}
 
 export interface DemoRow {
   backend: string;
@@ -75,7 +94,7 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
       'weft demo must run as root (it creates network namespaces); try: sudo npm run demo',
     );
   }
-  if (parsed.positionals[0] === 'down') return demoDown(io);
+  if (parsed.positionals[0] === 'down') return demoDown(io, o.stateDir);
   if (parsed.positionals.length > 0)
     throw usageError('', `unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
   const backends = o.backend.length
@@ -104,17 +123,28 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
-  const prefix = `weft-demo-${process.pid}`;
+  const id = `weft-demo-${process.pid}`;
   try {
     for (const [i, backend] of backends.entries()) {
-      const last = i === backends.length - 1;
-      const dir = mkdtempSync(join(tmpdir(), `${prefix}-`));
+      const keepThis = o.keep && i === backends.length - 1;
       const cluster: Cluster = await progress.step(
         `[${backend}] building ${o.nodes} nodes on an underlay bridge (${o.store} store)`,
-        () => Cluster.create({ nodes: o.nodes, dir, store: o.store, prefix }),
+        () =>
+          Cluster.build({
+            nodes: o.nodes,
+            store: o.store,
+            backend: DEMO_BACKENDS[backend]!,
+            prefix: id,
+            parallelStart: true,
+            podWiring: 'cni',
+            defaultRoute: true,
+            ipMasq: true,
+            iptablesResync: null,
+            // A kept cluster outlives this command: its own session, logs under the state dir.
+            ...(keepThis ? { detached: true, dir: join(o.stateDir, id) } : {}),
+          }),
       );
       current = cluster;
-      const keepThis = o.keep && last;
       try {
         rows.push(await runBackend(cluster, backend, o.pods, o.iperfSeconds, progress));
       } catch (err) {
@@ -128,14 +158,12 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
         });
       } finally {
         if (keepThis) {
-          recordKept(cluster);
-          printKept(io, cluster);
+          printKept(io, await recordKept(cluster, id, o.stateDir), o.stateDir);
         } else {
           await progress.step(`[${backend}] removing the cluster`, async () => {
             await cluster.stopDaemons();
-            await cluster.removePods();
+            cluster.removePods();
             await cluster.destroy();
-            rmSync(dir, { recursive: true, force: true });
           });
         }
         current = null;
@@ -157,9 +185,8 @@ async function runBackend(
   iperfSeconds: number,
   progress: Progress,
 ): Promise<DemoRow> {
-  const netConf = { Network: CLUSTER_NETWORK, Backend: DEMO_BACKENDS[backend]! };
   await progress.step(`[${backend}] starting ${cluster.nodes.length} weft daemons`, () =>
-    cluster.startDaemons({ netConf }),
+    cluster.startDaemons(),
   );
   const made = await progress.step(
     `[${backend}] creating pods through weft-cni (bridge + host-local)`,
@@ -184,7 +211,7 @@ async function runBackend(
   if (src && dst && results[0]!.received > 0) {
     const r = await progress.step(
       `[${backend}] iperf3 ${src.name} → ${dst.name} for ${iperfSeconds}s`,
-      () => iperf(cluster.netns, dst.ns, dst.ip, src.ns, ['-t', String(iperfSeconds)]),
+      () => iperf(cluster.scope, dst.ns, dst.ip, src.ns, ['-t', String(iperfSeconds)]),
       (x) => `${(x.bitsPerSecond / 1e9).toFixed(2)} Gbit/s`,
     );
     gbps = r.bitsPerSecond / 1e9;
@@ -218,52 +245,106 @@ export function renderTable(rows: readonly DemoRow[]): string {
   return out;
 }
 
-function recordKept(cluster: Cluster): void {
-  mkdirSync(STATE_DIR, { recursive: true });
-  writeFileSync(
-    join(STATE_DIR, `${process.pid}.json`),
-    JSON.stringify({ namespaces: cluster.netns.names, dir: cluster.dir }),
-  );
+/** The start time of process `pid` (/proc/<pid>/stat field 22), or null if it is gone. */
+export function processStart(pid: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Field 2 (comm) may hold spaces and parentheses: count from the last ')'.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+  } catch {
+    return null;
+  }
 }
 
-function printKept(io: Io, cluster: Cluster): void {
-  io.stdout.write(`\nThe cluster is still up. Enter it with:\n`);
-  for (const n of cluster.nodes) {
+/**
+ * Lets go of the cluster (its daemons keep running in their own session) and records it. If the
+ * record cannot be written, what was detached is removed at once: nothing unrecorded stays up.
+ */
+async function recordKept(cluster: Cluster, id: string, stateDir: string): Promise<KeptState> {
+  const nodes = cluster.nodes.map((n) => ({ name: n.name, ns: n.ns, ip: n.ip, log: n.logFile }));
+  const pods = cluster.pods.map((p) => ({ name: p.name, ns: p.ns, ip: p.ip, node: p.node }));
+  const d: DetachedCluster = cluster.detach();
+  const state: KeptState = {
+    id,
+    dir: d.dir,
+    namespaces: d.namespaces,
+    processes: d.processes.map((p) => ({ ...p, start: processStart(p.pid) })),
+    nodes,
+    pods,
+  };
+  try {
+    mkdirSync(stateDir, { recursive: true });
+    writeFileSync(join(stateDir, `${id}.json`), JSON.stringify(state, null, 2) + '\n');
+  } catch (err) {
+    await removeKept(state);
+    throw err;
+  }
+  return state;
+}
+
+function printKept(io: Io, state: KeptState, stateDir: string): void {
+  io.stdout.write(`\nThe cluster is still up (detached; logs in ${state.dir}). Enter it with:\n`);
+  for (const n of state.nodes) {
+    const pods = state.pods.filter((p) => p.node === state.nodes.indexOf(n));
     io.stdout.write(
-      `  ip netns exec ${n.ns} bash     # node ${n.index} (${n.ip})${n.pods.map((p) => `; pod ${p.ns} ${p.ip}`).join('')}\n`,
+      `  ip netns exec ${n.ns} bash     # ${n.name} (${n.ip})${pods.map((p) => `; pod ${p.ns} ${p.ip}`).join('')}\n`,
     );
   }
-  io.stdout.write(`Remove it with: weft demo down\n`);
+  const dirFlag = stateDir === DEMO_FLAGS['state-dir'].default ? '' : ` --state-dir ${stateDir}`;
+  io.stdout.write(`Remove it with: weft demo down${dirFlag}\n`);
 }
 
-/** Removes every kept demo cluster (and any demo namespace a crash left behind). */
-async function demoDown(io: Io): Promise<number> {
-  let removed = 0;
+/** Stops the recorded processes (only if still the same process), then namespaces and dir. */
+async function removeKept(state: KeptState): Promise<number> {
+  const ours = state.processes.filter((p) => p.start !== null && processStart(p.pid) === p.start);
+  for (const p of ours) signal(p.pid, 'SIGTERM');
+  const deadline = Date.now() + 5000;
+  while (ours.some((p) => processStart(p.pid) === p.start) && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 50));
+  for (const p of ours) if (processStart(p.pid) === p.start) signal(p.pid, 'SIGKILL');
+  for (const ns of state.namespaces) await deleteNamespace(ns);
+  rmSync(state.dir, { recursive: true, force: true });
+  return ours.length;
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    /* gone */
+  }
+}
+
+/** Removes every cluster recorded in `stateDir`, and only what those records list. */
+async function demoDown(io: Io, stateDir: string): Promise<number> {
   let files: string[] = [];
   try {
-    files = readdirSync(STATE_DIR).filter((f) => f.endsWith('.json'));
+    files = readdirSync(stateDir).filter((f) => f.endsWith('.json'));
   } catch {
     /* nothing kept */
   }
+  let removed = 0;
+  let bad = 0;
   for (const f of files) {
-    const state = JSON.parse(readFileSync(join(STATE_DIR, f), 'utf8')) as {
-      namespaces: string[];
-      dir: string;
-    };
-    for (const ns of state.namespaces) await deleteNamespace(ns);
-    rmSync(state.dir, { recursive: true, force: true });
-    rmSync(join(STATE_DIR, f), { force: true });
+    let state: KeptState;
+    try {
+      state = JSON.parse(readFileSync(join(stateDir, f), 'utf8')) as KeptState;
+      if (!Array.isArray(state.namespaces) || !Array.isArray(state.processes) || !state.dir)
+        throw new Error('not a kept-cluster record');
+    } catch (err) {
+      process.stderr.write(
+        `weft demo down: skipping ${join(stateDir, f)}: ${(err as Error).message}\n`,
+      );
+      bad++;
+      continue;
+    }
+    const procs = await removeKept(state);
+    rmSync(join(stateDir, f), { force: true });
+    io.stdout.write(
+      `removed ${state.id}: ${procs} process(es), ${state.namespaces.length} namespace(s), ${state.dir}\n`,
+    );
     removed++;
   }
-  let stray: string[] = [];
-  try {
-    stray = readdirSync('/run/netns').filter((n) => n.startsWith('weft-demo-'));
-  } catch {
-    /* no namespaces */
-  }
-  for (const ns of stray) await deleteNamespace(ns);
-  io.stdout.write(
-    `removed ${removed} kept cluster(s)${stray.length ? ` and ${stray.length} stray namespace(s)` : ''}\n`,
-  );
-  return 0;
+  if (removed === 0 && bad === 0) io.stdout.write(`no kept cluster recorded in ${stateDir}\n`);
+  return bad ? 1 : 0;
 }
