@@ -169,24 +169,3 @@ export function nsHttpGet(ns: string, url: string): Promise<{ status: number; bo
     );
   });
 }
-
-/** Polls `fn` until it returns a truthy value or the time runs out. */
-export async function eventually<T>(
-  fn: () => Promise<T> | T,
-  timeoutMs = 5000,
-  everyMs = 50,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-      last = new Error(`condition still false: ${String(v)}`);
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) throw last;
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}

@@ -2,7 +2,7 @@
  * weft without its native addon (WEFT_NATIVE_ADDON=/nonexistent: what an ABI mismatch, a failed
  * build or a missing libmnl look like): the udp backend on the js engine, the TUN opened by the
  * helper (weft-tun), the kernel programmed through iproute2. Real daemons in namespaces built by
- * test/helpers/cluster.ts:
+ * src/testbed/cluster.ts:
  *
  *            underlay br0 (L2)                        10.250.0.0/24
  *     ┌──────────┼──────────┬────────────────┐

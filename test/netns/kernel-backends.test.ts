@@ -1,5 +1,5 @@
 /**
- * host-gw and kernel vxlan end to end: 3 nodes, dual-stack, one pod each (test/helpers/cluster.ts
+ * host-gw and kernel vxlan end to end: 3 nodes, dual-stack, one pod each (src/testbed/cluster.ts
  * builds it and draws it):
  *
  *            underlay br0 (L2)

@@ -1,6 +1,6 @@
 /**
  * The userspace backends end to end, real `weft daemon`s (embedded store) in namespaces built by
- * test/helpers/cluster.ts:
+ * src/testbed/cluster.ts:
  *
  *            underlay br0 (L2)                         10.250.0.0/24
  *     ┌──────────┼──────────┬─────────────┐
