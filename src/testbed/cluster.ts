@@ -103,6 +103,7 @@ export interface ClusterOptions {
   readonly mtu?: number;
   /** Nodes route by default via the underlay bridge's address. */
   readonly defaultRoute?: boolean;
+  /** How long a daemon may take to answer /readyz (default 60 s: tsx start-up on a loaded box). */
   readonly readyTimeoutMs?: number;
 }
 
@@ -558,7 +559,7 @@ export class Cluster {
   }
 
   async #waitReady(node: ClusterNode, p: ChildProcess, host: string, port: string): Promise<void> {
-    const timeoutMs = this.options.readyTimeoutMs ?? 30_000;
+    const timeoutMs = this.options.readyTimeoutMs ?? 60_000;
     const probe = this.scope.spawn(node.ns, process.execPath, ['-e', READYZ_PROBE, host, port], {
       stdio: 'ignore',
     });

@@ -11,10 +11,10 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { KeptState } from '../../src/control/demo/demo.js';
+import { type KeptState, processStart } from '../../src/control/demo/demo.js';
 import { ping } from '../../src/testbed/cluster.js';
 import { NetnsScope, deleteNamespace, isRoot } from '../../src/testbed/netns.js';
 import { runWeft, startWeft } from '../helpers/daemon.js';
@@ -139,6 +139,49 @@ test(
         }
       }
       for (const ns of state?.namespaces ?? []) await deleteNamespace(ns);
+      await scope.cleanup();
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  'weft demo down stops a recorded pid only while it is the same process, and skips a broken record',
+  { skip },
+  async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), 'weft-demo-state-'));
+    const scope = new NetnsScope(`weft-demo-${process.pid}y`);
+    try {
+      const ns = scope.add();
+      const ours = scope.spawn(ns, 'sleep', ['600'], { stdio: 'ignore' });
+      // A recorded pid whose process is not the recorded one any more (pid reused).
+      const stranger = scope.spawn(scope.add(), 'sleep', ['600'], { stdio: 'ignore' });
+      const dir = mkdtempSync(join(stateDir, 'cluster-'));
+      const state: KeptState = {
+        id: 'weft-demo-test',
+        dir,
+        namespaces: [ns],
+        processes: [
+          { pid: ours.pid!, start: processStart(ours.pid!), what: 'ours' },
+          { pid: stranger.pid!, start: '1', what: 'reused pid' },
+        ],
+        nodes: [],
+        pods: [],
+      };
+      writeFileSync(join(stateDir, 'weft-demo-test.json'), JSON.stringify(state));
+      writeFileSync(join(stateDir, 'weft-demo-broken.json'), '{"dir":');
+      const exited = new Promise((r) => ours.once('exit', r));
+      const r = await runWeft(['demo', 'down', '--state-dir', stateDir]);
+      assert.equal(r.code, 1, 'a skipped record is reported in the exit code');
+      assert.match(r.stderr, /skipping .*weft-demo-broken\.json/);
+      assert.match(r.stdout, /removed weft-demo-test: 1 process\(es\), 1 namespace\(s\)/);
+      await exited;
+      assert.equal(existsSync(`/run/netns/${ns}`), false);
+      assert.equal(existsSync(dir), false);
+      assert.equal(stranger.exitCode, null, 'the process behind a reused pid was killed');
+      assert.equal(stranger.signalCode, null, 'the process behind a reused pid was killed');
+      assert.deepEqual(readdirSync(stateDir), ['weft-demo-broken.json']);
+    } finally {
       await scope.cleanup();
       rmSync(stateDir, { recursive: true, force: true });
     }
