@@ -21,7 +21,7 @@ const LAYERS = [
   ['main'],
   ['demo'],
   ['cli'],
-  ['testbed', 'daemon', 'iface', 'blackhole-route'],
+  ['daemon', 'iface', 'blackhole-route'],
   ['cni', 'backend', 'kube', 'iptables'],
   ['lease'],
   ['registry', 'netlink', 'metrics', 'subnet-env', 'sd-notify', 'http'],
