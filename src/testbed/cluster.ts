@@ -34,7 +34,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { formatIP, parseCIDR } from '../common/ip.js';
-import { NetnsScope, ip, nsExec, nsExecAsync } from './netns.js';
+import { NetnsScope, ip, nsExec, nsExecAsync, nsSpawn } from './netns.js';
 
 /** The weft package root (this file is src/testbed/ or dist/testbed/). */
 export const PACKAGE_ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -247,10 +247,7 @@ function logTail(file: string): string {
   return `${why ? `: ${why}` : ''}\n${lines.slice(-8).join('\n')}`;
 }
 
-/**
- * Polls `http://<host>:<port>/readyz` from inside the namespace until it answers 200
- * (one probe process per wait; it exits 0 when ready).
- */
+/** Polls `http://<host>:<port>/readyz` (argv) until it answers 200, then exits 0. */
 const READYZ_PROBE = `
 const [host, port] = process.argv.slice(1);
 const url = 'http://' + (host.includes(':') ? '[' + host + ']' : host) + ':' + port + '/readyz';
@@ -263,6 +260,48 @@ const url = 'http://' + (host.includes(':') ? '[' + host + ']' : host) + ':' + p
     await new Promise((r) => setTimeout(r, 25));
   }
 })();`;
+
+/**
+ * Waits until the daemon in namespace `ns` answers 200 on `/readyz` (its health server, which
+ * the root namespace cannot reach: one probe process inside `ns` polls it). Rejects if `daemon`
+ * exits first or after `timeoutMs`. Readiness is read from the daemon, never from its logs.
+ */
+export async function waitReadyz(o: {
+  readonly ns: string;
+  readonly port: number | string;
+  readonly host?: string;
+  readonly daemon: ChildProcess;
+  readonly timeoutMs?: number;
+}): Promise<void> {
+  const timeoutMs = o.timeoutMs ?? 60_000;
+  const probe = nsSpawn(
+    o.ns,
+    process.execPath,
+    ['-e', READYZ_PROBE, o.host ?? '127.0.0.1', String(o.port)],
+    { stdio: 'ignore' },
+  );
+  let timer: NodeJS.Timeout | undefined;
+  let onExit: (code: number | null, sig: string | null) => void = () => undefined;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`daemon not ready after ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      onExit = (code, sig) => reject(new Error(`daemon exited ${code ?? sig} before ready`));
+      if (o.daemon.exitCode !== null || o.daemon.signalCode !== null)
+        onExit(o.daemon.exitCode, o.daemon.signalCode);
+      o.daemon.once('exit', onExit);
+      probe.once('exit', (code) =>
+        code === 0 ? resolve() : reject(new Error(`readiness probe exited ${code}`)),
+      );
+    });
+  } finally {
+    clearTimeout(timer);
+    o.daemon.off('exit', onExit);
+    if (probe.exitCode === null && probe.signalCode === null) probe.kill('SIGKILL');
+  }
+}
 
 export class Cluster {
   readonly scope: NetnsScope;
@@ -559,31 +598,18 @@ export class Cluster {
   }
 
   async #waitReady(node: ClusterNode, p: ChildProcess, host: string, port: string): Promise<void> {
-    const timeoutMs = this.options.readyTimeoutMs ?? 60_000;
-    const probe = this.scope.spawn(node.ns, process.execPath, ['-e', READYZ_PROBE, host, port], {
-      stdio: 'ignore',
-    });
-    let timer: NodeJS.Timeout | undefined;
-    let onExit: (code: number | null, sig: string | null) => void = () => undefined;
     try {
-      await new Promise<void>((resolve, reject) => {
-        const fail = (why: string) =>
-          reject(
-            new Error(
-              `node ${node.index}: daemon ${why} (log ${node.logFile})${logTail(node.logFile)}`,
-            ),
-          );
-        timer = setTimeout(() => fail(`not ready after ${timeoutMs} ms`), timeoutMs);
-        onExit = (code, sig) => fail(`exited ${code ?? sig}`);
-        p.once('exit', onExit);
-        probe.once('exit', (code) =>
-          code === 0 ? resolve() : fail(`readiness probe exited ${code}`),
-        );
+      await waitReadyz({
+        ns: node.ns,
+        host,
+        port,
+        daemon: p,
+        timeoutMs: this.options.readyTimeoutMs ?? 60_000,
       });
-    } finally {
-      clearTimeout(timer);
-      p.off('exit', onExit);
-      if (probe.exitCode === null && probe.signalCode === null) probe.kill('SIGKILL');
+    } catch (err) {
+      throw new Error(
+        `node ${node.index}: ${(err as Error).message} (log ${node.logFile})${logTail(node.logFile)}`,
+      );
     }
   }
 

@@ -6,6 +6,9 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { canonical, parseCIDR } from '../../src/common/ip.js';
+import { makeSubnetKey } from '../../src/control/lease/subnet-key.js';
+import { readEnvFile, waitReadyz } from '../../src/testbed/cluster.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const WEFT_BIN = `${ROOT}bin/weft`;
@@ -168,4 +171,24 @@ export function nsHttpGet(ns: string, url: string): Promise<{ status: number; bo
       },
     );
   });
+}
+
+/**
+ * Waits until the daemon `p` answers 200 on /readyz (its health server on 127.0.0.1:`port`
+ * inside `ns`) and returns its lease key, computed from the subnet file it wrote. Readiness is
+ * read from the daemon, never from a log line.
+ */
+export async function waitReady(
+  p: WeftProcess,
+  o: { ns: string; port: number; subnetFile: string; timeoutMs?: number },
+): Promise<{ key: string }> {
+  try {
+    await waitReadyz({ ns: o.ns, port: o.port, daemon: p.proc, timeoutMs: o.timeoutMs ?? 30_000 });
+  } catch (err) {
+    throw new Error(`${(err as Error).message}; stderr:\n${p.stderr().slice(-3000)}`);
+  }
+  const env = readEnvFile(o.subnetFile);
+  const v4 = env.FLANNEL_SUBNET ? canonical(parseCIDR(env.FLANNEL_SUBNET)!) : null;
+  const v6 = env.FLANNEL_IPV6_SUBNET ? canonical(parseCIDR(env.FLANNEL_IPV6_SUBNET)!) : null;
+  return { key: makeSubnetKey(v4, v6) };
 }

@@ -26,6 +26,7 @@ import {
   startWeft,
   stopAll,
   type WeftProcess,
+  waitReady,
 } from '../helpers/daemon.js';
 import { NetnsScope, isRoot } from '../../src/testbed/netns.js';
 
@@ -89,13 +90,15 @@ async function startNode(
   return { p, port, subnetFile };
 }
 
-const ready = (p: WeftProcess) => p.waitForLog((l) => l.msg === 'ready', 15_000);
+/** Ready on /readyz (not a log line); resolves to the lease key. */
+const ready = (node: { p: WeftProcess; port: number; subnetFile: string }) =>
+  waitReady(node.p, { ns, port: node.port, subnetFile: node.subnetFile });
 
 test('two daemons get distinct subnets and see each other within 1 s', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1');
   const b = await startNode(store, '10.99.0.2');
-  const [ra, rb] = await Promise.all([ready(a.p), ready(b.p)]);
+  const [ra, rb] = await Promise.all([ready(a), ready(b)]);
   assert.notEqual(ra.key, rb.key);
   // How fast a peer shows up is bench:scale's figure; here: each side's watch delivers the other.
   await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key);
@@ -107,7 +110,7 @@ test('two daemons get distinct subnets and see each other within 1 s', async () 
 test('subnet.env holds flannel variables for the acquired lease', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1', ['--ip-masq']);
-  const r = await ready(a.p);
+  const r = await ready(a);
   const env = readFileSync(a.subnetFile, 'utf8');
   const [net] = String(r.key).split('-');
   const gw = net!.replace(/\.0$/, '.1');
@@ -126,14 +129,14 @@ test('readyz is 503 until the config exists and the lease is held, then 200', as
   const file = join(dir, 'late.json');
   writeFileSync(file, NET_CONF);
   assert.equal((await runWeft(['config', 'set', file, '--store-dir', store])).code, 0);
-  await ready(a.p);
+  await ready(a);
   assert.equal((await httpGet(`http://127.0.0.1:${a.port}/readyz`)).status, 200);
 });
 
 test('SIGTERM stops within 2 s with exit 0 and leaves the lease in the store', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1');
-  const r = await ready(a.p);
+  const r = await ready(a);
   const t0 = Date.now();
   assert.equal(await a.p.stop('SIGTERM'), 0);
   assert.ok(Date.now() - t0 < 2000, `took ${Date.now() - t0} ms`);
@@ -147,7 +150,7 @@ test('SIGTERM stops within 2 s with exit 0 and leaves the lease in the store', a
 test('--release-lease-on-exit deletes the lease on SIGTERM', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1', ['--release-lease-on-exit']);
-  await ready(a.p);
+  await ready(a);
   assert.equal(await a.p.stop('SIGTERM'), 0);
   const list = await runWeft(['leases', '--json', '--store-dir', store]);
   assert.deepEqual(JSON.parse(list.stdout), []);
@@ -156,17 +159,17 @@ test('--release-lease-on-exit deletes the lease on SIGTERM', async () => {
 test('after kill -9 a restarted daemon gets the same subnet back', async () => {
   const store = await freshStore();
   const first = await startNode(store, '10.99.0.1');
-  const r1 = await ready(first.p);
+  const r1 = await ready(first);
   await first.p.stop('SIGKILL');
   const second = await startNode(store, '10.99.0.1');
-  const r2 = await ready(second.p);
+  const r2 = await ready(second);
   assert.equal(r2.key, r1.key);
 });
 
 test('deleting our lease from the store stops the daemon saying it was revoked', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1');
-  const r = await ready(a.p);
+  const r = await ready(a);
   const reg = new EmbeddedRegistry(store);
   await reg.deleteSubnet(String(r.key));
   await reg.close();
@@ -211,7 +214,7 @@ test('each Backend option the backend does not read is warned about once, and ig
     }),
   );
   const a = await startNode(store, '10.99.0.1');
-  await ready(a.p);
+  await ready(a);
   const warned = a.p.logs.filter((l) => l.code === 'WEFT_ERR_BACKEND_UNSUPPORTED');
   assert.deepEqual(
     warned.map((l) => [l.level, l.field]),
@@ -229,13 +232,13 @@ test('each Backend option the backend does not read is warned about once, and ig
 test('a malformed lease is skipped, logged once and counted while daemons keep running', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1');
-  await ready(a.p);
+  await ready(a);
   const reg = new EmbeddedRegistry(store);
   await reg.createSubnet('10.5.200.0-24', '{"PublicIP":"not-an-ip"}', 60_000);
   await reg.close();
   await a.p.waitForLog((l) => l.msg === 'skipping malformed lease' && l.key === '10.5.200.0-24');
   const b = await startNode(store, '10.99.0.2');
-  const rb = await ready(b.p);
+  const rb = await ready(b);
   assert.notEqual(rb.key, '10.5.200.0-24');
   await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key);
   const body = (await httpGet(`http://127.0.0.1:${a.port}/metrics`)).body;
@@ -247,7 +250,7 @@ test('a malformed lease is skipped, logged once and counted while daemons keep r
 test('/metrics passes promtool check metrics', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1');
-  await ready(a.p);
+  await ready(a);
   const body = (await httpGet(`http://127.0.0.1:${a.port}/metrics`)).body;
   const out = execFileSync('promtool', ['check', 'metrics'], { input: body, encoding: 'utf8' });
   assert.equal(out.trim(), '');
@@ -256,7 +259,7 @@ test('/metrics passes promtool check metrics', async () => {
 test('weft leases prints a table of the store', async () => {
   const store = await freshStore();
   const a = await startNode(store, '10.99.0.1');
-  const r = await ready(a.p);
+  const r = await ready(a);
   const out = (await runWeft(['leases', '--store-dir', store])).stdout;
   const [head, row] = out.trim().split('\n');
   assert.match(head!, /^SUBNET\s+IPV6 SUBNET\s+PUBLIC IP\s+BACKEND\s+EXPIRES$/);

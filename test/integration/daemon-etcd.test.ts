@@ -22,6 +22,7 @@ import {
   startWeft,
   stopAll,
   type WeftProcess,
+  waitReady,
 } from '../helpers/daemon.js';
 import { etcdSkipReason, opensslSkipReason, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { NetnsScope, isRoot } from '../../src/testbed/netns.js';
@@ -63,6 +64,7 @@ describe('daemon on etcd', { skip }, () => {
 
   async function startNode(ip: string, extra: string[] = [], endpoint = etcd.endpoint) {
     const port = await freePort();
+    const subnetFile = join(dir, `subnet-${ip}.env`);
     const p = startWeft(
       [
         'daemon',
@@ -71,14 +73,16 @@ describe('daemon on etcd', { skip }, () => {
         `-public-ip=${ip}`,
         '--healthz-ip=127.0.0.1',
         `--healthz-port=${port}`,
-        `--subnet-file=${join(dir, `subnet-${ip}.env`)}`,
+        `--subnet-file=${subnetFile}`,
         ...extra,
       ],
       { netns: ns },
     );
-    return { p, port };
+    return { p, port, subnetFile };
   }
-  const ready = (p: WeftProcess) => p.waitForLog((l) => l.msg === 'ready', 15_000);
+  /** Ready on /readyz (not a log line); resolves to the lease key. */
+  const ready = (node: { p: WeftProcess; port: number; subnetFile: string }) =>
+    waitReady(node.p, { ns, port: node.port, subnetFile: node.subnetFile });
 
   test('config get returns what config set stored', async () => {
     const r = await runWeft(['config', 'get', '--etcd-endpoints', etcd.endpoint], { netns: ns });
@@ -89,7 +93,7 @@ describe('daemon on etcd', { skip }, () => {
   test('two daemons get distinct subnets, see each other within 1 s, and write flannel keys with a 24 h TTL', async () => {
     const a = await startNode('10.99.0.1');
     const b = await startNode('10.99.0.2');
-    const [ra, rb] = await Promise.all([ready(a.p), ready(b.p)]);
+    const [ra, rb] = await Promise.all([ready(a), ready(b)]);
     assert.notEqual(ra.key, rb.key);
     await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key, 1000);
     await b.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === ra.key, 1000);
@@ -118,15 +122,15 @@ describe('daemon on etcd', { skip }, () => {
 
   test('after kill -9 a restarted daemon gets the same subnet back', async () => {
     const first = await startNode('10.99.0.1');
-    const r1 = await ready(first.p);
+    const r1 = await ready(first);
     await first.p.stop('SIGKILL');
     const second = await startNode('10.99.0.1');
-    assert.equal((await ready(second.p)).key, r1.key);
+    assert.equal((await ready(second)).key, r1.key);
   });
 
   test('deleting our key in etcd stops the daemon saying the lease was revoked', async () => {
     const a = await startNode('10.99.0.1');
-    const r = await ready(a.p);
+    const r = await ready(a);
     etcd.ctl(['del', `${PREFIX}/subnets/${String(r.key)}`]);
     const line = await a.p.waitForLog((l) => l.code === 'WEFT_ERR_LEASE_REVOKED', 5000);
     assert.match(line.msg, /revoked/);
@@ -135,12 +139,12 @@ describe('daemon on etcd', { skip }, () => {
 
   test('a malformed lease put by hand is skipped, logged once and counted', async () => {
     const a = await startNode('10.99.0.1');
-    await ready(a.p);
+    await ready(a);
     etcd.ctl(['put', `${PREFIX}/subnets/10.5.201.0-24`, '{"PublicIP":']);
     etcd.ctl(['put', `${PREFIX}/subnets/garbage-key`, '{}']);
     await a.p.waitForLog((l) => l.msg === 'skipping malformed lease' && l.key === 'garbage-key');
     const b = await startNode('10.99.0.2');
-    const rb = await ready(b.p);
+    const rb = await ready(b);
     await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key);
     const body = (await httpGet(`http://127.0.0.1:${a.port}/metrics`)).body;
     assert.match(body, /^weft_lease_malformed_total\{store="etcd"\} 2$/m);
@@ -151,7 +155,7 @@ describe('daemon on etcd', { skip }, () => {
 
   test('weft leases --json lists the leases in etcd', async () => {
     const a = await startNode('10.99.0.1');
-    const r = await ready(a.p);
+    const r = await ready(a);
     const out = await runWeft(['leases', '--json', '--etcd-endpoints', etcd.endpoint], {
       netns: ns,
     });
@@ -197,17 +201,21 @@ describe('daemon on etcd with TLS', { skip: skip ?? opensslSkipReason() }, () =>
     const file = join(dir, 'net-conf.json');
     writeFileSync(file, NET_CONF);
     assert.equal((await runWeft(['config', 'set', file, ...flags], { netns: ns })).code, 0);
+    const port = await freePort();
+    const subnetFile = join(dir, 'subnet.env');
     const p = startWeft(
       [
         'daemon',
         ...flags,
         '--iface=lo',
         '--public-ip=10.99.0.1',
-        `--subnet-file=${join(dir, 'subnet.env')}`,
+        `--subnet-file=${subnetFile}`,
+        '--healthz-ip=127.0.0.1',
+        `--healthz-port=${port}`,
       ],
       { netns: ns },
     );
-    const r = await p.waitForLog((l) => l.msg === 'ready', 15_000);
+    const r = await waitReady(p, { ns, port, subnetFile });
     assert.match(String(r.key), /^10\.5\.\d+\.0-24$/);
   });
 });
