@@ -14,7 +14,7 @@ import { nativeAvailable } from '../../src/common/native.js';
 import { Iproute2Netlink } from '../../src/control/netlink/iproute2-netlink.js';
 import { NativeNetlink } from '../../src/control/netlink/native-netlink.js';
 import { type Netlink, applyAll } from '../../src/control/netlink/netlink.js';
-import { NetnsScope, ip, isRoot } from '../helpers/netns.js';
+import { NetnsScope, ip, isRoot } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 

@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { runWeft, startWeft, stopAll } from '../helpers/daemon.js';
-import { NetnsScope, isRoot } from '../helpers/netns.js';
+import { NetnsScope, isRoot } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, a TUN)';
 
