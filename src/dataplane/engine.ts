@@ -43,7 +43,14 @@ export interface DataplaneOptions {
 export interface Dataplane {
   readonly engine: DataplaneEngine;
   readonly tunName: string;
+  /** Replaces the whole peer table: setPeerTable(encodePeerTable(entries)). */
   setPeers(entries: readonly PeerEntry[]): void;
+  /**
+   * Replaces the whole peer table with records already encoded (peer-table.ts layout): what a
+   * backend that keeps its records encoded hands over without re-encoding every peer. The
+   * buffer is copied (or decoded) before the call returns; the caller may reuse it.
+   */
+  setPeerTable(table: Buffer): void;
   stats(): DataplaneStats;
   close(): Promise<void>;
   /**

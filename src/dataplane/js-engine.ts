@@ -216,6 +216,9 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
     setPeers(entries) {
       table = new JsPeerTable(encodePeerTable(entries));
     },
+    setPeerTable(buf) {
+      table = new JsPeerTable(buf);
+    },
     stats() {
       return decodeCounters('js', counters);
     },

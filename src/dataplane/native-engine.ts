@@ -221,6 +221,10 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       if (phase === 'closing') return;
       native.engineSetPeers(id, encodePeerTable(entries));
     },
+    setPeerTable(table) {
+      if (phase === 'closing') return;
+      native.engineSetPeers(id, table);
+    },
     stats() {
       if (phase === 'closing') return decodeCounters('native', []);
       return { ...decodeCounters('native', native.engineCounters(id)), offloads };

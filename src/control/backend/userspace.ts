@@ -1,7 +1,8 @@
 /**
  * What the two userspace backends (udp, vxlan-userspace) share: a Dataplane whose TUN carries the
- * subnet's network address and a route for the whole cluster network, and a peer table rebuilt
- * from the current leases on every batch of lease events (one buffer per change).
+ * subnet's network address and a route for the whole cluster network, and a peer table planned
+ * from the lease events (peer-plan.ts: only the leases an event names are parsed) and handed
+ * over as one buffer per flush window.
  *
  *   prepare  → the dataplane starts (TUN exists, sockets bound, workers in their loops)
  *   start    → TUN MTU, address <subnet network address>/32 (/128), up, route <network> dev TUN
@@ -22,13 +23,8 @@ import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
-import {
-  clusterNetwork,
-  enabledFamilies,
-  leasePublicIP,
-  leaseSubnet,
-  subnetAddress,
-} from './kernel-common.js';
+import { type PeerPlanContext, PeerRecords, planPeers } from './peer-plan.js';
+import { clusterNetwork, enabledFamilies, leaseSubnet, subnetAddress } from './kernel-common.js';
 
 export interface UserspaceSpec {
   readonly type: string;
@@ -162,35 +158,37 @@ export function createUserspaceBackend(
     },
     async run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal) {
       if (!dp) throw new Error(`${spec.type}: run before prepare`);
-      const leases = new Map<string, Lease>();
+      const running = dp;
+      // Records per lease, encoded when the lease changes; the table handed to the dataplane is
+      // one copy of them, once per flush window (events already received are coalesced).
+      const records = new PeerRecords();
+      const planCtx: PeerPlanContext = {
+        families,
+        underlay: ext.ifaceAddr ? 4 : 6,
+        ownKey,
+        peerFor: (lease, family, pub) => spec.peerFor(lease, family, pub),
+      };
+      let scheduled = false;
       const push = () => {
-        const entries: PeerEntry[] = [];
-        for (const lease of leases.values()) {
-          if (lease.key === ownKey) continue;
-          for (const family of families) {
-            const subnet = leaseSubnet(lease, family);
-            // The underlay is the family we bound: IPv4 when we have it.
-            const pub = leasePublicIP(lease, ext.ifaceAddr ? 4 : 6);
-            if (!subnet) continue;
-            if (!pub) {
-              if (skipped.first(`${lease.key}/nopub`))
-                log.warn({ lease: lease.key }, 'peer lease without a public address skipped');
-              continue;
-            }
-            const p = spec.peerFor(lease, family, pub);
-            if ('skip' in p) {
-              if (skipped.first(`${lease.key}/${p.skip}`))
-                log.warn({ lease: lease.key, reason: p.skip }, 'peer lease skipped');
-              continue;
-            }
-            entries.push(p);
-          }
-        }
+        scheduled = false;
         try {
-          dp!.setPeers(entries);
-          log.debug({ peers: entries.length }, 'peer table replaced');
+          running.setPeerTable(records.table());
+          log.debug({ peers: records.size }, 'peer table replaced');
         } catch (err) {
           log.error({ err: errorMessage(err) }, 'peer table refused');
+        }
+      };
+      const update = (batch: readonly LeaseEvent[]) => {
+        const changes = planPeers(batch, planCtx);
+        for (const c of changes) {
+          for (const reason of c.skipped) {
+            if (skipped.first(`${c.key}/${reason}`))
+              log.warn({ lease: c.key, reason }, 'peer lease skipped');
+          }
+        }
+        if (records.apply(changes) && !scheduled) {
+          scheduled = true;
+          setImmediate(push);
         }
       };
       const iter = events[Symbol.asyncIterator]();
@@ -207,11 +205,7 @@ export function createUserspaceBackend(
         while (!signal.aborted) {
           const next = await Promise.race([iter.next(), aborted, died]);
           if (next === null || next.done) break;
-          for (const e of next.value) {
-            if (e.type === 'added') leases.set(e.lease.key, e.lease);
-            else leases.delete(e.lease.key);
-          }
-          push();
+          update(next.value);
         }
       } catch (err) {
         // The dataplane died: a next() is still pending (no abort will end it), so a return()
@@ -220,6 +214,7 @@ export function createUserspaceBackend(
         throw err;
       }
       await iter.return?.();
+      if (scheduled) push();
     },
     async close() {
       const d = dp;

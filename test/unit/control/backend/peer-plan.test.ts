@@ -1,0 +1,102 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { parseIP, type Family } from '../../../../src/common/ip.js';
+import { PeerRecords, planPeers } from '../../../../src/control/backend/peer-plan.js';
+import type { Lease, LeaseEvent } from '../../../../src/control/lease/types.js';
+import { JsPeerTable, encodePeerTable } from '../../../../src/dataplane/peer-table.js';
+import { peerLease } from './fixtures.js';
+
+const lease = (i: number): Lease =>
+  peerLease(
+    { publicIP: `192.168.${i >> 8}.${i & 255}` },
+    { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
+  );
+
+function context(families: Family[] = [4, 6]) {
+  const calls: string[] = [];
+  return {
+    calls,
+    ctx: {
+      families,
+      underlay: 4 as Family,
+      ownKey: lease(0).key,
+      peerFor(l: Lease, family: Family, publicIP: string) {
+        calls.push(`${l.key}/${family}`);
+        if (publicIP === '192.168.0.13') return { skip: 'bad public IP' };
+        return {
+          subnet: family === 4 ? l.subnet! : l.ipv6Subnet!,
+          publicIP: parseIP(publicIP)!,
+          port: 8285,
+          vtepMac: null,
+        };
+      },
+    },
+  };
+}
+
+describe('planPeers', () => {
+  test('an event about one peer parses that peer only (once per family)', () => {
+    const { calls, ctx } = context();
+    const changes = planPeers([{ type: 'added', lease: lease(7) }], ctx);
+    assert.deepEqual(calls, [`${lease(7).key}/4`, `${lease(7).key}/6`]);
+    assert.equal(changes.length, 1);
+    assert.equal(changes[0]!.entries.length, 2);
+  });
+
+  test('a removal parses nothing; our own lease is never a peer; skips are data', () => {
+    const { calls, ctx } = context([4]);
+    const changes = planPeers(
+      [
+        { type: 'removed', lease: lease(7) },
+        { type: 'added', lease: lease(0) },
+        { type: 'added', lease: lease(13) },
+      ],
+      ctx,
+    );
+    assert.deepEqual(calls, [`${lease(13).key}/4`]);
+    assert.deepEqual(changes, [
+      { key: lease(7).key, entries: [], skipped: [] },
+      { key: lease(13).key, entries: [], skipped: ['bad public IP'] },
+    ]);
+  });
+});
+
+describe('PeerRecords', () => {
+  test('one change among 5,000 peers re-encodes that peer; the table holds every record', () => {
+    const { calls, ctx } = context([4]);
+    const records = new PeerRecords();
+    const all: LeaseEvent[] = [];
+    for (let i = 1; i <= 5000; i++) all.push({ type: 'added', lease: lease(i) });
+    assert.equal(records.apply(planPeers(all, ctx)), true);
+    calls.length = 0;
+    const moved = peerLease(
+      { publicIP: '192.168.200.1' },
+      { v4: `10.6.42.0/24`, v6: `fc00:0:${(42 + 0x100).toString(16)}::/64` },
+    );
+    assert.equal(records.apply(planPeers([{ type: 'added', lease: moved }], ctx)), true);
+    assert.deepEqual(calls, [`${moved.key}/4`]);
+    assert.equal(records.apply(planPeers([{ type: 'removed', lease: lease(43) }], ctx)), true);
+    const table = new JsPeerTable(records.table());
+    assert.equal(table.peers.length, 5000 - 2); // lease 13 skipped, lease 43 removed
+    assert.equal(
+      table.lookup(parseIP('10.6.42.9')!)?.publicIP.addr,
+      parseIP('192.168.200.1')!.addr,
+    );
+    assert.equal(table.lookup(parseIP('10.6.43.9')!), null);
+  });
+
+  test('an unchanged lease changes nothing; the table matches encodePeerTable', () => {
+    const { ctx } = context([4]);
+    const records = new PeerRecords();
+    const changes = planPeers(
+      [
+        { type: 'added', lease: lease(1) },
+        { type: 'added', lease: lease(2) },
+      ],
+      ctx,
+    );
+    records.apply(changes);
+    assert.equal(records.apply(planPeers([{ type: 'added', lease: lease(1) }], ctx)), false);
+    assert.deepEqual(records.table(), encodePeerTable(changes.flatMap((c) => c.entries)));
+  });
+});
