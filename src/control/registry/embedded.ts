@@ -490,10 +490,8 @@ export class EmbeddedRegistry implements Registry {
       log.debug({ err: errorMessage(err) }, 'fs.watch unavailable, polling');
     }
     stop.addEventListener('abort', poke, { once: true });
-    let next = fromRevision;
+    const next = fromRevision;
     let state: Snapshot | null = null;
-    /** Keys whose last read revision was above the `revision` file (a change in flight). */
-    let ahead = new Set<string>();
     let lastScan = 0;
     log.debug({ from: fromRevision, inotify }, 'embedded watch started');
     try {
@@ -501,7 +499,9 @@ export class EmbeddedRegistry implements Registry {
         dirty = false;
         const full =
           rescan || !inotify || state === null || Date.now() - lastScan >= this.#opts.rescanMs;
-        let keys: Set<string> | null = null;
+        const first = state === null;
+        const before = state;
+        let events: RegistryEvent[] = [];
         try {
           if (full) {
             rescan = false;
@@ -510,9 +510,9 @@ export class EmbeddedRegistry implements Registry {
             this.#fullScans++;
             lastScan = Date.now();
           } else {
-            keys = new Set([...changed, ...ahead]);
+            const keys = [...changed];
             changed.clear();
-            state = await this.#refresh(state!, keys);
+            events = await this.#refresh(state!, keys);
           }
         } catch (err) {
           log.warn({ err: errorMessage(err) }, 'embedded watch read failed');
@@ -529,20 +529,23 @@ export class EmbeddedRegistry implements Registry {
         if (stop.aborted) return;
         const now = Date.now();
         const top = snap.revision;
-        if ((snap.compacted > 0 && next <= snap.compacted) || next > top + 1) {
-          if (!full) {
-            rescan = true; // a resync is built from a full read, not from what inotify named
-            continue;
+        if (first) {
+          // What the caller listed is what had a revision below `next`; after that, changes.
+          if ((snap.compacted > 0 && next <= snap.compacted) || next > maxRevision(snap) + 1) {
+            yield { kind: 'resync', leases: visible(snap, now), revision: top };
+          } else {
+            events = changesSince(snap, next, now);
           }
-          yield { kind: 'resync', leases: visible(snap, now), revision: top };
-          next = top + 1;
-          ahead = new Set();
-        } else if (next <= top) {
-          const events = diffEvents(snap, next, top, now, keys);
-          next = top + 1;
-          if (events.length > 0) yield { kind: 'events', events, revision: top };
+        } else if (full) {
+          events = diffStates(before!, snap, now);
         }
-        if (keys !== null || full) ahead = aheadOf(snap, top, keys);
+        // After the first read, each key's events come from comparing what it was with what it
+        // is: a key read again (inotify named it, or a safety re-read) may show a later change
+        // than its event, and a change is never judged by a revision threshold it could miss.
+        if (events.length > 0) {
+          const last = rev(events[events.length - 1]!);
+          yield { kind: 'events', events, revision: Math.max(top, last) };
+        }
         if (stop.aborted) return;
         // Lapsed keys are deleted (with a revision) by whoever notices first.
         let soonest = Infinity;
@@ -575,20 +578,29 @@ export class EmbeddedRegistry implements Registry {
     }
   }
 
-  /** `snap` with the files of `keys` (and the revision files) read again: no directory read. */
-  async #refresh(snap: Snapshot, keys: ReadonlySet<string>): Promise<Snapshot> {
+  /**
+   * Reads the files of `keys` (and the revision files) again into `snap` — no directory read —
+   * and returns what changed for each key, in revision order.
+   */
+  async #refresh(snap: Snapshot, keys: readonly string[]): Promise<RegistryEvent[]> {
     const revision = await this.#readNumber('revision');
     const compacted = await this.#readNumber('compacted');
+    Object.assign(snap, { revision, compacted });
+    const now = Date.now();
+    const events: RegistryEvent[] = [];
     for (const key of keys) {
       if (!KEY_RE.test(key)) continue;
+      const was = snap.live.get(key);
       const l = await this.#readLease(key);
       const t = await this.#readTomb(key);
       if (t) snap.tombs.set(key, t);
       else snap.tombs.delete(key);
       if (l && !shadowedBy(t?.revision, l)) snap.live.set(key, l);
       else snap.live.delete(key);
+      const e = keyChange(key, was, snap, now);
+      if (e) events.push(e);
     }
-    return { revision, compacted, live: snap.live, tombs: snap.tombs, shadowed: [] };
+    return events.sort((a, b) => rev(a) - rev(b));
   }
 
   /** Waits `ms`, or until `poke` runs (fs event, abort); returns at once if already dirty. */
@@ -646,54 +658,52 @@ function visible(snap: Snapshot, now: number): StoredLease[] {
   return [...snap.live.values()].filter((l) => !lapsed(l, now));
 }
 
-/**
- * Puts and deletes with a revision in [from, to], in revision order: among `keys` only (what
- * inotify named, and what was ahead of the revision file before), or every key after a full read.
- */
-function diffEvents(
-  snap: Snapshot,
-  from: number,
-  to: number,
-  now: number,
-  keys: ReadonlySet<string> | null,
-): RegistryEvent[] {
+/** Every put and delete with a revision at or above `from` (a watch's first read), in order. */
+function changesSince(snap: Snapshot, from: number, now: number): RegistryEvent[] {
   const events: RegistryEvent[] = [];
-  const put = (l: StoredLease) => {
-    if (l.revision >= from && l.revision <= to && !lapsed(l, now))
-      events.push({ type: 'put', lease: l });
-  };
-  const del = (key: string, t: { revision: number }) => {
-    if (t.revision >= from && t.revision <= to)
+  for (const l of snap.live.values()) {
+    if (l.revision >= from && !lapsed(l, now)) events.push({ type: 'put', lease: l });
+  }
+  for (const [key, t] of snap.tombs) {
+    if (t.revision >= from && !snap.live.has(key))
       events.push({ type: 'delete', key, revision: t.revision });
-  };
-  if (keys === null) {
-    for (const l of snap.live.values()) put(l);
-    for (const [key, t] of snap.tombs) del(key, t);
-  } else {
-    for (const key of keys) {
-      const l = snap.live.get(key);
-      const t = snap.tombs.get(key);
-      if (l) put(l);
-      else if (t) del(key, t);
-    }
   }
   return events.sort((a, b) => rev(a) - rev(b));
 }
 
-/** Keys whose change is above `top` (written, the revision file not yet): looked at again. */
-function aheadOf(snap: Snapshot, top: number, keys: ReadonlySet<string> | null): Set<string> {
-  const out = new Set<string>();
-  const check = (key: string) => {
-    const r = snap.live.get(key)?.revision ?? snap.tombs.get(key)?.revision;
-    if (r !== undefined && r > top) out.add(key);
-  };
-  if (keys === null) {
-    for (const key of snap.live.keys()) check(key);
-    for (const key of snap.tombs.keys()) check(key);
-  } else {
-    for (const key of keys) check(key);
+/** What changed for `key` between its lease `was` and its state in `snap` (null: nothing). */
+function keyChange(
+  key: string,
+  was: StoredLease | undefined,
+  snap: Snapshot,
+  now: number,
+): RegistryEvent | null {
+  const is = snap.live.get(key);
+  // (a key that lapsed since it was read was reported live: its removal is a delete)
+  const wasVisible = was !== undefined;
+  if (is && !lapsed(is, now)) {
+    return wasVisible && was.revision === is.revision ? null : { type: 'put', lease: is };
   }
-  return out;
+  if (!wasVisible) return null;
+  return { type: 'delete', key, revision: snap.tombs.get(key)?.revision ?? snap.revision };
+}
+
+/** The changes between two full reads, in revision order. */
+function diffStates(before: Snapshot, after: Snapshot, now: number): RegistryEvent[] {
+  const events: RegistryEvent[] = [];
+  for (const key of new Set([...before.live.keys(), ...after.live.keys()])) {
+    const e = keyChange(key, before.live.get(key), after, now);
+    if (e) events.push(e);
+  }
+  return events.sort((a, b) => rev(a) - rev(b));
+}
+
+/** The highest revision a full read holds (the revision file, or a file written after it). */
+function maxRevision(snap: Snapshot): number {
+  let m = snap.revision;
+  for (const l of snap.live.values()) m = Math.max(m, l.revision);
+  for (const t of snap.tombs.values()) m = Math.max(m, t.revision);
+  return m;
 }
 
 function rev(e: RegistryEvent): number {

@@ -1,6 +1,15 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs';
+import {
+  mkdtempSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+  mkdirSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -198,6 +207,73 @@ describe('EmbeddedRegistry', () => {
     } finally {
       ac.abort();
       await writer.close();
+      await reader.close();
+    }
+  });
+
+  it('loses no change while another process writes during and after its first read', async () => {
+    // Writes in the store's layout at full speed, as a writer in another process does: lease
+    // files, tombstones, and the revision file last, per change set.
+    const dir = tempStore();
+    const reader = new EmbeddedRegistry(dir, { pollMs: 3_600_000, rescanMs: 3_600_000 });
+    await reader.listSubnets(); // creates the layout
+    let rev = 0;
+    let tmp = 0;
+    const replace = (rel: string, data: string) => {
+      const t = join(dir, 'tmp', `w-${++tmp}`);
+      writeFileSync(t, data);
+      renameSync(t, join(dir, rel));
+    };
+    const key = (i: number) => `10.${16 + (i >> 8)}.${i & 255}.0-24`;
+    const add = (ids: number[]) => {
+      for (const i of ids)
+        replace(
+          join('subnets', key(i)),
+          `${JSON.stringify({ revision: ++rev, expiration: null })}\n${V4_VALUE}`,
+        );
+      replace('revision', `${rev}\n`);
+    };
+    const del = (ids: number[]) => {
+      for (const i of ids) {
+        replace(join('deleted', key(i)), JSON.stringify({ revision: ++rev, at: Date.now() }));
+        unlinkSync(join(dir, 'subnets', key(i)));
+      }
+      replace('revision', `${rev}\n`);
+    };
+    const live = Array.from({ length: 300 }, (_, i) => i);
+    add(live);
+    const list = await reader.listSubnets();
+    const seen = new Set(list.leases.map((l) => l.key));
+    const ac = new AbortController();
+    const watching = (async () => {
+      for await (const b of reader.watchSubnets(list.revision + 1, ac.signal)) {
+        if (b.kind === 'resync') {
+          seen.clear();
+          for (const l of b.leases) seen.add(l.key);
+        } else {
+          for (const e of b.events) {
+            if (e.type === 'put') seen.add(e.lease.key);
+            else seen.delete(e.key);
+          }
+        }
+      }
+    })();
+    try {
+      let next = 1000;
+      for (let t = 0; t < 100; t++) {
+        const fresh = [next++, next++];
+        add(fresh);
+        del(live.splice(0, 2));
+        live.push(...fresh);
+        await sleep(2);
+      }
+      const want = [...live].map(key).sort();
+      for (let k = 0; k < 500 && [...seen].sort().join() !== want.join(); k++) await sleep(10);
+      assert.deepEqual([...seen].sort(), want);
+      assert.equal(reader.fullScans, 1);
+    } finally {
+      ac.abort();
+      await watching;
       await reader.close();
     }
   });
