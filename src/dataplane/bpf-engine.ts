@@ -202,8 +202,14 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     failed: native.failed,
     setPeers(entries) {
       if (closed) return;
-      native.setPeers(entries);
-      bpf.bpfSetPeers(id, encodePeerTable(entries));
+      const table = encodePeerTable(entries);
+      native.setPeerTable(table);
+      bpf.bpfSetPeers(id, table);
+    },
+    setPeerTable(table) {
+      if (closed) return;
+      native.setPeerTable(table);
+      bpf.bpfSetPeers(id, table);
     },
     stats() {
       const slowStats = native.stats();
