@@ -84,7 +84,7 @@ NlOp ToOp(Napi::Env env, const Napi::Object& o) {
       {"appendFdb", NlOpKind::kAppendFdb},       {"delFdb", NlOpKind::kDelFdb},
       {"replaceAddr", NlOpKind::kReplaceAddr},   {"delAddr", NlOpKind::kDelAddr},
       {"setLink", NlOpKind::kSetLink},           {"delLink", NlOpKind::kDelLink},
-      {"addVxlan", NlOpKind::kAddVxlan},
+      {"addVxlan", NlOpKind::kAddVxlan},         {"addIpip", NlOpKind::kAddIpip},
   };
   NlOp op;
   std::string kind = StrProp(o, "op");
@@ -142,9 +142,15 @@ NlOp ToOp(Napi::Env env, const Napi::Object& o) {
       op.link = static_cast<int>(NumProp(o, "link", 0));
       op.learning = o.Get("learning").ToBoolean().Value();
       break;
+    case NlOpKind::kAddIpip:
+      op.name = StrProp(o, "name");
+      op.mtu = static_cast<int>(NumProp(o, "mtu", 0));
+      op.local = IpProp(env, o, "local");
+      break;
   }
   if (op.kind != NlOpKind::kSetLink && op.kind != NlOpKind::kDelLink &&
-      op.kind != NlOpKind::kAddVxlan && op.kind != NlOpKind::kAppendFdb &&
+      op.kind != NlOpKind::kAddVxlan && op.kind != NlOpKind::kAddIpip &&
+      op.kind != NlOpKind::kAppendFdb &&
       op.kind != NlOpKind::kDelFdb && op.dst.family == 0) {
     throw Napi::TypeError::New(env, "netlink: " + kind + " needs dst");
   }
@@ -211,6 +217,17 @@ Napi::Object LinkObject(Napi::Env env, const LinkEntry& l) {
     o.Set("vxlan", v);
   } else {
     o.Set("vxlan", env.Null());
+  }
+  if (l.has_ipip) {
+    Napi::Object t = Napi::Object::New(env);
+    t.Set("local", Ip(env, l.ipip.local));
+    t.Set("remote", Ip(env, l.ipip.remote));
+    t.Set("ttl", l.ipip.ttl);
+    t.Set("tos", l.ipip.tos);
+    t.Set("pmtudisc", l.ipip.pmtudisc);
+    o.Set("ipip", t);
+  } else {
+    o.Set("ipip", env.Null());
   }
   return o;
 }

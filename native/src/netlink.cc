@@ -6,6 +6,7 @@
 #include <libmnl/libmnl.h>
 #include <linux/if.h>
 #include <linux/if_link.h>
+#include <linux/if_tunnel.h>
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
 #include <sched.h>
@@ -35,6 +36,21 @@ void SetBuffer(int fd, int force_opt, int opt, int size) {
   if (setsockopt(fd, SOL_SOCKET, force_opt, &size, sizeof(size)) != 0) {
     setsockopt(fd, SOL_SOCKET, opt, &size, sizeof(size));
   }
+}
+
+// Fills a create-exclusive RTM_NEWLINK for a device of `kind` (name, MTU, MAC from `op`) and
+// opens its IFLA_LINKINFO (returned in *info) and IFLA_INFO_DATA (returned) nests.
+nlattr* StartNewLink(nlmsghdr* nlh, const NlOp& op, const char* kind, nlattr** info) {
+  nlh->nlmsg_type = RTM_NEWLINK;
+  nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_EXCL;
+  auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifi->ifi_family = AF_UNSPEC;
+  mnl_attr_put_strz(nlh, IFLA_IFNAME, op.name.c_str());
+  if (op.mtu > 0) mnl_attr_put_u32(nlh, IFLA_MTU, op.mtu);
+  if (op.has_mac) mnl_attr_put(nlh, IFLA_ADDRESS, 6, op.mac);
+  *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
+  mnl_attr_put_strz(nlh, IFLA_INFO_KIND, kind);
+  return mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
 }
 
 // Builds one request at `at`; returns its header.
@@ -118,22 +134,27 @@ nlmsghdr* BuildOp(char* at, const NlOp& op, uint32_t seq) {
       break;
     }
     case NlOpKind::kAddVxlan: {
-      nlh->nlmsg_type = RTM_NEWLINK;
-      nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_EXCL;
-      auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
-      ifi->ifi_family = AF_UNSPEC;
-      mnl_attr_put_strz(nlh, IFLA_IFNAME, op.name.c_str());
-      if (op.mtu > 0) mnl_attr_put_u32(nlh, IFLA_MTU, op.mtu);
-      if (op.has_mac) mnl_attr_put(nlh, IFLA_ADDRESS, 6, op.mac);
-      nlattr* info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
-      mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "vxlan");
-      nlattr* data = mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
+      nlattr* info = nullptr;
+      nlattr* data = StartNewLink(nlh, op, "vxlan", &info);
       mnl_attr_put_u32(nlh, IFLA_VXLAN_ID, op.vni);
       if (op.link > 0) mnl_attr_put_u32(nlh, IFLA_VXLAN_LINK, op.link);
       if (op.local.family == AF_INET) mnl_attr_put(nlh, IFLA_VXLAN_LOCAL, 4, op.local.bytes);
       if (op.local.family == AF_INET6) mnl_attr_put(nlh, IFLA_VXLAN_LOCAL6, 16, op.local.bytes);
       mnl_attr_put_u16(nlh, IFLA_VXLAN_PORT, htons(op.port));
       mnl_attr_put_u8(nlh, IFLA_VXLAN_LEARNING, op.learning ? 1 : 0);
+      mnl_attr_nest_end(nlh, data);
+      mnl_attr_nest_end(nlh, info);
+      break;
+    }
+    case NlOpKind::kAddIpip: {
+      // As flannel creates flannel.ipip: local set, no remote, and PMTUDISC, TTL and TOS all
+      // written as 0 (nopmtudisc, ttl inherit, tos 0).
+      nlattr* info = nullptr;
+      nlattr* data = StartNewLink(nlh, op, "ipip", &info);
+      if (op.local.family == AF_INET) mnl_attr_put(nlh, IFLA_IPTUN_LOCAL, 4, op.local.bytes);
+      mnl_attr_put_u8(nlh, IFLA_IPTUN_PMTUDISC, 0);
+      mnl_attr_put_u8(nlh, IFLA_IPTUN_TTL, 0);
+      mnl_attr_put_u8(nlh, IFLA_IPTUN_TOS, 0);
       mnl_attr_nest_end(nlh, data);
       mnl_attr_nest_end(nlh, info);
       break;
@@ -277,6 +298,19 @@ int ParseLink(const nlmsghdr* nlh, LinkEntry* e) {
       if (vx.tb[IFLA_VXLAN_LINK]) e->vxlan.link = mnl_attr_get_u32(vx.tb[IFLA_VXLAN_LINK]);
       if (vx.tb[IFLA_VXLAN_LEARNING]) {
         e->vxlan.learning = mnl_attr_get_u8(vx.tb[IFLA_VXLAN_LEARNING]) != 0;
+      }
+    }
+    if (e->kind == "ipip" && info.tb[IFLA_INFO_DATA]) {
+      AttrTable tun;
+      tun.max = IFLA_IPTUN_MAX;
+      mnl_attr_parse_nested(info.tb[IFLA_INFO_DATA], CollectAttr, &tun);
+      e->has_ipip = true;
+      if (tun.tb[IFLA_IPTUN_LOCAL]) CopyAddr(tun.tb[IFLA_IPTUN_LOCAL], AF_INET, &e->ipip.local);
+      if (tun.tb[IFLA_IPTUN_REMOTE]) CopyAddr(tun.tb[IFLA_IPTUN_REMOTE], AF_INET, &e->ipip.remote);
+      if (tun.tb[IFLA_IPTUN_TTL]) e->ipip.ttl = mnl_attr_get_u8(tun.tb[IFLA_IPTUN_TTL]);
+      if (tun.tb[IFLA_IPTUN_TOS]) e->ipip.tos = mnl_attr_get_u8(tun.tb[IFLA_IPTUN_TOS]);
+      if (tun.tb[IFLA_IPTUN_PMTUDISC]) {
+        e->ipip.pmtudisc = mnl_attr_get_u8(tun.tb[IFLA_IPTUN_PMTUDISC]) != 0;
       }
     }
   }

@@ -45,6 +45,7 @@ enum class NlOpKind {
   kSetLink,
   kDelLink,
   kAddVxlan,
+  kAddIpip,  // ipip device: name, mtu, local (IPv4); remote any, ttl inherit, tos 0, nopmtudisc
 };
 
 // One request. Fields a kind does not use are ignored.
@@ -107,6 +108,14 @@ struct VxlanInfo {
   bool learning = true;
 };
 
+struct IpipInfo {
+  IpAddr local;
+  IpAddr remote;  // family 0: any
+  uint8_t ttl = 0;
+  uint8_t tos = 0;
+  bool pmtudisc = true;
+};
+
 struct LinkEntry {
   int index = 0;
   std::string name;
@@ -117,6 +126,8 @@ struct LinkEntry {
   std::string kind;    // "" for devices without IFLA_LINKINFO
   bool has_vxlan = false;
   VxlanInfo vxlan;
+  bool has_ipip = false;
+  IpipInfo ipip;
 };
 
 class Netlink {

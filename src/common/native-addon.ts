@@ -30,6 +30,14 @@ export interface RawLink {
     link: number;
     learning: boolean;
   } | null;
+  /** An ipip device's tunnel parameters (null for other kinds). */
+  ipip: {
+    local: string | null;
+    remote: string | null;
+    ttl: number;
+    tos: number;
+    pmtudisc: boolean;
+  } | null;
 }
 export interface RawRoute {
   dst: string;

@@ -4,13 +4,21 @@
  */
 import { Counter, type Registry as PromRegistry } from 'prom-client';
 import { WeftError } from '../../common/errors.js';
-import { type Family, type IPNet, formatCIDR, formatIP } from '../../common/ip.js';
+import {
+  type Family,
+  type IPNet,
+  canonical,
+  containsIP,
+  formatCIDR,
+  formatIP,
+  parseCIDR,
+} from '../../common/ip.js';
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease } from '../lease/types.js';
+import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import type { ExternalInterface } from './backend.js';
 import type { Logger } from '../../common/log.js';
 import type { LeaseEvent } from '../lease/types.js';
-import type { Netlink } from '../netlink/netlink.js';
 import {
   type Ownership,
   type Planner,
@@ -37,6 +45,39 @@ export function subnetCIDR(net: IPNet): string {
 /** The subnet's network address (the VXLAN gateway address of a peer, e.g. 10.5.34.0). */
 export function subnetAddress(net: IPNet): string {
   return formatIP(net.family, net.addr);
+}
+
+/**
+ * Puts the subnet's network address on a tunnel device as its only address inside the cluster
+ * network (/32, /128) and sets the device up (flannel's EnsureV4AddressOnLink): addresses of an
+ * earlier subnet are removed after ours is added, since the kernel flushes a device's routes
+ * with its last IPv4 address. Returns the address.
+ */
+export async function ensureTunnelAddress(
+  nl: Netlink,
+  dev: string,
+  subnet: IPNet,
+  network: IPNet,
+): Promise<string> {
+  const addr = `${subnetAddress(subnet)}/${subnet.family === 4 ? 32 : 128}`;
+  const ops: Op[] = [{ op: 'replaceAddr', addr, dev }];
+  for (const a of await nl.listAddrs(subnet.family, dev)) {
+    const net = parseCIDR(a.addr);
+    if (a.addr !== addr && net && containsIP(network, net)) {
+      ops.push({ op: 'delAddr', addr: a.addr, dev });
+    }
+  }
+  ops.push({ op: 'setLink', dev, up: true });
+  await applyAll(nl, ops);
+  return addr;
+}
+
+/** The external interface's on-link networks of one family (DirectRouting's test). */
+export async function onLinkNets(nl: Netlink, dev: string, family: Family): Promise<IPNet[]> {
+  return (await nl.listAddrs(family, dev))
+    .map((a) => parseCIDR(a.addr))
+    .filter((n): n is IPNet => n !== null)
+    .map(canonical);
 }
 
 export function enabledFamilies(cfg: NetConfig): Family[] {

@@ -12,6 +12,7 @@ const VXLAN = ['VNI', 'Port', 'GBP', 'DirectRouting', 'Dataplane'] as const;
 export const BACKEND_OPTIONS: Readonly<Record<string, readonly string[]>> = Object.freeze({
   alloc: [],
   'host-gw': [],
+  ipip: ['DirectRouting'],
   udp: ['Port'],
   vxlan: VXLAN,
   'vxlan-userspace': VXLAN,

@@ -90,6 +90,7 @@ export function identity(op: Op): string {
     case 'delLink':
       return `link|${op.dev}`;
     case 'addVxlan':
+    case 'addIpip':
       return `link|${op.name}`;
   }
 }

@@ -7,6 +7,7 @@ import type { BackendFactory } from './backend.js';
 import { createAllocBackend } from './alloc.js';
 import { createHostGwBackend } from './host-gw.js';
 import type { BackendConfig } from '../config/net-config.js';
+import { createIpipBackend, parseIpipConfig } from './ipip.js';
 import { VXLAN_USERSPACE, createVxlanBackend, parseVxlanConfig } from './vxlan.js';
 import { createUdpBackend, parseUdpConfig } from './udp.js';
 import { createVxlanUserspaceBackend } from './vxlan-userspace.js';
@@ -20,6 +21,7 @@ const factories: Map<string, BackendFactory> = new Map<string, BackendFactory>([
     (ctx) => createVxlanBackend(ctx, { userspace: factories.get(VXLAN_USERSPACE) ?? null }),
   ],
   ['udp', (ctx) => createUdpBackend(ctx)],
+  ['ipip', (ctx) => createIpipBackend(ctx)],
   [VXLAN_USERSPACE, (ctx) => createVxlanUserspaceBackend(ctx)],
 ]);
 
@@ -43,6 +45,7 @@ const blockParsers = new Map<string, (raw: Readonly<Record<string, unknown>>) =>
   ['vxlan', parseVxlanConfig],
   [VXLAN_USERSPACE, parseVxlanConfig],
   ['udp', parseUdpConfig],
+  ['ipip', parseIpipConfig],
 ]);
 
 /**

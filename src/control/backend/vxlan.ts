@@ -20,14 +20,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { WeftError, configError, errorMessage, isWeftError } from '../../common/errors.js';
-import {
-  type Family,
-  type IPNet,
-  canonical,
-  containsIP,
-  parseCIDR,
-  parseIP,
-} from '../../common/ip.js';
+import { type Family, type IPNet, containsIP, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { LogOnce, logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
@@ -38,10 +31,12 @@ import type { KernelBackendDeps } from './host-gw.js';
 import {
   clusterNetwork,
   enabledFamilies,
+  ensureTunnelAddress,
   kernelMetrics,
   leasePublicIP,
   runKernelPlan,
   leaseSubnet,
+  onLinkNets,
   subnetAddress,
 } from './kernel-common.js';
 import type { Ownership } from './reconcile.js';
@@ -397,19 +392,7 @@ function createKernelVxlan(
       for (const d of devices) {
         const subnet = leaseSubnet(lease, d.family);
         if (!subnet) continue;
-        const addr = `${subnetAddress(subnet)}/${d.family === 4 ? 32 : 128}`;
-        // Only our /32 stays on the device: addresses inside the cluster network from an
-        // earlier subnet are removed (flannel's ensureV4AddressOnLink) — after ours is added,
-        // since the kernel flushes a device's routes with its last IPv4 address.
-        const ops: Op[] = [{ op: 'replaceAddr', addr, dev: d.dev }];
-        for (const a of await nl.listAddrs(d.family, d.dev)) {
-          const net = parseCIDR(a.addr);
-          if (a.addr !== addr && net && containsIP(d.network, net)) {
-            ops.push({ op: 'delAddr', addr: a.addr, dev: d.dev });
-          }
-        }
-        ops.push({ op: 'setLink', dev: d.dev, up: true });
-        await applyAll(nl, ops);
+        const addr = await ensureTunnelAddress(nl, d.dev, subnet, d.network);
         log.info({ dev: d.dev, addr }, 'vxlan device up');
       }
     },
@@ -417,13 +400,7 @@ function createKernelVxlan(
       if (!nl) throw new Error('vxlan: run before prepare');
       const netlink = nl;
       const extNets = new Map<Family, IPNet[]>();
-      for (const d of devices) {
-        const nets = (await netlink.listAddrs(d.family, ext.name))
-          .map((a) => parseCIDR(a.addr))
-          .filter((n): n is IPNet => n !== null)
-          .map(canonical);
-        extNets.set(d.family, nets);
-      }
+      for (const d of devices) extNets.set(d.family, await onLinkNets(netlink, ext.name, d.family));
       const ownership: Ownership[] = devices.map((d) => ({
         family: d.family,
         routes: [

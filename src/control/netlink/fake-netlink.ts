@@ -12,6 +12,7 @@ import { type Family, familyOf } from '../../common/ip.js';
 import {
   type AddrEntry,
   type FdbEntry,
+  type IpipInfo,
   type LinkInfo,
   type NeighEntry,
   type Netlink,
@@ -32,6 +33,7 @@ interface FakeLink {
   up: boolean;
   kind: string;
   vxlan: LinkInfo['vxlan'];
+  ipip: IpipInfo | null;
 }
 
 function isV4(addrOrCIDR: string): boolean {
@@ -63,6 +65,7 @@ export class FakeNetlink implements Netlink {
       up: o.up ?? true,
       kind: o.kind ?? '',
       vxlan: o.vxlan ?? null,
+      ipip: o.ipip ?? null,
     };
     this.links.set(name, l);
     return l;
@@ -99,7 +102,13 @@ export class FakeNetlink implements Netlink {
 
   #applyOne(op: Op): number {
     const E = constants.errno;
-    if (op.op !== 'addVxlan' && op.dev !== undefined && !this.links.has(op.dev)) return E.ENODEV;
+    if (
+      op.op !== 'addVxlan' &&
+      op.op !== 'addIpip' &&
+      op.dev !== undefined &&
+      !this.links.has(op.dev)
+    )
+      return E.ENODEV;
     switch (op.op) {
       case 'replaceRoute': {
         const table = op.table ?? RT_TABLE_MAIN;
@@ -170,6 +179,16 @@ export class FakeNetlink implements Netlink {
       case 'delLink':
         this.#dropDevice(op.dev);
         return 0;
+      case 'addIpip': {
+        if (this.links.has(op.name)) return E.EEXIST;
+        this.addLink(op.name, {
+          kind: 'ipip',
+          mtu: op.mtu ?? 1480,
+          up: false,
+          ipip: { local: op.local ?? null, remote: null, ttl: 0, tos: 0, pmtudisc: false },
+        });
+        return 0;
+      }
       case 'addVxlan': {
         if (this.links.has(op.name)) return E.EEXIST;
         if (op.link !== undefined && !this.links.has(op.link)) return E.ENODEV;

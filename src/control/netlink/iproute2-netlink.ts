@@ -182,6 +182,14 @@ export function opArgs(op: Op): { tool: Tool; args: string[] } {
     }
     case 'delLink':
       return { tool: 'ip', args: ['link', 'del', 'dev', op.dev] };
+    case 'addIpip': {
+      const args = ['link', 'add', op.name];
+      if (op.mtu) args.push('mtu', String(op.mtu));
+      args.push('type', 'ipip');
+      if (op.local) args.push('local', op.local);
+      args.push('ttl', 'inherit', 'tos', '0', 'nopmtudisc');
+      return { tool: 'ip', args };
+    }
     case 'addVxlan': {
       const args = ['link', 'add', op.name];
       if (op.mtu) args.push('mtu', String(op.mtu));
@@ -196,7 +204,7 @@ export function opArgs(op: Op): { tool: Tool; args: string[] } {
 }
 
 function isDeviceOp(op: Op): boolean {
-  return op.op === 'addVxlan' || op.op === 'setLink' || op.op === 'delLink';
+  return op.op === 'addVxlan' || op.op === 'addIpip' || op.op === 'setLink' || op.op === 'delLink';
 }
 
 interface IpRoute {
@@ -238,6 +246,10 @@ interface IpLink {
       local6?: string;
       link?: string;
       learning?: boolean;
+      remote?: string;
+      ttl?: number;
+      tos?: string | number;
+      pmtudisc?: boolean;
     };
   };
 }
@@ -453,6 +465,17 @@ export class Iproute2Netlink implements Netlink {
         learning: data.learning ?? true,
       };
     }
+    const ipip: LinkInfo['ipip'] =
+      kind === 'ipip' && data
+        ? {
+            local: data.local && data.local !== 'any' ? data.local : null,
+            remote: data.remote && data.remote !== 'any' ? data.remote : null,
+            ttl: data.ttl ?? 0,
+            tos:
+              typeof data.tos === 'number' ? data.tos : Number.parseInt(data.tos ?? '0', 16) || 0,
+            pmtudisc: data.pmtudisc ?? true,
+          }
+        : null;
     return {
       index: l.ifindex,
       name: l.ifname,
@@ -461,6 +484,7 @@ export class Iproute2Netlink implements Netlink {
       up: l.flags?.includes('UP') ?? false,
       kind,
       vxlan,
+      ipip,
     };
   }
 

@@ -54,7 +54,7 @@ function splitCIDR(cidr: string): { addr: string; len: number | undefined } {
 
 /** Ops after which the name → index cache is stale. */
 function changesLinks(op: Op): boolean {
-  return op.op === 'addVxlan' || op.op === 'delLink';
+  return op.op === 'addVxlan' || op.op === 'addIpip' || op.op === 'delLink';
 }
 
 function toLinkInfo(l: RawLink): LinkInfo {
@@ -66,6 +66,7 @@ function toLinkInfo(l: RawLink): LinkInfo {
     up: (l.flags & IFF_UP) !== 0,
     kind: l.kind,
     vxlan: l.vxlan,
+    ipip: l.ipip ?? null,
   };
 }
 
@@ -263,6 +264,8 @@ export class NativeNetlink implements Netlink {
         if (ifindex === null) return ENODEV;
         return { op: op.op, ifindex };
       }
+      case 'addIpip':
+        return { op: op.op, name: op.name, local: op.local ?? '', mtu: op.mtu ?? 0 };
       case 'addVxlan': {
         const link = dev(op.link);
         if (link === null) return ENODEV;

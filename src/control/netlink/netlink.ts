@@ -59,6 +59,28 @@ export interface VxlanSpec {
   readonly mac?: string;
 }
 
+/**
+ * An `ipip` device as flannel creates flannel.ipip: `local` set, remote any, ttl inherit, tos 0,
+ * nopmtudisc (the outer header copies the inner TTL and never sets DF).
+ */
+export interface IpipSpec {
+  readonly name: string;
+  /** Local (source) IPv4 address of the tunnel. */
+  readonly local?: string;
+  readonly mtu?: number;
+}
+
+/** An ipip device's tunnel parameters as the kernel reports them. */
+export interface IpipInfo {
+  readonly local: string | null;
+  /** null: any. */
+  readonly remote: string | null;
+  /** 0: inherit. */
+  readonly ttl: number;
+  readonly tos: number;
+  readonly pmtudisc: boolean;
+}
+
 export type Op =
   | ({ readonly op: 'replaceRoute' | 'delRoute' } & RouteSpec)
   | ({ readonly op: 'replaceNeigh' | 'delNeigh' } & NeighSpec)
@@ -72,7 +94,8 @@ export type Op =
       readonly mac?: string;
     }
   | { readonly op: 'delLink'; readonly dev: string }
-  | ({ readonly op: 'addVxlan' } & VxlanSpec);
+  | ({ readonly op: 'addVxlan' } & VxlanSpec)
+  | ({ readonly op: 'addIpip' } & IpipSpec);
 
 export type OpKind = Op['op'];
 
@@ -124,6 +147,8 @@ export interface LinkInfo {
     readonly link: number;
     readonly learning: boolean;
   } | null;
+  /** The tunnel parameters of an `ipip` device (absent or null for other kinds). */
+  readonly ipip?: IpipInfo | null;
 }
 
 export interface RouteFilter {
@@ -201,6 +226,8 @@ export function describeOp(op: Op): string {
       return `delete link ${op.dev}`;
     case 'addVxlan':
       return `add link ${op.name} type vxlan id ${op.vni} dstport ${op.port}`;
+    case 'addIpip':
+      return `add link ${op.name} type ipip local ${op.local ?? 'any'}`;
   }
 }
 
@@ -233,6 +260,6 @@ export function netlinkError(op: Op, errno: number): WeftError {
 
 /** The device an op acts on, when it names one. */
 export function opDevice(op: Op): string | undefined {
-  if (op.op === 'addVxlan') return undefined;
+  if (op.op === 'addVxlan' || op.op === 'addIpip') return undefined;
   return op.dev;
 }

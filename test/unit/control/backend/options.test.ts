@@ -9,6 +9,7 @@ import {
   unsupportedBackendOptions,
 } from '../../../../src/control/backend/options.js';
 import { knownBackends } from '../../../../src/control/backend/registry.js';
+import { parseIpipConfig } from '../../../../src/control/backend/ipip.js';
 import { parseUdpConfig } from '../../../../src/control/backend/udp.js';
 import { parseVxlanConfig } from '../../../../src/control/backend/vxlan.js';
 
@@ -22,6 +23,7 @@ test('every registered backend has an option list', () => {
 test('each listed option is parsed: a wrong-typed value for it is refused', () => {
   const parsers: Record<string, (raw: Record<string, unknown>) => unknown> = {
     udp: parseUdpConfig,
+    ipip: parseIpipConfig,
     vxlan: parseVxlanConfig,
     'vxlan-userspace': parseVxlanConfig,
   };
