@@ -281,7 +281,7 @@ class Engine::Loop {
       int j = i + 1;
       const msghdr& h = tx_msgs_[i].msg_hdr;
       size_t seg = tx_gso_[i];
-      if (seg <= max_datagram_) {
+      if (seg <= max_datagram_ && (pauses_ == 0 || !GsoPaused(h.msg_name, h.msg_namelen))) {
         size_t per = kMaxUdpPayload / seg;
         if (per > static_cast<size_t>(kGsoMaxSegs)) per = kGsoMaxSegs;
         while (j < out_ && static_cast<size_t>(j - i) < per && Joins(i, j, seg)) {
@@ -467,6 +467,14 @@ class Engine::Loop {
         waited = true;
         continue;
       }
+      // EMSGSIZE on a GSO message: the path MTU (a route's, or the device's) is below its
+      // segment size. Send its datagrams one by one (the kernel fragments them, DF being clear)
+      // and stop joining datagrams to that destination for a while.
+      if (n < 0 && errno == EMSGSIZE && tx_segs_[done] > 1) {
+        SendDatagrams(fd, done);
+        done++;
+        continue;
+      }
       // The first message is refused: skip it. EIO on a GSO message means the device cannot
       // checksum for UDP GSO: switch GSO off for this worker for good.
       if (n < 0 && errno == EIO && tx_segs_[done] > 1 && udp_gso_) {
@@ -476,6 +484,80 @@ class Engine::Loop {
       for (int j = 0; j < tx_segs_[done]; j++) c_.Drop(DropReason::kSendError);
       done++;
     }
+  }
+
+  // Sends GSO message `m`'s datagrams as separate messages (same destination, its iovecs in
+  // equal shares, no UDP_SEGMENT), counting them as the GSO message would have been, and pauses
+  // GSO towards that destination for kGsoPauseNs (PauseGso).
+  void SendDatagrams(int fd, int m) {
+    const msghdr& h = tx_msgs_[m].msg_hdr;
+    const int segs = tx_segs_[m];
+    const size_t per = h.msg_iovlen / static_cast<size_t>(segs);
+    for (int k = 0; k < segs; k++) {
+      std::memset(&fb_msgs_[k], 0, sizeof(fb_msgs_[k]));
+      fb_msgs_[k].msg_hdr.msg_name = h.msg_name;
+      fb_msgs_[k].msg_hdr.msg_namelen = h.msg_namelen;
+      fb_msgs_[k].msg_hdr.msg_iov = h.msg_iov + static_cast<size_t>(k) * per;
+      fb_msgs_[k].msg_hdr.msg_iovlen = per;
+    }
+    c_.Add(kGsoFallbacks, 1);
+    PauseGso(h.msg_name, h.msg_namelen);
+    int done = 0;
+    int failed = 0;
+    bool waited = false;
+    while (done < segs) {
+      int n = sendmmsg(fd, &fb_msgs_[done], segs - done, 0);
+      if (n > 0) {
+        done += n;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, 10);
+        waited = true;
+        continue;
+      }
+      c_.Drop(DropReason::kSendError);  // this datagram; the next ones may still go
+      failed++;
+      done++;
+    }
+    const int sent = segs - failed;
+    c_.Add(kSendBatches, 1);
+    c_.Add(kTxPackets, static_cast<uint64_t>(sent));
+    c_.Add(kTxBytes, tx_bytes_[m] * static_cast<uint64_t>(sent) / static_cast<uint64_t>(segs));
+  }
+
+  // Stops MergeRuns joining datagrams to `name` until kGsoPauseNs from now (then GSO is tried
+  // again: a path MTU that grew back is used without a restart). A full table drops the oldest.
+  void PauseGso(const void* name, socklen_t len) {
+    const uint64_t until = NowNs() + kGsoPauseNs;
+    int slot = 0;
+    for (int i = 0; i < kGsoPauseSlots; i++) {
+      if (pause_[i].until == 0 ||
+          (pause_[i].len == len && std::memcmp(&pause_[i].addr, name, len) == 0)) {
+        slot = i;
+        break;
+      }
+      if (pause_[i].until < pause_[slot].until) slot = i;
+    }
+    std::memcpy(&pause_[slot].addr, name, len);
+    pause_[slot].len = len;
+    pause_[slot].until = until;
+    pauses_ = 0;
+    for (const GsoPause& p : pause_) pauses_ += p.until != 0 ? 1 : 0;
+  }
+
+  // Whether GSO towards `name` is paused (an expired pause is forgotten here).
+  bool GsoPaused(const void* name, socklen_t len) {
+    for (GsoPause& p : pause_) {
+      if (p.until == 0 || p.len != len || std::memcmp(&p.addr, name, len) != 0) continue;
+      if (NowNs() < p.until) return true;
+      p.until = 0;
+      pauses_--;
+      return false;
+    }
+    return false;
   }
 
   // Receives up to kBatch datagrams (with UDP_GRO: trains of equal-size datagrams, one per
@@ -603,6 +685,18 @@ class Engine::Loop {
   static constexpr int kGsoMaxSegs = 64;
   static constexpr size_t kCmsgSpace = CMSG_SPACE(sizeof(uint16_t));
   bool udp_gso_ = false;
+  // Destinations whose path MTU refused a GSO message (EMSGSIZE): sent datagram by datagram
+  // until `until` (CLOCK_MONOTONIC ns; 0 = a free slot).
+  struct GsoPause {
+    sockaddr_storage addr;
+    socklen_t len = 0;
+    uint64_t until = 0;
+  };
+  static constexpr int kGsoPauseSlots = 8;
+  static constexpr uint64_t kGsoPauseNs = 1000000000;  // 1 s
+  GsoPause pause_[kGsoPauseSlots];
+  int pauses_ = 0;  // slots in use
+  struct mmsghdr fb_msgs_[kGsoMaxSegs];
   std::vector<uint16_t> tx_segs_;  // segments per queued message
   std::vector<uint16_t> tx_gso_;   // its datagram size (of each but a shorter last)
   // The largest datagram a GSO message may be cut into: the kernel refuses a GSO size it would

@@ -75,15 +75,17 @@ enum Counter : uint32_t {
   kGsoDisabled,    // 1 once the socket refused UDP GSO (EIO) and it was switched off
   kGroTrains,      // UDP GRO receives that carried several datagrams
   kBusyPolls,      // drains that found work while busy-polling (a wake-up saved)
+  kGsoFallbacks,   // UDP GSO messages refused with EMSGSIZE (path MTU below a segment), resent
+                   // datagram by datagram (the kernel fragments them, as kernel vxlan does)
   kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
 
 // kCounterNames[i] names Counter i (i < kDropBase), as weft_dataplane_* and stats.ts call it.
 inline constexpr const char* kCounterNames[] = {
-    "tx_packets", "tx_bytes",     "rx_packets",   "rx_bytes",   "icmp_sent",
-    "tun_reads",  "send_batches", "recv_batches", "wakeups",    "tso_segments",
-    "gro_writes", "gso_sends",    "gso_disabled", "gro_trains", "busy_polls",
+    "tx_packets",   "tx_bytes",     "rx_packets", "rx_bytes",      "icmp_sent",  "tun_reads",
+    "send_batches", "recv_batches", "wakeups",    "tso_segments",  "gro_writes", "gso_sends",
+    "gso_disabled", "gro_trains",   "busy_polls", "gso_fallbacks",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kDropBase,
               "kCounterNames out of step with enum Counter");

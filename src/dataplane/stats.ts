@@ -43,6 +43,7 @@ export const COUNTERS = [
   'gso_disabled',
   'gro_trains',
   'busy_polls',
+  'gso_fallbacks',
 ] as const;
 export type CounterName = (typeof COUNTERS)[number];
 export const COUNTERS_PER_WORKER = COUNTERS.length + DROP_REASONS.length;
@@ -197,6 +198,11 @@ export function registerDataplaneMetrics(
     'weft_dataplane_busy_polls_total',
     'Times a busy-polling worker found packets without sleeping (a wake-up saved).',
     (s) => s.counters.busy_polls,
+  );
+  counter(
+    'weft_dataplane_gso_fallbacks_total',
+    'UDP GSO messages refused with EMSGSIZE (path MTU below the segment size) and resent datagram by datagram.',
+    (s) => s.counters.gso_fallbacks,
   );
   new Counter({
     name: 'weft_dataplane_dropped_packets_total',

@@ -13,7 +13,8 @@
  * answered with ICMP net-unreachable, VXLAN's flow-hashed source ports, a pod's UDP GSO (USO),
  * bursts of small datagrams batched into UDP GSO sends and USO writes, busy polling, the loops
  * hosted one per piscina pool thread, a worker that cannot enter its loop failing the start with
- * nothing left, and stop/start cycles that leak no fd.
+ * nothing left, stop/start cycles that leak no fd, and a path MTU that drops below the segment
+ * size under load (UDP GSO refused with EMSGSIZE: datagrams instead, and GSO again after).
  */
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
@@ -522,6 +523,54 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     assert.equal(r.threads[1], r.threads[0], `threads ${r.threads[0]} → ${r.threads[1]}`);
     assert.equal(r.fds[1], r.fds[0], `fds ${r.fds[0]} → ${r.fds[1]}`);
   });
+
+  for (const format of ['udp', 'vxlan'] as const) {
+    test(`${format}: a path MTU below the segment size under load: GSO messages go as datagrams (counted), and GSO resumes when it grows back`, async () => {
+      const nodes = await startPair(scope, [A, B], format, 'native');
+      type Full = Stats & { total: { drops: Record<string, number> } };
+      const stats = async () => (await nodes[0].send({ cmd: 'stats' })).stats as Full;
+      const iperf = async (args: string[], during?: () => void) => {
+        const srv = nsExecAsync(B.ns, 'iperf3', ['-s', '-1', '-B', B.v4], 60_000);
+        await new Promise((r) => setTimeout(r, 300));
+        const client = nsExecAsync(A.ns, 'iperf3', ['-c', B.v4, '-B', A.v4, '-J', ...args], 60_000);
+        if (during) {
+          await new Promise((r) => setTimeout(r, 1000));
+          during();
+        }
+        const out = await client;
+        await srv;
+        return (JSON.parse(out) as { end: { sum_received: { bytes: number } } }).end.sum_received
+          .bytes;
+      };
+      const host = `${B.under}/32`;
+      try {
+        assert.ok((await stats()).offloads.udp_gso, 'udp_gso is not in use: nothing to test');
+        // Outer datagrams are up to 1500 bytes; the route to B now takes 1200.
+        const bytes = await iperf(['-t', '3'], () =>
+          ip(A.ns, 'route', 'replace', host, 'dev', 'va', 'mtu', '1200'),
+        );
+        const s1 = await stats();
+        assert.ok(bytes > 0);
+        assert.equal(s1.total.drops.send_error, 0, JSON.stringify(s1.total.drops));
+        assert.ok(s1.total.counters.gso_fallbacks! > 0, JSON.stringify(s1.total.counters));
+        // The MTU grows back; once the pause (1 s) is over, GSO messages go whole again.
+        ip(A.ns, 'route', 'del', host);
+        await new Promise((r) => setTimeout(r, 1100));
+        await iperf(['-n', '20M']);
+        const s2 = await stats();
+        assert.ok(s2.total.counters.gso_sends! > s1.total.counters.gso_sends!);
+        assert.equal(s2.total.counters.gso_fallbacks, s1.total.counters.gso_fallbacks);
+        assert.equal(s2.total.drops.send_error, 0);
+      } finally {
+        try {
+          ip(A.ns, 'route', 'del', host);
+        } catch {
+          // already gone
+        }
+        await stopPair(nodes);
+      }
+    });
+  }
 
   test('stop/start cycles leak no fd and traffic flows after them', async () => {
     const nodes = await startPair(scope, [A, B], 'vxlan', 'native');
