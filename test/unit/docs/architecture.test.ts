@@ -1,6 +1,6 @@
 /**
- * docs/architecture.md stays a true map: every path it names exists, and every folder of
- * src/control and every module of src/dataplane is named in it (a new one must be placed).
+ * docs/architecture.md stays a true map: every path it names exists, and every folder of src/
+ * and src/control and every engine of src/dataplane is named in it (a new one must be placed).
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -18,11 +18,13 @@ test('every path docs/architecture.md names exists', () => {
   for (const p of paths) assert.ok(existsSync(join(ROOT, p)), `${p} does not exist`);
 });
 
-test('every src/control folder and src/dataplane module is on the map', () => {
+test('every folder of src/ and src/control, and every src/dataplane engine, is on the map', () => {
   const named = new Set(paths);
-  const folders = readdirSync(join(ROOT, 'src/control'), { withFileTypes: true })
-    .filter((e) => e.isDirectory())
-    .map((e) => `src/control/${e.name}/`);
+  const folders = ['src', 'src/control'].flatMap((dir) =>
+    readdirSync(join(ROOT, dir), { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => `${dir}/${e.name}/`),
+  );
   for (const f of folders)
     assert.ok(
       [...named].some((p) => p.startsWith(f)),
