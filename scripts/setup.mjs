@@ -47,6 +47,7 @@ export const TEST_PACKAGES = [
   'libclang-rt-14-dev', // libFuzzer's and ASan's runtimes (not pulled in without recommends)
   'bpftool',
   'ethtool', // offload switches in the dataplane tests
+  'tcpdump', // what the udp backend sends, in the mixed-cluster test
   'clang-format', // native/.clang-format (format the C++ you touch: git clang-format)
 ];
 
