@@ -415,13 +415,25 @@ Napi::Value SourcePort(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), VxlanSourcePort(pkt.Data(), ip));
 }
 
-// peerLookup(table, addr) → record index or -1
+// peerLookup(table, addr) → record index or -1; peerLookup(table, addr[]) → one per address
+// (the table is built once for all of them).
 Napi::Value PeerLookup(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
   std::unique_ptr<PeerTable> table = TableArg(info, 0);
-  Napi::Buffer<uint8_t> addr = BufArg(info, 1, "address");
-  if (addr.Length() != 4 && addr.Length() != 16) throw Napi::RangeError::New(info.Env(), "dataplane: address must be 4 or 16 bytes");
-  const PeerRecord* r = table->Lookup(addr.Length(), addr.Data());
-  return Napi::Number::New(info.Env(), r ? static_cast<double>(r - table->records()) : -1);
+  auto lookup = [&](const Napi::Value& v) {
+    if (!v.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: address must be a Buffer");
+    Napi::Buffer<uint8_t> addr = v.As<Napi::Buffer<uint8_t>>();
+    if (addr.Length() != 4 && addr.Length() != 16) throw Napi::RangeError::New(env, "dataplane: address must be 4 or 16 bytes");
+    const PeerRecord* r = table->Lookup(addr.Length(), addr.Data());
+    return Napi::Number::New(env, r ? static_cast<double>(r - table->records()) : -1);
+  };
+  if (info.Length() > 1 && info[1].IsArray()) {
+    Napi::Array in = info[1].As<Napi::Array>();
+    Napi::Array out = Napi::Array::New(env, in.Length());
+    for (uint32_t i = 0; i < in.Length(); i++) out.Set(i, lookup(in.Get(i)));
+    return out;
+  }
+  return lookup(info.Length() > 1 ? info[1] : env.Undefined());
 }
 
 Napi::Array BufferArray(Napi::Env env, const std::vector<Bytes>& bufs) {

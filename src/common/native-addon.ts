@@ -139,7 +139,9 @@ export interface NativeAddon {
     datagram: Buffer,
   ): { drop: string; tun: Buffer | null };
   vxlanSourcePort(packet: Buffer): number;
+  /** Test export: the record index for `addr` (-1: none); for an array, one per address. */
   peerLookup(table: Buffer, addr: Buffer): number;
+  peerLookup(table: Buffer, addrs: readonly Buffer[]): number[];
   checksum(data: Buffer): number;
   /**
    * Test export: the segments SplitTso cuts from a virtio_net_hdr + TCP GSO packet (inPlace:

@@ -87,10 +87,20 @@ function readAddr(buf: Buffer, off: number, family: number): IP {
   return ipFromBytes(buf.subarray(off, off + (family === 4 ? 4 : 16)));
 }
 
-/** The reference decoder and longest-prefix match (linear; the native one hashes). */
+/** One prefix length of one family: its subnets by network address. */
+interface PrefixLevel {
+  readonly family: number;
+  readonly mask: bigint;
+  readonly byNet: Map<bigint, DecodedPeer>;
+}
+
+/**
+ * The reference decoder and longest-prefix match: one map per prefix length in use, tried from
+ * the longest (subnets are unique, so a level holds at most one match).
+ */
 export class JsPeerTable {
   readonly peers: readonly DecodedPeer[];
-  readonly #byPrefix: DecodedPeer[];
+  readonly #levels: PrefixLevel[];
   readonly #publics: Set<string>;
 
   constructor(buf: Buffer) {
@@ -128,14 +138,26 @@ export class JsPeerTable {
       });
     }
     this.peers = peers;
-    this.#byPrefix = [...peers].sort((a, b) => b.subnet.prefix - a.subnet.prefix);
+    const levels = new Map<string, PrefixLevel & { prefix: number }>();
+    for (const p of peers) {
+      const { family, prefix } = p.subnet;
+      const key = `${family}/${prefix}`;
+      let level = levels.get(key);
+      if (!level) {
+        level = { family, prefix, mask: maskOf(family, prefix), byNet: new Map() };
+        levels.set(key, level);
+      }
+      level.byNet.set(p.subnet.addr, p);
+    }
+    this.#levels = [...levels.values()].sort((a, b) => b.prefix - a.prefix);
     this.#publics = new Set(peers.map((p) => `${p.publicIP.family}/${p.publicIP.addr}`));
   }
 
   lookup(addr: IP): DecodedPeer | null {
-    for (const p of this.#byPrefix) {
-      if (p.subnet.family !== addr.family) continue;
-      if ((addr.addr & maskOf(addr.family, p.subnet.prefix)) === p.subnet.addr) return p;
+    for (const l of this.#levels) {
+      if (l.family !== addr.family) continue;
+      const p = l.byNet.get(addr.addr & l.mask);
+      if (p) return p;
     }
     return null;
   }
