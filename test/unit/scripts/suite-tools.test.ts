@@ -43,6 +43,7 @@ const TOOLS: Record<string, string | null> = {
   prlimit: 'util-linux',
   cat: 'coreutils',
   mkdir: 'coreutils',
+  sleep: 'coreutils',
   chmod: 'coreutils',
   bash: 'bash',
   dpkg: 'dpkg',
