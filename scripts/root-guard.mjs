@@ -1,7 +1,7 @@
 // The root-namespace guard of the test runner: a snapshot of the host's own network state
-// (links, routes, iptables, nftables, the CNI state dir, BPF pins) taken before and after a run,
-// normalised so that only real changes differ (no counters, timestamps, or expiry timers), and a
-// diff that names each changed line. Tests must only touch namespaces they create and temp dirs
+// (links, routes, iptables, nftables, BPF pins, and the host paths weft and CNI write by default)
+// taken before and after a run, normalised so that only real changes differ (no counters,
+// timestamps, or expiry timers), and a diff that names each changed line. Tests must only touch namespaces they create and temp dirs
 // (DESIGN §10); anything this finds is a test (or product) writing host state.
 //
 // Only the root namespace is read: other runs on the same machine create and delete their own
@@ -23,6 +23,11 @@ export const SOURCES = [
   { name: 'nft list ruleset', cmd: ['nft', 'list', 'ruleset'], normalise: normaliseNft },
   { name: '/var/lib/cni', dir: '/var/lib/cni' },
   { name: '/sys/fs/bpf', dir: '/sys/fs/bpf' },
+  // weft's and CNI's default host paths: subnet.env, the embedded store, plugins and configs.
+  { name: '/run/flannel', dir: '/run/flannel' },
+  { name: '/var/lib/weft', dir: '/var/lib/weft' },
+  { name: '/etc/cni', dir: '/etc/cni' },
+  { name: '/opt/cni', dir: '/opt/cni' },
 ];
 
 /** Non-empty lines with runs of whitespace collapsed. */
