@@ -68,6 +68,8 @@ export interface ClusterOptions {
   readonly backend?: Backend | readonly Backend[];
   /** IPv4 + IPv6 (pods get addresses of both families). */
   readonly dualStack?: boolean;
+  /** More net-conf fields (e.g. `EnableNFTables: true`). */
+  readonly netConf?: Readonly<Record<string, unknown>>;
   readonly ipMasq?: boolean;
   /** `--iptables-resync` seconds (default 1, so tests see repairs quickly; null: the daemon's). */
   readonly iptablesResync?: number | null;
@@ -359,7 +361,7 @@ export class Cluster {
     const conf: Record<string, unknown> = { Network: CLUSTER_NETWORK, Backend: this.#backendOf(i) };
     if (this.options.dualStack)
       Object.assign(conf, { EnableIPv6: true, IPv6Network: CLUSTER_NETWORK_V6 });
-    return conf;
+    return { ...conf, ...this.options.netConf };
   }
 
   async #build(): Promise<void> {

@@ -25,7 +25,7 @@ import { parseNetConfig } from '../../src/control/config/net-config.js';
 import { makeSubnetKey } from '../../src/control/lease/subnet-key.js';
 import type { Lease, LeaseEvent } from '../../src/control/lease/types.js';
 import { NativeNetlink } from '../../src/control/netlink/native-netlink.js';
-import { NetnsScope, ip, isRoot, nsExec, uniqueNs } from '../helpers/netns.js';
+import { NetnsScope, ip, isRoot, nsExec, uniqueNs } from '../../src/testbed/netns.js';
 
 const log = logger('test');
 log.level = 'silent';

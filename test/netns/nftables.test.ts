@@ -28,6 +28,7 @@ import {
 } from '../../src/control/iptables/nftables.js';
 import { forwardRules, masqRules } from '../../src/control/iptables/rules.js';
 import { NetnsScope, isRoot, nsExec } from '../../src/testbed/netns.js';
+import { nftGolden } from '../helpers/nft-golden.js';
 
 const log = logger('test');
 log.level = 'silent';
@@ -38,38 +39,6 @@ const NETS = {
   4: { N: '10.5.0.0/16', S: '10.5.1.0/24', oldS: '10.5.9.0/24' },
   6: { N: 'fc00::/48', S: 'fc00:0:0:1::/64', oldS: 'fc00:0:0:9::/64' },
 } as const;
-
-/** `nft list table` as flannel's tables print (flannel's e2e golden text plus the table comment). */
-function golden(family: Family, S: string, fullyRandom = true): string {
-  const { N } = NETS[family];
-  const ipf = family === 4 ? 'ip' : 'ip6';
-  const name = family === 4 ? 'flannel-ipv4' : 'flannel-ipv6';
-  const mc = family === 4 ? '224.0.0.0/4' : 'ff00::/8';
-  const masq = fullyRandom ? 'masquerade fully-random' : 'masquerade';
-  return [
-    `table ${ipf} ${name} {`,
-    `\tcomment "rules for ${name}"`,
-    '\tchain postrtg {',
-    '\t\tcomment "chain to manage traffic masquerading by flannel"',
-    '\t\ttype nat hook postrouting priority srcnat; policy accept;',
-    '\t\tmeta mark 0x00004000 return',
-    `\t\t${ipf} saddr ${S} ${ipf} daddr ${N} return`,
-    `\t\t${ipf} saddr ${N} ${ipf} daddr ${S} return`,
-    `\t\t${ipf} saddr != ${S} ${ipf} daddr ${N} return`,
-    `\t\t${ipf} saddr ${N} ${ipf} daddr != ${mc} ${masq}`,
-    `\t\t${ipf} saddr != ${N} ${ipf} daddr ${N} ${masq}`,
-    '\t}',
-    '',
-    '\tchain forward {',
-    '\t\tcomment "chain to accept flannel traffic"',
-    '\t\ttype filter hook forward priority filter; policy accept;',
-    `\t\t${ipf} saddr ${N} accept`,
-    `\t\t${ipf} daddr ${N} accept`,
-    '\t}',
-    '}',
-    '',
-  ].join('\n');
-}
 
 function spec(family: Family, S: string, fullyRandom = true) {
   const network = parseCIDR(NETS[family].N)!;
@@ -100,10 +69,10 @@ describe('nftables mode in a namespace', { skip }, () => {
 
     test(`IPv${family}: an earlier subnet's table is replaced by exactly the golden text`, async () => {
       await new NftablesKeeper([spec(family, oldS)], { run, log }).ensure();
-      assert.equal(table(family), golden(family, oldS));
+      assert.equal(table(family), nftGolden(family, NETS[family].N, oldS));
       const k = new NftablesKeeper([spec(family, S)], { run, log });
       assert.equal(await k.ensure(), 1);
-      assert.equal(table(family), golden(family, S));
+      assert.equal(table(family), nftGolden(family, NETS[family].N, S));
       assert.equal(await k.ensure(), 0); // in place: nothing re-applied
     });
 
@@ -114,20 +83,20 @@ describe('nftables mode in a namespace', { skip }, () => {
       const handles = nsExec(ns, 'nft', ['-a', 'list', 'chain', ...t, 'postrtg']);
       const handle = /saddr != \S+ \S+ daddr \S+ return # handle (\d+)/.exec(handles)![1]!;
       nsExec(ns, 'nft', ['delete', 'rule', ...t, 'postrtg', 'handle', handle]);
-      assert.notEqual(table(family), golden(family, S));
+      assert.notEqual(table(family), nftGolden(family, NETS[family].N, S));
       assert.equal(await k.ensure(), 1);
-      assert.equal(table(family), golden(family, S));
+      assert.equal(table(family), nftGolden(family, NETS[family].N, S));
       nsExec(ns, 'nft', ['delete', 'chain', ...t, 'forward']);
       assert.equal(await k.ensure(), 1);
-      assert.equal(table(family), golden(family, S));
+      assert.equal(table(family), nftGolden(family, NETS[family].N, S));
       nsExec(ns, 'nft', ['delete', 'table', ...t]);
       assert.equal(await k.ensure(), 1);
-      assert.equal(table(family), golden(family, S));
+      assert.equal(table(family), nftGolden(family, NETS[family].N, S));
     });
 
     test(`IPv${family}: --ip-masq-fully-random-disable writes plain masquerade`, async () => {
       await new NftablesKeeper([spec(family, S, false)], { run, log }).ensure();
-      assert.equal(table(family), golden(family, S, false));
+      assert.equal(table(family), nftGolden(family, NETS[family].N, S, false));
     });
   }
 
@@ -179,9 +148,12 @@ describe('nftables mode in a namespace', { skip }, () => {
       };
       const v4 = () => listed(4);
       const emptyV6 = 'table ip6 flannel-ipv6 {\n\tcomment "rules for flannel-ipv6"\n}\n';
-      await until('both tables', () => v4() === golden(4, NETS[4].S) && listed(6) === emptyV6);
+      await until(
+        'both tables',
+        () => v4() === nftGolden(4, NETS[4].N, NETS[4].S) && listed(6) === emptyV6,
+      );
       nsExec(ns, 'nft', ['flush', 'chain', 'ip', 'flannel-ipv4', 'postrtg']);
-      await until('the repair', () => v4() === golden(4, NETS[4].S));
+      await until('the repair', () => v4() === nftGolden(4, NETS[4].N, NETS[4].S));
     } finally {
       ac.abort();
       await done;
