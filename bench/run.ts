@@ -19,7 +19,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
 import { Progress } from '../src/control/demo/progress.js';
-import { Cluster, iperf, ping, waitForMesh } from '../src/testbed/cluster.js';
+import { Cluster } from '../src/testbed/cluster.js';
+import { iperf, ping, waitForMesh } from '../src/testbed/probes.js';
 import { isRoot } from '../src/testbed/netns.js';
 
 interface PathDef {

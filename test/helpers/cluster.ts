@@ -4,4 +4,5 @@
  * over; new code imports src/testbed/cluster.ts.
  */
 export * from '../../src/testbed/cluster.js';
+export * from '../../src/testbed/probes.js';
 export { PACKAGE_ROOT as ROOT, CLUSTER_NETWORK as NETWORK } from '../../src/testbed/cluster.js';

@@ -15,7 +15,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type KeptState, processStart } from '../../src/control/demo/demo.js';
-import { ping } from '../../src/testbed/cluster.js';
+import { ping } from '../../src/testbed/probes.js';
 import { NetnsScope, deleteNamespace, isRoot } from '../../src/testbed/netns.js';
 import { runWeft, startWeft } from '../helpers/daemon.js';
 

@@ -20,7 +20,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
-import { Cluster, PACKAGE_ROOT, pingFailures, waitFor } from '../../src/testbed/cluster.js';
+import { Cluster, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
+import { pingFailures } from '../../src/testbed/probes.js';
 import { ip, isRoot } from '../../src/testbed/netns.js';
 
 /** The fake API server, run in the underlay namespace (its control: JSON lines). */

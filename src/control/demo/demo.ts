@@ -14,14 +14,8 @@ import { join } from 'node:path';
 import { WeftError, usageError } from '../../common/errors.js';
 import { bool, int, list, oneOf, parseFlags, str, usage } from '../config/flags.js';
 import type { Io } from '../cli/store-commands.js';
-import {
-  Cluster,
-  iperf,
-  ping,
-  waitForMesh,
-  type DetachedCluster,
-  type Pod,
-} from '../../testbed/cluster.js';
+import { Cluster, type DetachedCluster, type Pod } from '../../testbed/cluster.js';
+import { iperf, ping, waitForMesh } from '../../testbed/probes.js';
 import { deleteNamespace, isRoot } from '../../testbed/netns.js';
 import { Progress } from './progress.js';
 
