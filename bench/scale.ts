@@ -1,0 +1,700 @@
+/**
+ * Control-plane scale bench (`npm run bench:scale`, root; never part of `npm test`): ONE real
+ * `weft daemon` (compiled, from bin/weft) against a simulated cluster of N peers (default 5,000)
+ * whose flannel-format leases are written straight into the store, per store × backend.
+ *
+ *   ┌──── weft-<pid>-a (node) ────────────┐  veth  ┌──── weft-<pid>-b (store) ─────────────────┐
+ *   │ eth0 10.250.0.1/16                   ├────────┤ eth0 10.250.255.254/16                     │
+ *   │ weft daemon (vxlan | host-gw | udp)  │        │ etcd :2379  or  fake kube API :6443         │
+ *   │ flannel.1 / routes / flannel0 (TUN)  │        │ (bench/scale-store-child.ts writes leases)  │
+ *   └──────────────────────────────────────┘        └─────────────────────────────────────────────┘
+ *   embedded store: a temp directory the bench writes lease files into directly.
+ *   Peers: subnet 10.(16 + i/256).(i%256).0/24, public IP 10.250.(1 + i/256).(i%256) on eth0's /16
+ *   (i: 0.. the cluster, 10,000.. the burst, 20,000.. single events, 40,000.. churn adds).
+ *
+ * Measured per row (what "programmed" means: kernel backends — the peer's route is in the
+ * node's main table, read by netlink dumps from the bench process every few ms; udp — the
+ * daemon's `peer table replaced` debug line with the peer count, its own timestamp):
+ *   start    daemon spawned with N leases in the store → every peer programmed
+ *   event    one lease written → programmed (p50/p99 over --events writes; removals too),
+ *            from the moment the write is sent
+ *   churn    --churn-rate adds + the same number of removes per second for --churn-seconds:
+ *            daemon CPU (user+sys of its process / wall), per-change latency p50/p99
+ *   burst    every lease removed, then N leases written as fast as the store takes them →
+ *            every peer programmed, measured from the last write's answer
+ *   rss      the daemon's RSS after the burst (N peers) and its peak (VmHWM)
+ *   idle     daemon CPU over --idle-seconds with nothing changing (includes its 10 s re-check)
+ * The machine is shared: every figure is one run, under whatever else runs. Output: a table,
+ * and JSON (bench/results/scale.json, or --json PATH). `--flanneld PATH` adds flanneld rows for
+ * the etcd store (vxlan, host-gw, udp) measured through the same harness.
+ */
+import type { ChildProcess } from 'node:child_process';
+import {
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
+import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
+import { NetnsScope, ip, isRoot } from '../test/helpers/netns.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const WEFT_BIN = join(ROOT, 'bin', 'weft');
+const CHILD = join(ROOT, 'bench', 'scale-store-child.ts');
+const STORE_IP = '10.250.255.254';
+const NODE_IP = '10.250.0.1';
+const NETWORK = '10.0.0.0/8';
+const TICKS = 100; // /proc clock ticks per second (USER_HZ)
+
+type Store = 'etcd' | 'embedded' | 'kube';
+type BackendName = 'vxlan' | 'host-gw' | 'udp';
+
+export interface Row {
+  daemon: 'weft' | 'flanneld';
+  store: Store;
+  backend: BackendName;
+  peers: number;
+  startMs: number | null;
+  eventP50Ms: number | null;
+  eventP99Ms: number | null;
+  removeP50Ms: number | null;
+  removeP99Ms: number | null;
+  churnCpuPct: number | null;
+  churnP50Ms: number | null;
+  churnP99Ms: number | null;
+  /** Changes still not programmed when the churn ended + 10 s. */
+  churnLost: number | null;
+  burstMs: number | null;
+  rssMiB: number | null;
+  peakRssMiB: number | null;
+  idleCpuPct: number | null;
+  error?: string;
+}
+
+const { values: opt } = parseArgs({
+  options: {
+    peers: { type: 'string', default: '5000' },
+    stores: { type: 'string', default: 'etcd,embedded,kube' },
+    backends: { type: 'string', default: 'vxlan,host-gw,udp' },
+    events: { type: 'string', default: '30' },
+    'churn-rate': { type: 'string', default: '100' },
+    'churn-seconds': { type: 'string', default: '20' },
+    'idle-seconds': { type: 'string', default: '15' },
+    flanneld: { type: 'string' },
+    json: { type: 'string', default: join(ROOT, 'bench', 'results', 'scale.json') },
+  },
+});
+const N = Number(opt.peers);
+const EVENTS = Number(opt.events);
+const CHURN_RATE = Number(opt['churn-rate']);
+const CHURN_S = Number(opt['churn-seconds']);
+const IDLE_S = Number(opt['idle-seconds']);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const pct = (xs: number[], p: number): number | null => {
+  if (xs.length === 0) return null;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
+};
+
+// ---- peers ----
+
+const hex = (n: number) => n.toString(16).padStart(2, '0');
+function peerSubnet(i: number): string {
+  return `10.${16 + (i >> 8)}.${i & 255}.0/24`;
+}
+function peerKey(i: number): string {
+  return peerSubnet(i).replace('/', '-');
+}
+function peerValue(i: number, backend: BackendName): string {
+  const publicIP = `10.250.${1 + (i >> 8)}.${i & 255}`;
+  if (backend === 'udp') return encodeLeaseAttrs({ publicIP, publicIPv6: null, backendType: '' });
+  if (backend === 'host-gw')
+    return encodeLeaseAttrs({ publicIP, publicIPv6: null, backendType: 'host-gw' });
+  const VtepMAC = `0a:00:00:${hex(i >> 16)}:${hex((i >> 8) & 255)}:${hex(i & 255)}`;
+  return encodeLeaseAttrs({
+    publicIP,
+    publicIPv6: null,
+    backendType: 'vxlan',
+    backendData: { VNI: 1, VtepMAC },
+  });
+}
+function kubeNode(i: number, backend: BackendName) {
+  const attrs = JSON.parse(peerValue(i, backend)) as Record<string, unknown>;
+  const a = 'flannel.alpha.coreos.com/';
+  return {
+    name: `peer-${i}`,
+    podCIDR: peerSubnet(i),
+    annotations: {
+      [`${a}kube-subnet-manager`]: 'true',
+      [`${a}public-ip`]: attrs.PublicIP as string,
+      [`${a}backend-type`]: (attrs.BackendType as string | undefined) ?? '',
+      [`${a}backend-data`]: JSON.stringify(attrs.BackendData ?? null),
+    },
+  };
+}
+
+// ---- the store side ----
+
+/** Talks to bench/scale-store-child.ts in the store namespace. */
+class StoreChild {
+  readonly #p: ChildProcess;
+  readonly #pending = new Map<number, (r: { result?: unknown; error?: string }) => void>();
+  #id = 0;
+  readonly ready: Promise<void>;
+
+  constructor(scope: NetnsScope, ns: string, args: string[]) {
+    this.#p = scope.spawn(ns, process.execPath, ['--import', 'tsx', CHILD, ...args], {
+      cwd: ROOT,
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    let ready!: () => void;
+    this.ready = new Promise((r) => (ready = r));
+    createInterface({ input: this.#p.stdout! }).on('line', (line) => {
+      const m = JSON.parse(line) as {
+        ready?: boolean;
+        id?: number;
+        result?: unknown;
+        error?: string;
+      };
+      if (m.ready) return ready();
+      this.#pending.get(m.id!)?.(m);
+      this.#pending.delete(m.id!);
+    });
+  }
+
+  async call<T>(op: string, ...args: unknown[]): Promise<T> {
+    await this.ready;
+    const id = ++this.#id;
+    const r = await new Promise<{ result?: unknown; error?: string }>((resolve) => {
+      this.#pending.set(id, resolve);
+      this.#p.stdin!.write(JSON.stringify({ id, op, args }) + '\n');
+    });
+    if (r.error) throw new Error(`store child ${op}: ${r.error}`);
+    return r.result as T;
+  }
+
+  stop(): void {
+    this.#p.stdin!.end();
+  }
+}
+
+/** Writes leases into a store; each returns the time the last write was answered (ms epoch). */
+interface StoreDriver {
+  readonly daemonArgs: string[];
+  readonly daemonEnv: Record<string, string>;
+  add(ids: readonly number[]): Promise<number>;
+  remove(ids: readonly number[]): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** The embedded store's layout (src/control/registry/embedded.ts), written directly. */
+function embeddedDriver(dir: string, backend: BackendName, netConf: string): StoreDriver {
+  const store = join(dir, 'store');
+  for (const d of ['subnets', 'deleted', 'tmp', 'lock'])
+    mkdirSync(join(store, d), { recursive: true });
+  writeFileSync(join(store, 'config'), netConf);
+  writeFileSync(join(store, 'revision'), '0\n');
+  let rev = 0;
+  let tmp = 0;
+  const replace = (rel: string, data: string) => {
+    const t = join(store, 'tmp', `bench-${process.pid}-${++tmp}`);
+    writeFileSync(t, data);
+    renameSync(t, join(store, rel));
+  };
+  const bump = () => replace('revision', `${rev}\n`);
+  // The daemon writes too (its own lease): continue from the store's revision, not ours.
+  const sync = () => {
+    rev = Math.max(rev, Number(readFileSync(join(store, 'revision'), 'utf8').trim()) || 0);
+  };
+  return {
+    daemonArgs: ['--store-dir', store],
+    daemonEnv: {},
+    async add(ids) {
+      sync();
+      for (const i of ids) {
+        const header = JSON.stringify({ revision: ++rev, expiration: Date.now() + 86_400_000 });
+        replace(join('subnets', peerKey(i)), `${header}\n${peerValue(i, backend)}`);
+      }
+      bump();
+      return Date.now();
+    },
+    async remove(ids) {
+      sync();
+      const at = Date.now();
+      for (const i of ids) {
+        replace(join('deleted', peerKey(i)), JSON.stringify({ revision: ++rev, at }));
+        try {
+          unlinkSync(join(store, 'subnets', peerKey(i)));
+        } catch {
+          // already gone
+        }
+      }
+      bump();
+      return Date.now();
+    },
+    async close() {},
+  };
+}
+
+async function etcdDriver(
+  scope: NetnsScope,
+  ns: string,
+  dir: string,
+  backend: BackendName,
+  netConf: string,
+): Promise<StoreDriver> {
+  const url = `http://${STORE_IP}:2379`;
+  const etcd = scope.spawn(
+    ns,
+    'etcd',
+    [
+      '--name=bench',
+      `--data-dir=${join(dir, 'etcd')}`,
+      `--listen-client-urls=${url}`,
+      `--advertise-client-urls=${url}`,
+      '--listen-peer-urls=http://127.0.0.1:2380',
+      '--initial-advertise-peer-urls=http://127.0.0.1:2380',
+      '--initial-cluster=bench=http://127.0.0.1:2380',
+      '--quota-backend-bytes=4294967296',
+    ],
+    { stdio: 'ignore' },
+  );
+  const child = new StoreChild(scope, ns, ['etcd', url]);
+  for (let k = 0; ; k++) {
+    try {
+      await child.call('config', netConf);
+      break;
+    } catch (err) {
+      if (k > 100) throw err;
+      await sleep(100);
+    }
+  }
+  const keys = (ids: readonly number[]) => ids.map((i) => peerKey(i));
+  return {
+    daemonArgs: [`--etcd-endpoints=${url}`],
+    daemonEnv: {},
+    add: (ids) =>
+      child.call(
+        'put',
+        ids.map((i) => [peerKey(i), peerValue(i, backend)]),
+      ),
+    remove: (ids) => child.call('del', keys(ids)),
+    async close() {
+      child.stop();
+      etcd.kill('SIGTERM');
+    },
+  };
+}
+
+async function kubeDriver(
+  scope: NetnsScope,
+  ns: string,
+  dir: string,
+  backend: BackendName,
+  netConf: string,
+): Promise<StoreDriver> {
+  const child = new StoreChild(scope, ns, ['kube', STORE_IP, '6443']);
+  await child.call('addNodes', [{ name: 'bench-node', podCIDR: '10.0.1.0/24' }]);
+  const confFile = join(dir, 'net-conf.json');
+  writeFileSync(confFile, netConf);
+  return {
+    daemonArgs: [
+      '--kube-subnet-mgr',
+      `--kube-api-url=http://${STORE_IP}:6443`,
+      `--net-config-path=${confFile}`,
+    ],
+    daemonEnv: { NODE_NAME: 'bench-node' },
+    add: (ids) =>
+      child.call(
+        'addNodes',
+        ids.map((i) => kubeNode(i, backend)),
+      ),
+    remove: (ids) =>
+      child.call(
+        'deleteNodes',
+        ids.map((i) => `peer-${i}`),
+      ),
+    async close() {
+      child.stop();
+    },
+  };
+}
+
+// ---- the node side ----
+
+/** What the daemon has programmed: the peer subnets it routes, and when that was seen. */
+interface Observer {
+  /** The programmed peer subnets now (kernel: a netlink dump; udp: the last table's size). */
+  poll(): Promise<{ at: number; subnets: Set<string> | null; count: number }>;
+  close(): void;
+}
+
+function kernelObserver(ns: string, backend: BackendName): Observer {
+  const nl = new NativeNetlink({ netns: ns });
+  const dev = backend === 'vxlan' ? 'flannel.1' : 'eth0';
+  return {
+    async poll() {
+      const routes = await nl.listRoutes({ family: 4, dev });
+      const at = Date.now();
+      const subnets = new Set<string>();
+      for (const r of routes) {
+        const second = Number(r.dst.split('.')[1]);
+        if (r.dst.startsWith('10.') && r.dst.endsWith('/24') && second >= 16) subnets.add(r.dst);
+      }
+      return { at, subnets, count: subnets.size };
+    },
+    close: () => nl.close(),
+  };
+}
+
+/** udp: the daemon logs `peer table replaced {peers}` at debug level, with its time. */
+function logObserver(lines: Array<{ time: number; msg: string; peers?: number }>): Observer {
+  return {
+    async poll() {
+      for (let k = lines.length - 1; k >= 0; k--) {
+        const l = lines[k]!;
+        if (l.msg === 'peer table replaced')
+          return { at: l.time, subnets: null, count: l.peers ?? 0 };
+      }
+      return { at: Date.now(), subnets: null, count: 0 };
+    },
+    close() {},
+  };
+}
+
+function cpuTicks(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return Number(f[11]) + Number(f[12]); // utime + stime (fields 14, 15)
+}
+
+function memKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+  const m = new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) : 0;
+}
+
+async function until(
+  obs: Observer,
+  done: (s: Awaited<ReturnType<Observer['poll']>>) => boolean,
+  timeoutMs: number,
+  what: string,
+): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = await obs.poll();
+    if (done(s)) return s.at;
+    if (Date.now() > deadline)
+      throw new Error(`${what}: not reached in ${timeoutMs} ms (${s.count})`);
+    await sleep(3);
+  }
+}
+
+async function measure(
+  daemon: 'weft' | 'flanneld',
+  store: Store,
+  backend: BackendName,
+): Promise<Row> {
+  const row: Row = {
+    daemon,
+    store,
+    backend,
+    peers: N,
+    startMs: null,
+    eventP50Ms: null,
+    eventP99Ms: null,
+    removeP50Ms: null,
+    removeP99Ms: null,
+    churnCpuPct: null,
+    churnP50Ms: null,
+    churnP99Ms: null,
+    churnLost: null,
+    burstMs: null,
+    rssMiB: null,
+    peakRssMiB: null,
+    idleCpuPct: null,
+  };
+  const scope = new NetnsScope();
+  const dir = mkdtempSync(join(tmpdir(), 'weft-scale-'));
+  let driver: StoreDriver | null = null;
+  let obs: Observer | null = null;
+  let p: ChildProcess | null = null;
+  try {
+    const node = scope.add();
+    const storeNs = scope.add();
+    scope.vethBetween(node, 'eth0', storeNs, 'eth0');
+    for (const [ns, addr] of [
+      [node, `${NODE_IP}/16`],
+      [storeNs, `${STORE_IP}/16`],
+    ] as const) {
+      ip(ns, 'addr', 'add', addr, 'dev', 'eth0');
+      ip(ns, 'link', 'set', 'eth0', 'up');
+      ip(ns, 'link', 'set', 'lo', 'up');
+    }
+    const netConf = JSON.stringify({ Network: NETWORK, SubnetLen: 24, Backend: { Type: backend } });
+    driver =
+      store === 'embedded'
+        ? embeddedDriver(dir, backend, netConf)
+        : store === 'etcd'
+          ? await etcdDriver(scope, storeNs, dir, backend, netConf)
+          : await kubeDriver(scope, storeNs, dir, backend, netConf);
+    const ids = Array.from({ length: N }, (_, i) => i);
+    await driver.add(ids);
+
+    const lines: Array<{ time: number; msg: string; peers?: number }> = [];
+    const args =
+      daemon === 'weft'
+        ? [WEFT_BIN, 'daemon', ...driver.daemonArgs, '--iface=eth0']
+        : [...driver.daemonArgs, '--iface=eth0'];
+    args.push(`--subnet-file=${join(dir, 'subnet.env')}`, '--iptables-forward-rules=false');
+    if (daemon === 'weft' && backend === 'udp') args.push('--log-level=debug');
+    const cmd = daemon === 'weft' ? process.execPath : opt.flanneld!;
+    const t0 = Date.now();
+    p = scope.spawn(node, cmd, args, {
+      cwd: ROOT,
+      env: { ...process.env, ...driver.daemonEnv },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let tail = '';
+    createInterface({ input: p.stderr! }).on('line', (line) => {
+      tail = (tail + line + '\n').slice(-4000);
+      if (!line.startsWith('{')) return;
+      try {
+        const l = JSON.parse(line) as { time: number | string; msg: string; peers?: number };
+        if (l.msg === 'peer table replaced')
+          lines.push({ time: new Date(l.time).getTime(), msg: l.msg, peers: l.peers });
+      } catch {
+        // not a log line
+      }
+    });
+    const exited = new Promise<void>((r) => p!.once('exit', () => r()));
+    void exited.then(() => {
+      if (p) tail += `\n(daemon exited ${p.exitCode})`;
+    });
+    obs = backend === 'udp' ? logObserver(lines) : kernelObserver(node, backend);
+    const o = obs;
+    const pid = p.pid!;
+    const withTail = async <T>(what: string, f: () => Promise<T>): Promise<T> => {
+      try {
+        return await f();
+      } catch (err) {
+        throw new Error(`${what}: ${(err as Error).message}\n${tail}`);
+      }
+    };
+
+    // start → every peer programmed
+    const started = await withTail('start', () => until(o, (s) => s.count >= N, 120_000, 'start'));
+    row.startMs = started - t0;
+
+    // one event at a time
+    const add: number[] = [];
+    const del: number[] = [];
+    for (let k = 0; k < EVENTS; k++) {
+      const i = 20_000 + k;
+      const dst = peerSubnet(i);
+      const w = Date.now(); // a store may show a change before its write is answered
+      await driver.add([i]);
+      const at = await until(
+        o,
+        (s) => (s.subnets ? s.subnets.has(dst) : s.count >= N + 1 && s.at >= w),
+        10_000,
+        'event',
+      );
+      add.push(Math.max(0, at - w));
+      const w2 = Date.now();
+      await driver.remove([i]);
+      const at2 = await until(
+        o,
+        (s) => (s.subnets ? !s.subnets.has(dst) : s.count <= N && s.at >= w2),
+        10_000,
+        'removal',
+      );
+      del.push(Math.max(0, at2 - w2));
+    }
+    row.eventP50Ms = pct(add, 0.5);
+    row.eventP99Ms = pct(add, 0.99);
+    row.removeP50Ms = pct(del, 0.5);
+    row.removeP99Ms = pct(del, 0.99);
+
+    // churn: CHURN_RATE adds and CHURN_RATE removes per second
+    const live = [...ids];
+    let nextId = 40_000;
+    const pendingAdd = new Map<string, number>();
+    const pendingDel = new Map<string, number>();
+    const churnLat: number[] = [];
+    const cpu0 = cpuTicks(pid);
+    const c0 = Date.now();
+    let writing = true;
+    const writer = (async () => {
+      const tickMs = 20;
+      const perTick = Math.max(1, Math.round((CHURN_RATE * tickMs) / 1000));
+      const end = c0 + CHURN_S * 1000;
+      let t = c0;
+      while (Date.now() < end) {
+        const adds = Array.from({ length: perTick }, () => nextId++);
+        const dels = live.splice(0, perTick);
+        const wa = Date.now();
+        await driver!.add(adds);
+        for (const i of adds) pendingAdd.set(peerSubnet(i), wa);
+        const wd = Date.now();
+        await driver!.remove(dels);
+        for (const i of dels) pendingDel.set(peerSubnet(i), wd);
+        live.push(...adds);
+        t += tickMs;
+        await sleep(Math.max(0, t - Date.now()));
+      }
+      writing = false;
+    })();
+    let lastTable = -1;
+    while (writing || pendingAdd.size + pendingDel.size > 0) {
+      if (Date.now() > c0 + CHURN_S * 1000 + 10_000) break;
+      const s = await o.poll();
+      if (s.subnets) {
+        for (const [dst, w] of pendingAdd)
+          if (s.subnets.has(dst)) {
+            churnLat.push(Math.max(0, s.at - w));
+            pendingAdd.delete(dst);
+          }
+        for (const [dst, w] of pendingDel)
+          if (!s.subnets.has(dst)) {
+            churnLat.push(Math.max(0, s.at - w));
+            pendingDel.delete(dst);
+          }
+      } else if (s.at !== lastTable) {
+        // udp: a table replaced after a write carries it (the next one at the latest).
+        lastTable = s.at;
+        for (const m of [pendingAdd, pendingDel])
+          for (const [dst, w] of m)
+            if (s.at >= w) {
+              churnLat.push(s.at - w);
+              m.delete(dst);
+            }
+      }
+      await sleep(3);
+    }
+    await writer;
+    const c1 = Date.now();
+    row.churnCpuPct = ((cpuTicks(pid) - cpu0) / TICKS / ((c1 - c0) / 1000)) * 100;
+    row.churnP50Ms = pct(churnLat, 0.5);
+    row.churnP99Ms = pct(churnLat, 0.99);
+    row.churnLost = pendingAdd.size + pendingDel.size;
+
+    // burst: all removed, then N written at once
+    await driver.remove(live);
+    await withTail('drain', () => until(o, (s) => s.count === 0, 60_000, 'drain'));
+    const burst = Array.from({ length: N }, (_, i) => 10_000 + i);
+    const last = await driver.add(burst);
+    const all = await withTail('burst', () => until(o, (s) => s.count >= N, 120_000, 'burst'));
+    row.burstMs = Math.max(0, all - last);
+    row.rssMiB = memKiB(pid, 'VmRSS') / 1024;
+    row.peakRssMiB = memKiB(pid, 'VmHWM') / 1024;
+
+    // idle
+    await sleep(2000);
+    const i0 = cpuTicks(pid);
+    const it0 = Date.now();
+    await sleep(IDLE_S * 1000);
+    row.idleCpuPct = ((cpuTicks(pid) - i0) / TICKS / ((Date.now() - it0) / 1000)) * 100;
+  } catch (err) {
+    row.error = (err as Error).message.slice(0, 3000);
+  } finally {
+    obs?.close();
+    if (p && p.exitCode === null) {
+      p.kill('SIGTERM');
+      await Promise.race([new Promise((r) => p!.once('exit', r)), sleep(5000)]);
+      if (p.exitCode === null) p.kill('SIGKILL');
+    }
+    await driver?.close().catch(() => undefined);
+    await scope.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return row;
+}
+
+const fmt = (v: number | null, digits = 0) => (v === null ? '-' : v.toFixed(digits));
+
+function table(rows: readonly Row[]): string {
+  const head = [
+    'daemon',
+    'store',
+    'backend',
+    'start ms',
+    'burst ms',
+    'event p50/p99 ms',
+    'churn CPU %',
+    'churn p50/p99 ms',
+    'RSS (peak) MiB',
+    'idle CPU %',
+  ];
+  const body = rows.map((r) =>
+    r.error
+      ? [r.daemon, r.store, r.backend, `error: ${r.error.split('\n')[0]!.slice(0, 80)}`]
+      : [
+          r.daemon,
+          r.store,
+          r.backend,
+          fmt(r.startMs),
+          fmt(r.burstMs),
+          `${fmt(r.eventP50Ms, 1)} / ${fmt(r.eventP99Ms, 1)}`,
+          fmt(r.churnCpuPct, 1),
+          `${fmt(r.churnP50Ms, 1)} / ${fmt(r.churnP99Ms, 1)}${r.churnLost ? ` (${r.churnLost} late)` : ''}`,
+          `${fmt(r.rssMiB)} (${fmt(r.peakRssMiB)})`,
+          fmt(r.idleCpuPct, 2),
+        ],
+  );
+  const all = [head, ...body];
+  const w = head.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
+  const line = (r: string[]) => '| ' + r.map((c, i) => c.padEnd(w[i] ?? 0)).join(' | ') + ' |';
+  return [
+    line(head),
+    '|' + w.map((n) => '-'.repeat(n + 2)).join('|') + '|',
+    ...body.map(line),
+  ].join('\n');
+}
+
+async function main(): Promise<void> {
+  if (!isRoot()) {
+    console.error('bench:scale needs root (network namespaces)');
+    process.exit(2);
+  }
+  const stores = opt.stores.split(',') as Store[];
+  const backends = opt.backends.split(',') as BackendName[];
+  const rows: Row[] = [];
+  for (const store of stores) {
+    for (const backend of backends) {
+      process.stderr.write(`bench:scale ${store} × ${backend}, ${N} peers ...\n`);
+      const r = await measure('weft', store, backend);
+      rows.push(r);
+      process.stderr.write(`${table([r])}\n${r.error ? r.error + '\n' : ''}`);
+    }
+  }
+  if (opt.flanneld) {
+    for (const backend of backends) {
+      if (!stores.includes('etcd')) break;
+      process.stderr.write(`bench:scale flanneld etcd × ${backend} ...\n`);
+      rows.push(await measure('flanneld', 'etcd', backend));
+    }
+  }
+  console.log(table(rows));
+  mkdirSync(join(opt.json, '..'), { recursive: true });
+  writeFileSync(
+    opt.json,
+    JSON.stringify(
+      { date: new Date().toISOString(), peers: N, churnRate: CHURN_RATE, rows },
+      null,
+      2,
+    ) + '\n',
+  );
+  console.log(`JSON: ${opt.json}`);
+}
+
+await main();
