@@ -14,8 +14,8 @@
  */
 import { after, afterEach, before, test as nodeTest } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
@@ -246,6 +246,67 @@ test('a malformed lease is skipped, logged once and counted while daemons keep r
   assert.equal(a.p.logs.filter((l) => l.msg === 'skipping malformed lease').length, 1);
   assert.equal(a.p.proc.exitCode, null);
 });
+
+test('out of fds under a connection flood, the daemon lives on: it serves again and its watch still delivers', async () => {
+  const store = await freshStore();
+  const a = await startNode(store, '10.99.0.1', ['--iptables-resync', '1']);
+  await ready(a);
+  // Leave A 16 fds more than it holds, then hold 200 connections to its endpoint: it runs out
+  // (accepts fail with EMFILE, and so do its iptables resyncs' spawns).
+  const pid = a.p.proc.pid!;
+  const limit = readdirSync(`/proc/${pid}/fd`).length + 16;
+  execFileSync('prlimit', ['--pid', String(pid), `--nofile=${limit}:${limit}`]);
+  const holder = spawn(
+    'ip',
+    ['netns', 'exec', ns, process.execPath, '-e', HOLD_CONNECTIONS, String(a.port), '200'],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  try {
+    const held = await new Promise<string>((resolve, reject) => {
+      holder.stdout.once('data', (d: Buffer) => resolve(d.toString()));
+      holder.once('exit', (code) => reject(new Error(`connection holder exited ${code}`)));
+    });
+    assert.match(held, /^held \d+/);
+    // Two resyncs' worth of spawns fail meanwhile (the verdict below does not depend on it).
+    await new Promise((r) => setTimeout(r, 2500));
+    assert.equal(a.p.proc.exitCode, null, 'daemon alive while out of fds');
+  } finally {
+    holder.stdin.end();
+    await new Promise((r) => holder.once('exit', r));
+  }
+  // The connections are gone: A serves again, and its lease watch still delivers a new peer.
+  let status = 0;
+  for (let i = 0; i < 50 && status !== 200; i++) {
+    status = await httpGet(`http://127.0.0.1:${a.port}/healthz`).then(
+      (r) => r.status,
+      () => 0,
+    );
+    if (status !== 200) await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.equal(status, 200);
+  const b = await startNode(store, '10.99.0.2');
+  const rb = await ready(b);
+  await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key);
+  assert.equal(a.p.proc.exitCode, null);
+});
+
+/** `node -e` script: opens N connections to 127.0.0.1:PORT, prints "held K" once each has
+ * connected or failed, and keeps them until stdin closes. */
+const HOLD_CONNECTIONS = `
+const net = require('node:net');
+const [port, n] = process.argv.slice(1).map(Number);
+let connected = 0, settled = 0;
+const settle = () => { if (++settled === n) process.stdout.write('held ' + connected + '\\n'); };
+for (let i = 0; i < n; i++) {
+  const s = net.connect(port, '127.0.0.1');
+  let once = false;
+  const done = (ok) => { if (once) return; once = true; if (ok) connected++; settle(); };
+  s.on('connect', () => done(true));
+  s.on('error', () => done(false));
+}
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
+`;
 
 test('/metrics passes promtool check metrics', async () => {
   const store = await freshStore();
