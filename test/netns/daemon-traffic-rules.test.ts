@@ -22,8 +22,8 @@ import {
   CLUSTER_NETWORK_V6,
   Cluster,
   waitFor,
-  waitForMesh,
 } from '../../src/testbed/cluster.js';
+import { waitForMesh } from '../../src/testbed/probes.js';
 import { isRoot, nsExec } from '../../src/testbed/netns.js';
 import { nftGolden } from '../helpers/nft-golden.js';
 
