@@ -446,10 +446,28 @@ class Engine::Loop {
     }
   }
 
+  // One sendmmsg of msgs[0..count), retried on EINTR and, once per `waited`, after waiting up
+  // to 10 ms for room (EAGAIN, ENOBUFS). Returns how many went (> 0), or -errno for msgs[0].
+  static int SendBatch(int fd, mmsghdr* msgs, int count, bool* waited) {
+    for (;;) {
+      int n = sendmmsg(fd, msgs, count, 0);
+      if (n > 0) return n;
+      int err = n < 0 ? errno : EAGAIN;
+      if (err == EINTR) continue;
+      if ((err == EAGAIN || err == ENOBUFS) && !*waited) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, 10);
+        *waited = true;
+        continue;
+      }
+      return -err;
+    }
+  }
+
   void SendRun(int fd, int done, int count) {
     bool waited = false;
     while (done < count) {
-      int n = sendmmsg(fd, &tx_msgs_[done], count - done, 0);
+      int n = SendBatch(fd, &tx_msgs_[done], count - done, &waited);
       if (n > 0) {
         c_.Add(kSendBatches, 1);
         for (int i = done; i < done + n; i++) {
@@ -460,24 +478,17 @@ class Engine::Loop {
         done += n;
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        poll(&p, 1, 10);
-        waited = true;
-        continue;
-      }
       // EMSGSIZE on a GSO message: the path MTU (a route's, or the device's) is below its
       // segment size. Send its datagrams one by one (the kernel fragments them, DF being clear)
       // and stop joining datagrams to that destination for a while.
-      if (n < 0 && errno == EMSGSIZE && tx_segs_[done] > 1) {
+      if (n == -EMSGSIZE && tx_segs_[done] > 1) {
         SendDatagrams(fd, done);
         done++;
         continue;
       }
       // The first message is refused: skip it. EIO on a GSO message means the device cannot
       // checksum for UDP GSO: switch GSO off for this worker for good.
-      if (n < 0 && errno == EIO && tx_segs_[done] > 1 && udp_gso_) {
+      if (n == -EIO && tx_segs_[done] > 1 && udp_gso_) {
         udp_gso_ = false;
         c_.Add(kGsoDisabled, 1);
       }
@@ -506,16 +517,9 @@ class Engine::Loop {
     int failed = 0;
     bool waited = false;
     while (done < segs) {
-      int n = sendmmsg(fd, &fb_msgs_[done], segs - done, 0);
+      int n = SendBatch(fd, &fb_msgs_[done], segs - done, &waited);
       if (n > 0) {
         done += n;
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        poll(&p, 1, 10);
-        waited = true;
         continue;
       }
       c_.Drop(DropReason::kSendError);  // this datagram; the next ones may still go
