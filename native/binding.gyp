@@ -14,6 +14,7 @@
         "src/tun.cc",
         "src/udp_socket.cc",
         "src/engine.cc",
+        "src/steering.cc",
         "src/coalesce.cc",
         "src/harness.cc",
         "src/sd_notify.cc",

@@ -557,6 +557,8 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
   cfg.offloads = OffloadsArg(env, o.Get("offloads"));
+  cfg.cpu_affine = o.Get("cpuAffine").ToBoolean().Value();
+  if (o.Get("steering").IsBoolean()) cfg.steering = o.Get("steering").ToBoolean().Value();
   if (o.Get("busyPollUs").IsNumber())
     cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();
   cfg.codec = ConfigArg(info, 0);
@@ -567,6 +569,8 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   out.Set("tunName", e->tun_name());
   out.Set("offloadsAccepted", OffloadNames(env, e->offloads_accepted()));
   out.Set("offloadsEnabled", OffloadNames(env, e->offloads_enabled()));
+  out.Set("steering", e->steering());
+  out.Set("affinityNote", e->affinity_note());
   std::lock_guard<std::mutex> lock(g_engines_mu);
   uint32_t id = g_next_engine++;
   g_engines[id] = std::shared_ptr<Engine>(e.release());

@@ -16,8 +16,11 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/sysinfo.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -28,6 +31,7 @@
 #include "checksum.h"
 #include "coalesce.h"
 #include "flannel_udp.h"
+#include "steering.h"
 #include "tun.h"
 #include "udp_socket.h"
 #include "vxlan.h"
@@ -137,6 +141,7 @@ class Engine::Loop {
         continue;
       }
       c_.Add(spin_until != 0 ? kBusyPolls : kWakeups, 1);
+      check_cpu_ = spin_until == 0;
       // The eventfd is written only by Stop and never drained: every loop of the queue sees it
       // (draining it here could hide it from the queue's other thread).
       uint64_t moved0 = Moved();
@@ -581,6 +586,17 @@ class Engine::Loop {
     int batch = rx_batch_;
     int n = recvmmsg(w_->udp_fd, rx_msgs_, batch, MSG_DONTWAIT, nullptr);
     if (n <= 0) return false;
+    if (check_cpu_) {
+      // The first datagrams after a wake-up: did the kernel take them in on another CPU (one
+      // more cross-CPU hop on their way)?
+      check_cpu_ = false;
+      int cpu = -1;
+      socklen_t cl = sizeof(cpu);
+      if (getsockopt(w_->udp_fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &cl) == 0 && cpu >= 0 &&
+          cpu != sched_getcpu()) {
+        c_.Add(kRemoteWakeups, 1);
+      }
+    }
     bool big = false;
     c_.Add(kRecvBatches, 1);
     for (int i = 0; i < n; i++) {
@@ -728,7 +744,8 @@ class Engine::Loop {
   static constexpr int kGroBatch = 8;
   static constexpr uint64_t kBusyPollMaxPackets = 8;
   static constexpr size_t kBigDatagram = 16384;
-  int rx_batch_ = kBatch;  // datagrams (or GRO trains) per recvmmsg
+  int rx_batch_ = kBatch;   // datagrams (or GRO trains) per recvmmsg
+  bool check_cpu_ = false;  // a wake-up happened: compare the next datagrams' CPU with ours
   struct mmsghdr rx_msgs_[kBatch];
   struct iovec rx_iov_[kBatch];
   sockaddr_storage rx_addr_[kBatch];
@@ -800,6 +817,7 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       return nullptr;
     }
   }
+  e->SetUpSteering();
   // The engine's own offloads, reported beside the TUN bits (offloads.h).
   e->offloads_enabled_ |= cfg.offloads & (kOffloadGro | kOffloadUdpGso);
   if (udp_gro) e->offloads_enabled_ |= kOffloadUdpGro;
@@ -860,6 +878,56 @@ void Engine::ReclaimLocked() {
 
 size_t Engine::peer_count() const { return table_.load()->size(); }
 
+// Pins queue k to CPU k when asked and possible, then attaches the TUN steering program that
+// matches (by CPU when pinned, else by flow). Failures leave the engine working, with a note.
+void Engine::SetUpSteering() {
+  const int n = workers();
+  if (cfg_.cpu_affine) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    int online = get_nprocs();
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+      affinity_note_ = std::string("sched_getaffinity: ") + std::strerror(errno);
+    } else if (online != n) {
+      affinity_note_ = std::to_string(n) + " queue(s) for " + std::to_string(online) +
+                       " online CPUs (CPU-affine queues need one queue per CPU)";
+    } else if (!cfg_.steering) {
+      affinity_note_ = "TUN steering is off";
+    } else {
+      for (int k = 0; k < n && affinity_note_.empty(); k++) {
+        if (!CPU_ISSET(k, &allowed)) {
+          affinity_note_ = "CPU " + std::to_string(k) + " is not in the allowed CPU set";
+        }
+      }
+    }
+    for (int k = 0; k < n && affinity_note_.empty(); k++) {
+      // Datagrams the kernel takes in on CPU k go to queue k's socket (reuseport group).
+      if (setsockopt(workers_[k]->udp_fd, SOL_SOCKET, SO_INCOMING_CPU, &k, sizeof(k)) != 0) {
+        affinity_note_ = std::string("SO_INCOMING_CPU: ") + std::strerror(errno);
+      }
+    }
+    std::string error;
+    if (affinity_note_.empty() &&
+        AttachSteering(workers_[0]->tun_fd, Steering::kCpu, &error) == 0) {
+      for (int k = 0; k < n; k++) cpus_.push_back(k);
+      steering_ = "cpu";
+      return;
+    }
+    if (affinity_note_.empty()) affinity_note_ = error;
+    for (int k = 0; k < n; k++) {  // unpinned queues: no CPU preference
+      int none = -1;
+      setsockopt(workers_[k]->udp_fd, SOL_SOCKET, SO_INCOMING_CPU, &none, sizeof(none));
+    }
+  }
+  if (!cfg_.steering) return;
+  std::string error;
+  if (AttachSteering(workers_[0]->tun_fd, Steering::kFlowHash, &error) == 0) {
+    steering_ = "flow";
+  } else {
+    affinity_note_ += (affinity_note_.empty() ? "" : "; ") + error;
+  }
+}
+
 int Engine::Run(int w, Direction dir) {
   if (w < 0 || w >= workers()) return EINVAL;
   if (dir != Direction::kBoth && dir != Direction::kTx && dir != Direction::kRx) return EINVAL;
@@ -873,6 +941,12 @@ int Engine::Run(int w, Direction dir) {
       for (int j = first; j < i; j++) wp->running[j].store(false);
       return EBUSY;
     }
+  }
+  if (!cpus_.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpus_[w], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // allowed: checked at Create
   }
   int rc;
   {

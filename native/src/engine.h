@@ -53,6 +53,13 @@ struct EngineConfig {
   // After a drain that moved few packets (latency-bound traffic: ping, RPC), poll this long
   // before sleeping in epoll, so the reply that is on its way needs no wake-up. 0 = never.
   int busy_poll_us = 0;
+  // CPU-affine queues: queue k's threads pinned to CPU k, the TUN steering each packet to the
+  // queue of the CPU that sent it, and queue k's socket preferred for datagrams the kernel takes
+  // in on CPU k (SO_INCOMING_CPU). Needs one queue per online CPU, all of them allowed; else
+  // the engine runs unpinned (affinity_note() says why). Without it the TUN steers by flow.
+  bool cpu_affine = false;
+  // Attach a TUN steering program at all (tests turn it off to see the TUN's own choice).
+  bool steering = true;
   CodecConfig codec;
 };
 
@@ -77,15 +84,16 @@ enum Counter : uint32_t {
   kBusyPolls,      // drains that found work while busy-polling (a wake-up saved)
   kGsoFallbacks,   // UDP GSO messages refused with EMSGSIZE (path MTU below a segment), resent
                    // datagram by datagram (the kernel fragments them, as kernel vxlan does)
+  kRemoteWakeups,  // wake-ups to receive datagrams the kernel took in on another CPU
   kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
 
 // kCounterNames[i] names Counter i (i < kDropBase), as weft_dataplane_* and stats.ts call it.
 inline constexpr const char* kCounterNames[] = {
-    "tx_packets",   "tx_bytes",     "rx_packets", "rx_bytes",      "icmp_sent",  "tun_reads",
-    "send_batches", "recv_batches", "wakeups",    "tso_segments",  "gro_writes", "gso_sends",
-    "gso_disabled", "gro_trains",   "busy_polls", "gso_fallbacks",
+    "tx_packets",   "tx_bytes",     "rx_packets", "rx_bytes",      "icmp_sent",      "tun_reads",
+    "send_batches", "recv_batches", "wakeups",    "tso_segments",  "gro_writes",     "gso_sends",
+    "gso_disabled", "gro_trains",   "busy_polls", "gso_fallbacks", "remote_wakeups",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kDropBase,
               "kCounterNames out of step with enum Counter");
@@ -136,6 +144,12 @@ class Engine {
   unsigned offloads_enabled() const { return offloads_enabled_; }
   // Peers in the current table (any thread).
   size_t peer_count() const;
+  // How the TUN picks a queue: "flow" (the steering program, by flow), "cpu" (by the sending
+  // CPU, queues pinned) or "tun" (the TUN's own flow table: no program attached).
+  const char* steering() const { return steering_; }
+  // Why CPU-affine queues were asked for but not set up, or why no steering program is attached
+  // ("" if neither).
+  const std::string& affinity_note() const { return affinity_note_; }
 
  private:
   // VXLAN sends from kSourcePorts sockets bound to ephemeral ports, picked by the inner flow's
@@ -169,10 +183,14 @@ class Engine {
 
   Engine() = default;
   const PeerTable* AcquireTable(std::atomic<uint64_t>* seen);
+  void SetUpSteering();
   void ReclaimLocked();
 
   EngineConfig cfg_;
   std::string tun_name_;
+  const char* steering_ = "tun";
+  std::string affinity_note_;
+  std::vector<int> cpus_;  // CPU of queue k when the queues are pinned; empty otherwise
   unsigned offloads_accepted_ = 0;
   unsigned offloads_enabled_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;

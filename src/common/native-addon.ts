@@ -85,6 +85,10 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly offloads?: readonly string[];
   /** µs to busy-poll after a drain of ≤ 8 packets before sleeping; 0 = always sleep. */
   readonly busyPollUs?: number;
+  /** CPU-affine queues (engine.h EngineConfig.cpu_affine). Default false. */
+  readonly cpuAffine?: boolean;
+  /** Attach a TUN steering program (by flow, or by CPU when affine). Default true. */
+  readonly steering?: boolean;
 }
 
 export interface NativeEngine {
@@ -94,6 +98,10 @@ export interface NativeEngine {
   offloadsAccepted: string[];
   /** Offload names in use: wanted, accepted, and not switched off at start. */
   offloadsEnabled: string[];
+  /** How the TUN picks a queue: by flow (a steering program), by CPU (affine queues), or its own. */
+  steering: 'flow' | 'cpu' | 'tun';
+  /** Why CPU-affine queues or the steering program are not in use ('' when all is as asked). */
+  affinityNote: string;
 }
 
 // ---- bpf engine (src/dataplane/bpf-binding.ts, bpf-engine.ts; native/src/bpf_loader.h) ----

@@ -29,6 +29,14 @@ export interface DataplaneOptions {
   readonly vtepMac: Buffer;
   /** Offloads wanted (offloads.ts names); default: WEFT_DATAPLANE_OFFLOADS. */
   readonly offloads?: readonly OffloadName[];
+  /**
+   * Native engine: pin queue k's threads to CPU k, steer each packet into the TUN queue of the
+   * CPU that sent it and prefer queue k's socket for datagrams taken in on CPU k. Needs one queue
+   * per online CPU; otherwise logged and run unpinned. Default false.
+   */
+  readonly cpuAffine?: boolean;
+  /** Native engine: attach the TUN steering program (default true; tests turn it off). */
+  readonly steering?: boolean;
   /** Busy-poll this many µs after a light drain before sleeping (native engine; 0 = never). */
   readonly busyPollUs?: number;
   /**

@@ -104,6 +104,8 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       vtepMac: opts.vtepMac,
       offloads: opts.offloads ?? offloadsFromEnv(),
       busyPollUs: opts.busyPollUs ?? 0,
+      cpuAffine: opts.cpuAffine ?? false,
+      steering: opts.steering ?? true,
     });
   } catch (err) {
     throw new WeftError('WEFT_ERR_DATAPLANE', (err as Error).message, {
@@ -198,6 +200,13 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
     await stopAll();
     throw err;
   }
+  if (created.affinityNote !== '' && (opts.cpuAffine || opts.steering !== false)) {
+    // Once per start: what was asked for and why it is not so (the queues still run).
+    log.warn(
+      { tun: created.tunName, steering: created.steering, reason: created.affinityNote },
+      opts.cpuAffine ? 'dataplane queues run unpinned' : 'dataplane TUN steering unavailable',
+    );
+  }
   log.debug(
     {
       tun: created.tunName,
@@ -205,6 +214,7 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       threadIds,
       offloadsAccepted: created.offloadsAccepted,
       offloadsEnabled: created.offloadsEnabled,
+      steering: created.steering,
     },
     'dataplane started',
   );
@@ -227,7 +237,11 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
     },
     stats() {
       if (phase === 'closing') return decodeCounters('native', []);
-      return { ...decodeCounters('native', native.engineCounters(id)), offloads };
+      return {
+        ...decodeCounters('native', native.engineCounters(id)),
+        offloads,
+        steering: created.steering,
+      };
     },
     close() {
       closed ??= (async () => {

@@ -44,6 +44,7 @@ export const COUNTERS = [
   'gro_trains',
   'busy_polls',
   'gso_fallbacks',
+  'remote_wakeups',
 ] as const;
 export type CounterName = (typeof COUNTERS)[number];
 export const COUNTERS_PER_WORKER = COUNTERS.length + DROP_REASONS.length;
@@ -57,6 +58,8 @@ export interface DataplaneStats {
   readonly engine: 'native' | 'js' | 'bpf';
   /** Offloads in use (the js engine uses none). */
   readonly offloads?: Readonly<Record<OffloadName, boolean>>;
+  /** Native engine: how the TUN picks a queue (flow: steering program; cpu: affine queues). */
+  readonly steering?: 'flow' | 'cpu' | 'tun';
   readonly workers: readonly WorkerStats[];
   readonly total: WorkerStats;
   /** bpf engine: the programs' own counters (bpf-binding.ts BPF_COUNTERS). */
@@ -203,6 +206,11 @@ export function registerDataplaneMetrics(
     'weft_dataplane_gso_fallbacks_total',
     'UDP GSO messages refused with EMSGSIZE (path MTU below the segment size) and resent datagram by datagram.',
     (s) => s.counters.gso_fallbacks,
+  );
+  counter(
+    'weft_dataplane_remote_wakeups_total',
+    'Wake-ups to receive datagrams the kernel took in on another CPU (one more cross-CPU hop).',
+    (s) => s.counters.remote_wakeups,
   );
   new Counter({
     name: 'weft_dataplane_dropped_packets_total',

@@ -588,6 +588,74 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     });
   }
 
+  /** Client streams of one iperf3 run from A to B; the sender's retransmits. */
+  async function iperfRetransmits(args: string[]): Promise<number> {
+    const srv = nsExecAsync(B.ns, 'iperf3', ['-s', '-1', '-B', B.v4], 60_000);
+    await new Promise((r) => setTimeout(r, 300));
+    const out = await nsExecAsync(A.ns, 'iperf3', ['-c', B.v4, '-B', A.v4, '-J', ...args], 60_000);
+    await srv;
+    return (JSON.parse(out) as { end: { sum_sent: { retransmits: number } } }).end.sum_sent
+      .retransmits;
+  }
+
+  for (const format of ['udp', 'vxlan'] as const) {
+    test(`${format}: 20 new TCP connections through 2 queues each stay on one queue (the TUN steers by flow)`, async () => {
+      const nodes = await startPair(scope, [A, B], format, 'native');
+      // A sink on B; on A, one connection at a time writing 1 MB.
+      const sink = scope.spawn(B.ns, process.execPath, [
+        '-e',
+        `require('node:net').createServer((c) => c.resume()).listen(5201, '${B.v4}', () => console.log('listening'));`,
+      ]);
+      try {
+        const lines = createInterface({ input: sink.stdout! })[Symbol.asyncIterator]();
+        assert.equal((await lines.next()).value, 'listening');
+        const first = (await nodes[0].send({ cmd: 'stats' })).stats as Stats & {
+          steering: string;
+        };
+        assert.equal(first.steering, 'flow');
+        const sent = async () =>
+          (
+            (await nodes[0].send({ cmd: 'stats' })).stats as {
+              workers: { counters: Record<string, number> }[];
+            }
+          ).workers.map((w) => w.counters.tx_packets!);
+        for (let i = 0; i < 20; i++) {
+          const before = await sent();
+          await nsExecAsync(A.ns, process.execPath, [
+            '-e',
+            `const c = require('node:net').connect(5201, '${B.v4}', () => c.end(Buffer.alloc(1 << 20)));
+             c.on('close', () => process.exit(0));`,
+          ]);
+          const after = await sent();
+          const used = after.filter((n, q) => n > before[q]!).length;
+          // Without the steering program the TUN moved a new connection to the queue its first
+          // replies came in on (the one our SO_REUSEPORT group picked by outer addresses).
+          assert.equal(used, 1, `connection ${i} left by ${used} queues: ${before} → ${after}`);
+        }
+      } finally {
+        sink.kill();
+        await stopPair(nodes);
+      }
+    });
+  }
+
+  test('CPU-affine queues: pinned, the TUN steers by the sending CPU, traffic flows', async () => {
+    const nodes = await startPair(scope, [A, B], 'vxlan', 'native', { cpuAffine: true });
+    try {
+      const cpus = Number(execFileSync('getconf', ['_NPROCESSORS_ONLN']).toString());
+      const stats = (await nodes[0].send({ cmd: 'stats' })).stats as Stats & { steering: string };
+      // 2 queues: affine where the machine has 2 CPUs; elsewhere run unpinned, steered by flow.
+      assert.equal(stats.steering, cpus === 2 ? 'cpu' : 'flow');
+      await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+      await iperfRetransmits(['-t', '1']);
+      const after = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
+      assert.ok(after.total.counters.rx_packets! > 1000);
+      assert.equal(typeof after.total.counters.remote_wakeups, 'number');
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
   test('stop/start cycles leak no fd and traffic flows after them', async () => {
     const nodes = await startPair(scope, [A, B], 'vxlan', 'native');
     try {

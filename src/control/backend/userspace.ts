@@ -121,6 +121,7 @@ export function createUserspaceBackend(
         offloads: offloadsOption(ctx),
         busyPollUs: busyPollOption(ctx),
         queueThreads: queueThreadsOption(ctx),
+        cpuAffine: ctx.options.dataplaneCpuAffine === true,
         bindIp,
         port: spec.port,
         tunMtu: mtu,

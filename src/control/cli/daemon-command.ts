@@ -95,6 +95,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           dataplaneOffloads: o.dataplaneOffloads,
           dataplaneBusyPoll: o.dataplaneBusyPoll,
           dataplaneQueueThreads: o.dataplaneQueueThreads,
+          dataplaneCpuAffine: o.dataplaneCpuAffine,
           ipMasq: o.ipMasq,
           storeDir: o.storeDir,
           // vxlan keeps its VtepMAC in a file beside subnet.env, and in kube mode in our

@@ -281,6 +281,10 @@ export const DAEMON_FLAGS = {
     'µs a userspace dataplane worker polls for more packets after a light burst before sleeping (0: never)',
     { min: 0, max: 10_000 },
   ),
+  'dataplane-cpu-affine': bool(
+    false,
+    "pin userspace dataplane queue k to CPU k, steer TUN packets to the sending CPU's queue and receive on that CPU's socket (needs one queue per CPU; else logged and unpinned)",
+  ),
   'dataplane-queue-threads': int(
     1,
     'threads per userspace dataplane queue: 1 (moving both directions) or 2 (one per direction)',

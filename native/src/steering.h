@@ -1,0 +1,25 @@
+// TUN queue steering (TUNSETSTEERINGEBPF): a tiny socket-filter program the kernel runs for each
+// packet routed into the TUN; its return value modulo the number of queues picks the queue.
+// Without one, the TUN picks by its flow table, which it updates from the queue that last wrote
+// a flow's packets: a new TCP connection's first reply, received by the queue the peer's
+// SO_REUSEPORT group picked, moves the flow to that queue once, and TCP sees reordering.
+#ifndef WEFT_NATIVE_STEERING_H_
+#define WEFT_NATIVE_STEERING_H_
+
+#include <string>
+
+namespace weft {
+
+enum class Steering {
+  kFlowHash,  // skb->hash (the sending socket's txhash), else inner src ^ dst address: a flow
+              // stays on one queue for its life
+  kCpu,       // the current CPU: the queue whose thread is pinned to it (CPU-affine queues)
+};
+
+// Loads the program and attaches it to the TUN device behind `tun_fd` (every queue shares it).
+// Returns 0, or an errno with `error` set (the TUN then keeps its flow-table steering).
+int AttachSteering(int tun_fd, Steering kind, std::string* error);
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_STEERING_H_
