@@ -63,7 +63,12 @@ nlmsghdr* BuildOp(char* at, const NlOp& op, uint32_t seq) {
     case NlOpKind::kDelRoute: {
       bool add = op.kind == NlOpKind::kReplaceRoute;
       nlh->nlmsg_type = add ? RTM_NEWROUTE : RTM_DELROUTE;
-      if (add) nlh->nlmsg_flags |= NLM_F_CREATE | NLM_F_REPLACE;
+      // A blackhole is only added where no route for dst exists (never replaces the bridge's
+      // connected route): create-exclusive, EEXIST counts as done (netlink.ts isAlreadyDone).
+      if (add) {
+        nlh->nlmsg_flags |= NLM_F_CREATE |
+                            (op.route_type == RTN_BLACKHOLE ? NLM_F_EXCL : NLM_F_REPLACE);
+      }
       auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
       int family = op.dst.family;
       rtm->rtm_family = family;

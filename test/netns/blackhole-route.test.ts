@@ -41,6 +41,16 @@ for (const [name, open, why] of impls) {
       await scope.cleanup();
     });
 
+    test('a connected route of the same prefix (the pod bridge’s) is kept, not replaced', async () => {
+      ip(ns, 'link', 'add', 'br9', 'type', 'bridge');
+      ip(ns, 'addr', 'add', '10.5.9.1/24', 'dev', 'br9');
+      ip(ns, 'link', 'set', 'br9', 'up');
+      await applyAll(nl, [{ op: 'replaceRoute', type: 'blackhole', dst: '10.5.9.0/24' }]);
+      assert.match(ip(ns, '-4', 'route', 'show', '10.5.9.0/24'), /^10\.5\.9\.0\/24 dev br9/);
+      assert.doesNotMatch(ip(ns, '-4', 'route', 'show', 'type', 'blackhole'), /10\.5\.9\.0/);
+      ip(ns, 'link', 'del', 'br9');
+    });
+
     for (const [fam, dst] of [
       ['-4', '10.5.1.0/24'],
       ['-6', 'fc00:0:0:1::/64'],

@@ -1,18 +1,20 @@
 /**
  * The real daemon with flanneld's traffic flags, 2 dual-stack host-gw nodes (the shared cluster
  * builder, src/testbed/cluster.ts, draws it): `"EnableNFTables": true`, --ip-masq,
- * --ip-masq-fully-random-disable, --ip-blackhole-route, -v=2 and --vmodule.
+ * --ip-masq-fully-random-disable, -v=2 and --vmodule; then node 1 restarted with
+ * --ip-blackhole-route.
  *
  *            underlay br0
  *        ┌───────┴───────┐
  *      node 0          node 1        weft daemon each (embedded store)
- *      nft: ip flannel-ipv4 / ip6 flannel-ipv6, blackhole <own subnets>
+ *      nft: ip flannel-ipv4 / ip6 flannel-ipv6
  *      pod 0.0         pod 1.0
  *
  * Each node's tables equal flannel's golden text (plain `masquerade`), no iptables chain of
- * ours exists, the blackhole routes are in place, a rule deleted by hand is back within
- * --iptables-resync, -v=2 turned on debug lines and --vmodule was warned about once, and the
- * pods still reach each other.
+ * ours exists, a rule deleted by hand is back within --iptables-resync, -v=2 turned on debug
+ * lines and --vmodule was warned about once, and the pods still reach each other; with
+ * --ip-blackhole-route the pod bridge's own route is kept (flannel's flag is for setups without
+ * a bridge) and the pods still reach each other.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -41,7 +43,7 @@ describe('daemon: nftables mode with flanneld’s traffic flags', { skip }, () =
       dualStack: true,
       ipMasq: true,
       netConf: { EnableNFTables: true },
-      flags: ['--ip-masq-fully-random-disable', '--ip-blackhole-route', '-v=2', '--vmodule=main=3'],
+      flags: ['--ip-masq-fully-random-disable', '-v=2', '--vmodule=main=3'],
     });
   });
   after(async () => {
@@ -59,21 +61,6 @@ describe('daemon: nftables mode with flanneld’s traffic flags', { skip }, () =
       assert.equal(list(n.ns, 6), nftGolden(6, CLUSTER_NETWORK_V6, S6, false));
       for (const save of ['iptables-save', 'ip6tables-save']) {
         assert.doesNotMatch(nsExec(n.ns, save), /FLANNEL|flanneld/, `${n.name} ${save}`);
-      }
-    }
-  });
-
-  test('--ip-blackhole-route: a blackhole route for each own subnet', async () => {
-    for (const n of c.nodes) {
-      for (const [fam, subnet] of [
-        ['-4', network(n.env.FLANNEL_SUBNET!)],
-        ['-6', network(n.env.FLANNEL_IPV6_SUBNET!)],
-      ] as const) {
-        await waitFor(
-          () => nsExec(n.ns, 'ip', [fam, 'route', 'show', 'type', 'blackhole']).includes(subnet),
-          20_000,
-          `${n.name} blackhole ${subnet}`,
-        );
       }
     }
   });
@@ -98,5 +85,23 @@ describe('daemon: nftables mode with flanneld’s traffic flags', { skip }, () =
 
   test('pods still reach each other, both families', async () => {
     assert.equal(await waitForMesh(c.nodes.flatMap((n) => n.pods)), 0, 'pod pairs without replies');
+  });
+
+  test('--ip-blackhole-route after a restart: blackholes where no route of the subnet exists, the pod bridge’s kept', async () => {
+    await c.stopDaemon(1);
+    await c.startDaemon(1, ['--ip-blackhole-route']);
+    const n = c.nodes[1]!;
+    const S4 = network(n.env.FLANNEL_SUBNET!);
+    const S6 = network(n.env.FLANNEL_IPV6_SUBNET!);
+    // IPv6: the blackhole (metric 1024) sits behind the bridge's connected route (metric 256).
+    await waitFor(
+      () => nsExec(n.ns, 'ip', ['-6', 'route', 'show', 'type', 'blackhole']).includes(S6),
+      20_000,
+      `${n.name} blackhole ${S6}`,
+    );
+    // IPv4: the bridge's connected route has the same key; it stays, no blackhole replaces it.
+    assert.match(nsExec(n.ns, 'ip', ['-4', 'route', 'show', S4]), /dev cni0/);
+    assert.doesNotMatch(nsExec(n.ns, 'ip', ['-4', 'route', 'show', 'type', 'blackhole']), /./);
+    assert.equal(await waitForMesh(c.nodes.flatMap((p) => p.pods)), 0, 'pod pairs without replies');
   });
 });

@@ -113,8 +113,11 @@ export class FakeNetlink implements Netlink {
       case 'replaceRoute': {
         const table = op.table ?? RT_TABLE_MAIN;
         if (op.type === 'blackhole') {
-          // Kept apart: the kernel implementations list unicast routes only.
-          this.blackholes.add(`${table}|${op.dst}`);
+          // Kept apart: the kernel implementations list unicast routes only. Added only where
+          // no route for dst exists (isAlreadyDone takes the EEXIST as done).
+          const key = `${table}|${op.dst}`;
+          if (this.blackholes.has(key) || this.routes.has(key)) return E.EEXIST;
+          this.blackholes.add(key);
           return 0;
         }
         this.routes.set(`${table}|${op.dst}`, {

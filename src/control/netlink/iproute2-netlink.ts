@@ -127,8 +127,10 @@ export function opArgs(op: Op): { tool: Tool; args: string[] } {
   switch (op.op) {
     case 'replaceRoute':
     case 'delRoute': {
-      const args = [familyFlag(op.dst), 'route', op.op === 'replaceRoute' ? 'replace' : 'del'];
-      if (op.type === 'blackhole') args.push('blackhole');
+      const blackhole = op.type === 'blackhole';
+      const verb = op.op === 'delRoute' ? 'del' : blackhole ? 'add' : 'replace';
+      const args = [familyFlag(op.dst), 'route', verb];
+      if (blackhole) args.push('blackhole');
       args.push(op.dst);
       if (op.gw) args.push('via', op.gw);
       if (op.dev) args.push('dev', op.dev);

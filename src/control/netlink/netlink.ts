@@ -28,7 +28,12 @@ export interface RouteSpec {
   readonly onlink?: boolean;
   /** Routing table (default: main, 254). */
   readonly table?: number;
-  /** A blackhole route (no gw, no dev): packets to `dst` are dropped (--ip-blackhole-route). */
+  /**
+   * A blackhole route (no gw, no dev): packets to `dst` are dropped (--ip-blackhole-route).
+   * `replaceRoute` of a blackhole only adds it where no route for `dst` exists, as flannel's
+   * RouteAdd: it never replaces another route of that prefix (the pod bridge's own), and an
+   * existing one (EEXIST) counts as done.
+   */
   readonly type?: 'blackhole';
 }
 
@@ -198,7 +203,8 @@ export function describeOp(op: Op): string {
     case 'replaceRoute':
     case 'delRoute': {
       const verb = op.op === 'replaceRoute' ? 'replace' : 'delete';
-      let s = `${verb} route ${op.type === 'blackhole' ? 'blackhole ' : ''}${op.dst}`;
+      const blackhole = op.type === 'blackhole';
+      let s = `${blackhole && verb === 'replace' ? 'add' : verb} route ${blackhole ? 'blackhole ' : ''}${op.dst}`;
       if (op.gw) s += ` via ${op.gw}`;
       if (op.dev) s += ` dev ${op.dev}`;
       if (op.onlink) s += ' onlink';
@@ -235,6 +241,8 @@ export function describeOp(op: Op): string {
 export function isAlreadyDone(op: Op, errno: number): boolean {
   const e = constants.errno;
   switch (op.op) {
+    case 'replaceRoute':
+      return op.type === 'blackhole' && errno === e.EEXIST;
     case 'delRoute':
       return errno === e.ESRCH;
     case 'delNeigh':

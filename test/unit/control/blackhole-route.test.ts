@@ -24,11 +24,22 @@ describe('--ip-blackhole-route', () => {
       JSON.stringify({ Network: '10.5.0.0/16', EnableIPv6: true, IPv6Network: 'fc00::/48' }),
     );
     assert.deepEqual(blackholeOps(dual, lease).map(describeOp), [
-      'replace route blackhole 10.5.1.0/24',
-      'replace route blackhole fc00:0:0:1::/64',
+      'add route blackhole 10.5.1.0/24',
+      'add route blackhole fc00:0:0:1::/64',
     ]);
     const v4 = parseNetConfig(JSON.stringify({ Network: '10.5.0.0/16' }));
     assert.equal(blackholeOps(v4, lease).length, 1);
+  });
+
+  test('never replaces another route of the prefix (the pod bridge’s own): that one stays', async () => {
+    const nl = new FakeNetlink();
+    nl.addLink('cni0');
+    const cfg = parseNetConfig(JSON.stringify({ Network: '10.5.0.0/16' }));
+    await nl.apply([{ op: 'replaceRoute', dst: '10.5.1.0/24', dev: 'cni0' }]);
+    const results = await nl.apply(blackholeOps(cfg, lease));
+    assert.deepEqual(results, [null]); // EEXIST counts as done
+    assert.equal(nl.blackholes.size, 0);
+    assert.equal((await nl.listRoutes({ family: 4 }))[0]?.dev, 'cni0');
   });
 
   test('the task puts the route in and re-applies it each resync until stopped', async () => {
