@@ -45,7 +45,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
 import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
-import { NetnsScope, ip, isRoot } from '../test/helpers/netns.js';
+import { NetnsScope, ip, isRoot } from '../src/testbed/netns.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const WEFT_BIN = join(ROOT, 'bin', 'weft');
