@@ -117,7 +117,14 @@ export function nsSpawn(
   args: readonly string[],
   opts: SpawnOptions = {},
 ): ChildProcess {
-  return spawn('ip', ['netns', 'exec', ns, cmd, ...args], { stdio: 'pipe', ...opts });
+  const p = spawn('ip', ['netns', 'exec', ns, cmd, ...args], { stdio: 'pipe', ...opts });
+  if (p.pid === undefined) {
+    // It never started (out of fds or processes): its 'error' would come on the next tick with
+    // nobody listening, and no 'exit' would follow for those waiting on one. Say so here.
+    p.once('error', () => undefined);
+    throw new Error(`[${ns}] ${cmd}: cannot start (spawn failed: out of fds or processes?)`);
+  }
+  return p;
 }
 
 /** PIDs of processes living in namespace `ns` (matched by the namespace inode). */

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 
 const CHILD = fileURLToPath(new URL('../../helpers/emfile-child.ts', import.meta.url));
 
-test('out of fds, the CNI delegate, iproute2 and the TUN helper spawns reject, naming why', () => {
+test('out of fds, the CNI delegate, iproute2, TUN helper and testbed spawns fail, naming why', () => {
   const r = spawnSync('prlimit', ['--nofile=256:256', process.execPath, '--import', 'tsx', CHILD], {
     encoding: 'utf8',
     timeout: 60_000,
@@ -18,4 +18,5 @@ test('out of fds, the CNI delegate, iproute2 and the TUN helper spawns reject, n
   assert.match(report.cni!, /^rejected: .*EMFILE/);
   assert.match(report.iproute2!, /^rejected: ip -json -d link show dev lo: cannot run: EMFILE/);
   assert.match(report.tunHelper!, /^rejected: tun weft-emfile0: helper spawn failed: .*EMFILE/);
+  assert.match(report.nsSpawn!, /^rejected: \[weft-emfile-none\] true: cannot start/);
 });
