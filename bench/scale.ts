@@ -69,6 +69,8 @@ export interface Row {
   removeP50Ms: number | null;
   removeP99Ms: number | null;
   churnCpuPct: number | null;
+  /** Changes (adds + removes) per second the store actually took during the churn. */
+  churnRate: number | null;
   churnP50Ms: number | null;
   churnP99Ms: number | null;
   /** Changes still not programmed when the churn ended + 10 s. */
@@ -415,6 +417,7 @@ async function measure(
     removeP50Ms: null,
     removeP99Ms: null,
     churnCpuPct: null,
+    churnRate: null,
     churnP50Ms: null,
     churnP99Ms: null,
     churnLost: null,
@@ -534,6 +537,8 @@ async function measure(
     const cpu0 = cpuTicks(pid);
     const c0 = Date.now();
     let writing = true;
+    let written = 0;
+    let writeEnd = 0;
     const writer = (async () => {
       const tickMs = 20;
       const perTick = Math.max(1, Math.round((CHURN_RATE * tickMs) / 1000));
@@ -548,11 +553,13 @@ async function measure(
         const wd = Date.now();
         await driver!.remove(dels);
         for (const i of dels) pendingDel.set(peerSubnet(i), wd);
+        written += adds.length + dels.length;
         live.push(...adds);
         t += tickMs;
         await sleep(Math.max(0, t - Date.now()));
       }
       writing = false;
+      writeEnd = Date.now();
     })();
     let lastTable = -1;
     while (writing || pendingAdd.size + pendingDel.size > 0) {
@@ -579,11 +586,12 @@ async function measure(
               m.delete(dst);
             }
       }
-      await sleep(3);
+      await sleep(10); // the dumps cost CPU on the same machine: not too often
     }
     await writer;
     const c1 = Date.now();
     row.churnCpuPct = ((cpuTicks(pid) - cpu0) / TICKS / ((c1 - c0) / 1000)) * 100;
+    row.churnRate = written / ((writeEnd - c0) / 1000);
     row.churnP50Ms = pct(churnLat, 0.5);
     row.churnP99Ms = pct(churnLat, 0.99);
     row.churnLost = pendingAdd.size + pendingDel.size;
@@ -630,7 +638,7 @@ function table(rows: readonly Row[]): string {
     'start ms',
     'burst ms',
     'event p50/p99 ms',
-    'churn CPU %',
+    'churn /s, CPU %',
     'churn p50/p99 ms',
     'RSS (peak) MiB',
     'idle CPU %',
@@ -645,7 +653,7 @@ function table(rows: readonly Row[]): string {
           fmt(r.startMs),
           fmt(r.burstMs),
           `${fmt(r.eventP50Ms, 1)} / ${fmt(r.eventP99Ms, 1)}`,
-          fmt(r.churnCpuPct, 1),
+          `${fmt(r.churnRate)}, ${fmt(r.churnCpuPct, 1)}`,
           `${fmt(r.churnP50Ms, 1)} / ${fmt(r.churnP99Ms, 1)}${r.churnLost ? ` (${r.churnLost} late)` : ''}`,
           `${fmt(r.rssMiB)} (${fmt(r.peakRssMiB)})`,
           fmt(r.idleCpuPct, 2),
