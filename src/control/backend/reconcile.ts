@@ -400,23 +400,33 @@ export class Reconciler {
   }
 }
 
+/** How long a flush waits for more events after the first one it carries. */
+export const FLUSH_WINDOW_MS = 5;
+
 /** A backend's pure plan: one lease event, one family → kernel ops (empty: nothing to do). */
 export type Planner = (event: LeaseEvent, family: Family) => Op[];
 
 /**
  * The run() of a kernel backend. Lease events are planned as they arrive (only the peers they
- * name), and applied in one Netlink batch per flush window: a flush starts once the events
- * already received are planned (setImmediate), and whatever arrives while it is in flight goes
- * into the next one, so a burst of thousands of separate store events costs a few batches, not
- * thousands. The first flush (the snapshot of every lease) is followed by a resync that removes
+ * name), and applied in one Netlink batch per flush window: a flush starts `flushWindowMs`
+ * (default 5 ms) after the first event it carries, once the events already received are planned,
+ * and whatever arrives while it is in flight goes into the next one — so a burst of thousands of
+ * separate store events (a trickle, as the Kubernetes watch delivers them) costs at most one
+ * kernel batch per window, not one per event. The first flush (the snapshot of every lease) is followed by a resync that removes
  * what an earlier run left behind; then the periodic resync runs until `signal`.
  */
 export async function runPlanned(
   events: AsyncIterable<LeaseEvent[]>,
   signal: AbortSignal,
-  o: { reconciler: Reconciler; families: readonly Family[]; plan: Planner },
+  o: {
+    reconciler: Reconciler;
+    families: readonly Family[];
+    plan: Planner;
+    flushWindowMs?: number | undefined;
+  },
 ): Promise<void> {
   const rec = o.reconciler;
+  const windowMs = o.flushWindowMs ?? FLUSH_WINDOW_MS;
   const loop = new AbortController();
   const stop = () => loop.abort();
   signal.addEventListener('abort', stop, { once: true });
@@ -429,7 +439,9 @@ export async function runPlanned(
   const flushLoop = async (): Promise<void> => {
     do {
       again = false;
-      await new Promise<void>((resolve) => setImmediate(resolve));
+      await new Promise<void>((resolve) =>
+        windowMs > 0 ? setTimeout(resolve, windowMs) : setImmediate(resolve),
+      );
       await rec.flush();
       if (!periodic) {
         await rec.resync();
