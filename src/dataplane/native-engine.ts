@@ -201,8 +201,8 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
     throw err;
   }
   if (created.affinityNote !== '' && (opts.cpuAffine || opts.steering !== false)) {
-    // Once per start: what was asked for and why it is not so (the queues still run).
-    log.warn(
+    // Once per start: what was asked for and why it is not so (the queues still run, slower).
+    log.info(
       { tun: created.tunName, steering: created.steering, reason: created.affinityNote },
       opts.cpuAffine ? 'dataplane queues run unpinned' : 'dataplane TUN steering unavailable',
     );

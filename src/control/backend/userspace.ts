@@ -121,7 +121,7 @@ export function createUserspaceBackend(
         offloads: offloadsOption(ctx),
         busyPollUs: busyPollOption(ctx),
         queueThreads: queueThreadsOption(ctx),
-        cpuAffine: ctx.options.dataplaneCpuAffine === true,
+        cpuAffine: ctx.options.dataplaneCpuAffine !== false,
         bindIp,
         port: spec.port,
         tunMtu: mtu,

@@ -282,8 +282,8 @@ export const DAEMON_FLAGS = {
     { min: 0, max: 10_000 },
   ),
   'dataplane-cpu-affine': bool(
-    false,
-    "pin userspace dataplane queue k to CPU k, steer TUN packets to the sending CPU's queue and receive on that CPU's socket (needs one queue per CPU; else logged and unpinned)",
+    true,
+    "pin userspace dataplane queue k to CPU k, steer TUN packets to the sending CPU's queue and receive on that CPU's socket (needs one queue per CPU; else logged and unpinned; =false: unpinned, the TUN steers by flow)",
   ),
   'dataplane-queue-threads': int(
     1,

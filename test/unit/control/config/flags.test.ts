@@ -71,7 +71,7 @@ describe('daemon flags: defaults (flannel names and values)', () => {
     dataplaneOffloads: '',
     dataplaneWorkers: 0,
     dataplaneBusyPoll: 0,
-    dataplaneCpuAffine: false,
+    dataplaneCpuAffine: true,
     dataplaneQueueThreads: 1,
   };
   for (const [key, value] of Object.entries(expected)) {
