@@ -237,7 +237,7 @@ for (const backend of ['host-gw', 'vxlan'] as const) {
       const golden = goldenIptables(subnetOf(c.nodes[0]!.env.FLANNEL_SUBNET!));
       assert.deepEqual(ours(), golden);
       nsExec(ns, 'iptables', ['-t', 'nat', '-D', 'FLANNEL-POSTRTG', '2']);
-      await waitFor(() => ours().length === golden.length, 1500, 'rule restored');
+      await waitFor(() => ours().length === golden.length, 10_000, 'rule restored');
       assert.deepEqual(ours(), golden);
     });
   });
