@@ -8,12 +8,14 @@
  *       └── node 1: eth0 10.250.0.2 ── weft daemon ── cni0 ── pod 1 (iperf3 server)
  *
  * Paths: underlay (node to node, no tunnel), host-gw, vxlan (kernel), udp (weft native engine),
- * vxlan-userspace (weft native engine), udp-js (weft js engine). Each weft path runs the real
+ * vxlan-userspace (weft native engine), vxlan-bpf and udp-bpf (weft bpf engine: TC-BPF encap and
+ * decap in the kernel), udp-js (weft js engine). Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
  * received pps and loss, ping RTT avg and p99, dataplane-process CPU seconds per GB moved.
  * Output: a table (medians, ranges, ratios), bench/results/<time>.json; a full run (every path,
  * not --quick) also replaces latest.json, latest.svg and latest.md, which the README shows.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -43,6 +45,21 @@ export const PATHS: readonly PathDef[] = [
     label: 'weft vxlan-userspace (native)',
     backend: { Type: 'vxlan', Dataplane: 'userspace' },
     userspace: true,
+  },
+  {
+    name: 'vxlan-bpf',
+    label: 'weft vxlan (bpf)',
+    backend: { Type: 'vxlan', Dataplane: 'userspace' },
+    daemonArgs: ['--dataplane-engine=bpf'],
+    // The packets are moved in the kernel (softirq), not by the daemon: no process CPU to count.
+    userspace: false,
+  },
+  {
+    name: 'udp-bpf',
+    label: 'weft udp (bpf)',
+    backend: { Type: 'udp' },
+    daemonArgs: ['--dataplane-engine=bpf'],
+    userspace: false,
   },
   {
     name: 'udp-js',
@@ -122,6 +139,14 @@ interface Bed {
   dst: { ns: string; ip: string };
 }
 
+/** How many of the bpf engine's programs are loaded (each running bpf engine holds two). */
+function weftPrograms(): number {
+  const progs = JSON.parse(
+    execFileSync('bpftool', ['-j', 'prog', 'show'], { encoding: 'utf8' }),
+  ) as { name?: string }[];
+  return progs.filter((p) => p.name === 'weft_tx' || p.name === 'weft_rx').length;
+}
+
 async function buildBed(path: PathDef): Promise<Bed> {
   const cluster = await Cluster.build({
     nodes: 2,
@@ -141,7 +166,13 @@ async function buildBed(path: PathDef): Promise<Bed> {
       const [a, b] = cluster.nodes;
       return { path, cluster, src: { ns: a!.ns, ip: a!.ip }, dst: { ns: b!.ns, ip: b!.ip } };
     }
+    const bpfRow = path.daemonArgs?.includes('--dataplane-engine=bpf') ?? false;
+    const programsBefore = bpfRow ? weftPrograms() : 0;
     await cluster.startDaemons();
+    if (bpfRow && weftPrograms() - programsBefore < 2 * cluster.nodes.length) {
+      // A bpf row that fell back to native would measure native: refuse to print it as bpf.
+      throw new Error(`${path.label}: the bpf engine did not start on every node (daemon logs)`);
+    }
     const pods = await cluster.addPods(1);
     const silent = await waitForMesh(pods, 15_000);
     if (silent > 0) throw new Error(`${silent} pod pair(s) unreachable after 15 s`);

@@ -326,19 +326,23 @@ int weft_tx(struct __sk_buff *skb) {
     o.eth[12] = ip.version == 4 ? 0x08 : 0x86;
     o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
     flags |= BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
-  } else if (decrement_ttl(skb, l2, &ip) < 0) {
-    goto pass;
   }
+  // A refusal here (e.g. a GSO type adjust_room does not take) leaves the packet as it was.
   if (bpf_skb_adjust_room(skb, outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) goto pass;
-  if (bpf_skb_store_bytes(skb, l2, &o, vx ? sizeof(o) : IP4_HLEN + UDP_HLEN, 0) < 0) {
-    // The room is there but the headers are not: the packet cannot be sent as is.
-    count(C_TX_REDIRECT_ERROR, 1);
-    return TC_ACT_SHOT;
-  }
+  if (bpf_skb_store_bytes(skb, l2, &o, vx ? sizeof(o) : IP4_HLEN + UDP_HLEN, 0) < 0) goto broken;
+  // flannel-udp forwards the inner packet: one hop, as flanneld's proxy counts it.
+  if (!vx && decrement_ttl(skb, l2 + outer_len, &ip) < 0) goto broken;
+  // bpf_redirect_neigh needs a MAC header in front of the network header (it replaces it with
+  // the neighbour's): on the TUN there is none, so push an empty one.
+  if (l2 == 0 && bpf_skb_change_head(skb, ETH_HLEN, 0) < 0) goto broken;
   count(C_TX_PACKETS, segs);
   count(C_TX_BYTES, ip.len);
   if (l2 != 0) return TC_ACT_REDIRECT;  // test runs: report the decision, send nothing
   return bpf_redirect_neigh(cfg->underlay_ifindex, 0, 0, 0);
+broken:
+  // Changed half way: no longer the packet that came in, and not one that can be sent.
+  count(C_TX_REDIRECT_ERROR, 1);
+  return TC_ACT_SHOT;
 pass:
   count(C_TX_PASSED, 1);
   return TC_ACT_OK;

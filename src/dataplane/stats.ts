@@ -242,6 +242,30 @@ export function registerDataplaneMetrics(
     },
   });
   new Gauge({
+    name: 'weft_dataplane_engine',
+    help: 'The packet engine running (1) and the others (0): native, bpf (kernel fast path + native), js.',
+    labelNames: ['engine'],
+    registers: [registry],
+    collect() {
+      const s = read();
+      this.reset();
+      for (const e of ['native', 'bpf', 'js'] as const)
+        this.set({ engine: e }, s?.engine === e ? 1 : 0);
+    },
+  });
+  new Counter({
+    name: 'weft_dataplane_bpf_passed_packets_total',
+    help: 'Packets the bpf programs left to the userspace engine (no peer, IPv6 underlay, TTL, bad or unknown input), by direction.',
+    labelNames: ['direction'],
+    registers: [registry],
+    collect() {
+      const s = read();
+      this.reset();
+      this.inc({ direction: 'tx' }, s?.bpf?.tx_passed ?? 0);
+      this.inc({ direction: 'rx' }, s?.bpf?.rx_passed ?? 0);
+    },
+  });
+  new Gauge({
     name: 'weft_dataplane_workers',
     help: 'Dataplane worker threads (TUN queues) running.',
     labelNames: ['engine'],

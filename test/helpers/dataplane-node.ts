@@ -44,7 +44,7 @@ async function start(): Promise<Dataplane> {
 const fds = () => readdirSync('/proc/self/fd').length;
 let dp = await start();
 let peers: PeerEntry[] = [];
-out({ ready: true, tun: dp.tunName });
+out({ ready: true, tun: dp.tunName, engine: dp.engine });
 
 const rl = createInterface({ input: process.stdin });
 for await (const line of rl) {

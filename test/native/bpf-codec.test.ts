@@ -257,7 +257,6 @@ describe(
             vni: 7,
             vtepMac: OUR_MAC,
           };
-          bpf!.bpfConfigure(id, { ...opts, localV4: opts.bindIp });
           probeBpf(bpf!, id, opts);
           process.env[PROBE_FAIL_ENV] = '1';
           assert.throws(() => probeBpf(bpf!, id, opts), { code: 'WEFT_ERR_BPF_UNAVAILABLE' });

@@ -26,160 +26,25 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
 import { NetnsScope, ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
+import {
+  type Node,
+  type Side,
+  type Stats,
+  peersOf,
+  startNode,
+  startPair,
+  stopPair,
+  twoNodes,
+} from '../helpers/dataplane-pair.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
-
-class Node {
-  readonly #replies: ((v: Record<string, unknown>) => void)[] = [];
-  readonly ready: Promise<Record<string, unknown>>;
-  constructor(readonly proc: ChildProcess) {
-    const rl = createInterface({ input: proc.stdout! });
-    let first: (v: Record<string, unknown>) => void;
-    this.ready = new Promise((r) => (first = r));
-    let gotFirst = false;
-    rl.on('line', (line) => {
-      let v: Record<string, unknown>;
-      try {
-        v = JSON.parse(line) as Record<string, unknown>;
-      } catch {
-        return;
-      }
-      if (!gotFirst) {
-        gotFirst = true;
-        first(v);
-      } else this.#replies.shift()?.(v);
-    });
-  }
-  send(cmd: Record<string, unknown>): Promise<Record<string, unknown>> {
-    return new Promise((resolve) => {
-      this.#replies.push(resolve);
-      this.proc.stdin!.write(JSON.stringify(cmd) + '\n');
-    });
-  }
-}
-
-interface Side {
-  readonly ns: string;
-  readonly under: string;
-  readonly v4: string;
-  readonly v6: string;
-  readonly subnet: string;
-  readonly subnet6: string;
-  readonly mac: string;
-}
-
-type Stats = {
-  total: { counters: Record<string, number> };
-  offloads: Record<string, boolean>;
-};
-
-const PORT = { udp: 8285, vxlan: 8472 } as const;
-
-function peersOf(s: Side, format: 'udp' | 'vxlan') {
-  const base = {
-    publicIP: s.under,
-    port: PORT[format],
-    ...(format === 'vxlan' ? { vtepMac: s.mac } : {}),
-  };
-  return [
-    { subnet: s.subnet, ...base },
-    { subnet: s.subnet6, ...base },
-  ];
-}
-
-/** One dataplane-node.ts process in `s`'s namespace (2 queues for native unless `extra` says). */
-function startNode(
-  scope: NetnsScope,
-  s: Side,
-  format: 'udp' | 'vxlan',
-  engine: 'native' | 'js',
-  extra: Record<string, unknown> = {},
-): Node {
-  const cfg = {
-    format,
-    engine,
-    tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
-    workers: engine === 'native' ? 2 : 1,
-    bindIp: s.under,
-    port: PORT[format],
-    tunMtu: format === 'udp' ? 1472 : 1450,
-    vni: 1,
-    vtepMac: s.mac,
-    tunAddr: `${s.v4}/32`,
-    clusterRoute: '10.7.0.0/16',
-    tunAddr6: `${s.v6}/128`,
-    clusterRoute6: 'fd07::/48',
-    ...extra,
-  };
-  return new Node(
-    scope.spawn(
-      s.ns,
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        join(PACKAGE_ROOT, 'test/helpers/dataplane-node.ts'),
-        JSON.stringify(cfg),
-      ],
-      { cwd: PACKAGE_ROOT },
-    ),
-  );
-}
-
-async function startPair(
-  scope: NetnsScope,
-  sides: [Side, Side],
-  format: 'udp' | 'vxlan',
-  engine: 'native' | 'js',
-  extra: Record<string, unknown> = {},
-): Promise<[Node, Node]> {
-  const nodes = sides.map((s) => startNode(scope, s, format, engine, extra)) as [Node, Node];
-  for (const n of nodes) assert.equal((await n.ready).ready, true);
-  await nodes[0].send({ cmd: 'peers', peers: peersOf(sides[1], format) });
-  await nodes[1].send({ cmd: 'peers', peers: peersOf(sides[0], format) });
-  return nodes;
-}
-
-async function stopPair(nodes: [Node, Node]): Promise<void> {
-  await Promise.all(
-    nodes.map(async (n) => {
-      const exited = new Promise((r) => n.proc.once('exit', r));
-      await n.send({ cmd: 'close' });
-      await exited;
-    }),
-  );
-}
 
 describe('dataplane engine between two namespaces', { skip }, () => {
   const scope = new NetnsScope();
   let A: Side;
   let B: Side;
   before(() => {
-    const a = scope.add();
-    const b = scope.add();
-    scope.vethBetween(a, 'va', b, 'vb');
-    ip(a, 'addr', 'add', '192.168.77.1/24', 'dev', 'va');
-    ip(b, 'addr', 'add', '192.168.77.2/24', 'dev', 'vb');
-    ip(a, 'link', 'set', 'va', 'up');
-    ip(b, 'link', 'set', 'vb', 'up');
-    A = {
-      ns: a,
-      under: '192.168.77.1',
-      v4: '10.7.1.0',
-      v6: 'fd07:0:0:1::',
-      subnet: '10.7.1.0/24',
-      subnet6: 'fd07:0:0:1::/64',
-      mac: '02:00:00:00:07:01',
-    };
-    B = {
-      ns: b,
-      under: '192.168.77.2',
-      v4: '10.7.2.0',
-      v6: 'fd07:0:0:2::',
-      subnet: '10.7.2.0/24',
-      subnet6: 'fd07:0:0:2::/64',
-      mac: '02:00:00:00:07:02',
-    };
+    [A, B] = twoNodes(scope);
   });
   // C fixtures: a UDP GSO (QUIC-like) sender and a sendmmsg burst sender.
   const bin = mkdtempSync(join(tmpdir(), 'weft-dp-fixtures-'));

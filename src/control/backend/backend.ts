@@ -40,6 +40,12 @@ export interface BackendContext {
   readonly signal: AbortSignal;
 }
 
+/**
+ * Set to true in BackendContext.options by vxlan "Dataplane": "auto" when it hands over to the
+ * userspace backend for lack of kernel vxlan: an `auto` engine then means bpf (then native).
+ */
+export const AUTO_PREFERS_BPF = 'dataplaneAutoPrefersBpf';
+
 export interface PreparedBackend {
   /** backendType / backendData / backendV6Data for our lease (publicIP is filled by the daemon). */
   readonly attrs: Pick<LeaseAttrs, 'backendType' | 'backendData' | 'backendV6Data'>;

@@ -22,6 +22,7 @@ import { registerDataplaneMetrics } from '../../dataplane/stats.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
+import { AUTO_PREFERS_BPF } from './backend.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
 import { type PeerPlanContext, PeerRecords, planPeers } from './peer-plan.js';
 import { clusterNetwork, enabledFamilies, leaseSubnet, subnetAddress } from './kernel-common.js';
@@ -41,14 +42,20 @@ export interface UserspaceSpec {
   peerFor(lease: Lease, family: Family, publicIP: string): PeerEntry | { skip: string };
 }
 
+/**
+ * The engine to start: js, native and bpf as asked; auto is native, except where vxlan
+ * "Dataplane": "auto" handed over for lack of kernel vxlan (AUTO_PREFERS_BPF): bpf, which itself
+ * falls back to native where its programs cannot run.
+ */
 function engineOption(ctx: BackendContext): DataplaneEngine {
   const e = ctx.options.dataplaneEngine;
-  return e === 'js' ? 'js' : 'native';
+  if (e === 'js' || e === 'native' || e === 'bpf') return e;
+  return ctx.options[AUTO_PREFERS_BPF] === true ? 'bpf' : 'native';
 }
 
 /** The native engine needs the addon: without it, say so and name the way out. */
 function checkEngine(type: string, engine: DataplaneEngine): void {
-  if (engine !== 'native') return;
+  if (engine === 'js') return;
   try {
     loadNative();
   } catch (err) {
@@ -117,6 +124,7 @@ export function createUserspaceBackend(
         format: spec.format,
         engine,
         tunName: spec.tunName,
+        underlay: ext.name,
         workers: workersOption(ctx),
         offloads: offloadsOption(ctx),
         busyPollUs: busyPollOption(ctx),

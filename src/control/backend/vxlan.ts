@@ -26,6 +26,7 @@ import { LogOnce, logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
+import { AUTO_PREFERS_BPF } from './backend.js';
 import type { Backend, BackendContext, BackendFactory, PreparedBackend } from './backend.js';
 import type { KernelBackendDeps } from './host-gw.js';
 import {
@@ -317,7 +318,11 @@ export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): B
         if (!isNoKernelVxlan(err)) throw err;
         ctx.log.warn({ err: errorMessage(err) }, 'no kernel vxlan; using the userspace dataplane');
         await kernel.close();
-        impl = userspaceBackend(ctx, deps);
+        // Next best: the bpf engine (kernel speed without the vxlan module), then native.
+        impl = userspaceBackend(
+          { ...ctx, options: { ...ctx.options, [AUTO_PREFERS_BPF]: true } },
+          deps,
+        );
         return impl.prepare();
       }
     },

@@ -166,7 +166,7 @@ export function list(
 // ---------------------------------------------------------------------------------------------
 // The daemon's flags (flannel's names and defaults, then weft's own)
 
-export const DATAPLANE_ENGINES = ['native', 'js'] as const;
+export const DATAPLANE_ENGINES = ['auto', 'native', 'bpf', 'js'] as const;
 
 export const DAEMON_FLAGS = {
   'etcd-endpoints': str(
@@ -262,8 +262,8 @@ export const DAEMON_FLAGS = {
   'release-lease-on-exit': bool(false, 'delete our lease when the daemon stops'),
   'dataplane-engine': oneOf(
     DATAPLANE_ENGINES,
-    'native',
-    'userspace packet engine: the C++ addon, or the js reference engine',
+    'auto',
+    'userspace packet engine: native (the C++ addon), bpf (TC-BPF encap/decap in the kernel, native as slow path; falls back to native), js (the reference engine), auto (native; bpf for vxlan "auto" on a kernel without vxlan)',
   ),
   'dataplane-offloads': {
     kind: 'string',

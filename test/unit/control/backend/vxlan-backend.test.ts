@@ -4,6 +4,7 @@ import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
+import { AUTO_PREFERS_BPF } from '../../../../src/control/backend/backend.js';
 import type { Backend } from '../../../../src/control/backend/backend.js';
 import { createHostGwBackend } from '../../../../src/control/backend/host-gw.js';
 import { backendFactory, registerBackend } from '../../../../src/control/backend/registry.js';
@@ -185,13 +186,19 @@ describe('vxlan backend options', () => {
       run: async () => {},
       close: async () => {},
     };
+    let handedOptions: Readonly<Record<string, unknown>> = {};
     const b = createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'auto' }), {
       openNetlink: () => nl,
-      userspace: () => userspace,
+      userspace: (ctx) => {
+        handedOptions = ctx.options;
+        return userspace;
+      },
     });
     await b.prepare();
     assert.equal(used, true);
     assert.equal(nl.closed, true);
+    // Next best after kernel vxlan: an `auto` engine becomes bpf (which falls back to native).
+    assert.equal(handedOptions[AUTO_PREFERS_BPF], true);
   });
 
   test('Dataplane auto keeps the kernel device when it works', async () => {

@@ -67,7 +67,7 @@ describe('daemon flags: defaults (flannel names and values)', () => {
     logLevel: 'info',
     logFormat: 'json',
     releaseLeaseOnExit: false,
-    dataplaneEngine: 'native',
+    dataplaneEngine: 'auto',
     dataplaneOffloads: '',
     dataplaneWorkers: 0,
     dataplaneBusyPoll: 0,
@@ -264,7 +264,7 @@ describe('parseFlags: errors', () => {
   it('rejects a bad --dataplane-engine', () =>
     usageFails(
       ['--dataplane-engine', 'ebpf'],
-      '--dataplane-engine: must be one of native|js, got "ebpf"',
+      '--dataplane-engine: must be one of auto|native|bpf|js, got "ebpf"',
     ));
   it('rejects a --public-ip that is not an IPv4 address', () => {
     usageFails(['--public-ip=10.0.0'], '--public-ip: must be an IPv4 address, got "10.0.0"');

@@ -1,0 +1,152 @@
+/**
+ * Two dataplane-node.ts processes, one per node namespace, fed each other's peer records: the
+ * pair the dataplane namespace tests (dataplane-engine, bpf-engine) drive.
+ */
+import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { DataplaneEngine } from '../../src/dataplane/index.js';
+import { PACKAGE_ROOT as ROOT } from '../../src/testbed/cluster.js';
+import { type NetnsScope, ip } from '../../src/testbed/netns.js';
+
+/** One dataplane-node.ts process: its first line (ready) and one reply per command. */
+export class Node {
+  readonly #replies: ((v: Record<string, unknown>) => void)[] = [];
+  readonly ready: Promise<Record<string, unknown>>;
+  constructor(readonly proc: ChildProcess) {
+    const rl = createInterface({ input: proc.stdout! });
+    let first: (v: Record<string, unknown>) => void;
+    this.ready = new Promise((r) => (first = r));
+    let gotFirst = false;
+    rl.on('line', (line) => {
+      let v: Record<string, unknown>;
+      try {
+        v = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        return;
+      }
+      if (!gotFirst) {
+        gotFirst = true;
+        first(v);
+      } else this.#replies.shift()?.(v);
+    });
+  }
+  send(cmd: Record<string, unknown>): Promise<Record<string, unknown>> {
+    return new Promise((resolve) => {
+      this.#replies.push(resolve);
+      this.proc.stdin!.write(JSON.stringify(cmd) + '\n');
+    });
+  }
+}
+
+export interface Side {
+  readonly ns: string;
+  readonly under: string;
+  readonly v4: string;
+  readonly v6: string;
+  readonly subnet: string;
+  readonly subnet6: string;
+  readonly mac: string;
+}
+
+export type Stats = {
+  total: { counters: Record<string, number> };
+  offloads: Record<string, boolean>;
+};
+
+export const PORT = { udp: 8285, vxlan: 8472 } as const;
+
+export function peersOf(s: Side, format: 'udp' | 'vxlan') {
+  const base = {
+    publicIP: s.under,
+    port: PORT[format],
+    ...(format === 'vxlan' ? { vtepMac: s.mac } : {}),
+  };
+  return [
+    { subnet: s.subnet, ...base },
+    { subnet: s.subnet6, ...base },
+  ];
+}
+
+/** One dataplane-node.ts process in `s`'s namespace (2 queues for native unless `extra` says). */
+export function startNode(
+  scope: NetnsScope,
+  s: Side,
+  format: 'udp' | 'vxlan',
+  engine: DataplaneEngine,
+  extra: Record<string, unknown> = {},
+): Node {
+  const cfg = {
+    format,
+    engine,
+    tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
+    workers: engine === 'js' ? 1 : 2,
+    bindIp: s.under,
+    port: PORT[format],
+    tunMtu: format === 'udp' ? 1472 : 1450,
+    vni: 1,
+    vtepMac: s.mac,
+    tunAddr: `${s.v4}/32`,
+    clusterRoute: '10.7.0.0/16',
+    tunAddr6: `${s.v6}/128`,
+    clusterRoute6: 'fd07::/48',
+    ...extra,
+  };
+  return new Node(
+    scope.spawn(
+      s.ns,
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-node.ts'), JSON.stringify(cfg)],
+      { cwd: ROOT },
+    ),
+  );
+}
+
+export async function startPair(
+  scope: NetnsScope,
+  sides: [Side, Side],
+  format: 'udp' | 'vxlan',
+  engine: DataplaneEngine,
+  extra: Record<string, unknown> = {},
+): Promise<[Node, Node]> {
+  const nodes = sides.map((s) => startNode(scope, s, format, engine, extra)) as [Node, Node];
+  for (const n of nodes) assert.equal((await n.ready).ready, true);
+  await nodes[0].send({ cmd: 'peers', peers: peersOf(sides[1], format) });
+  await nodes[1].send({ cmd: 'peers', peers: peersOf(sides[0], format) });
+  return nodes;
+}
+
+export async function stopPair(nodes: [Node, Node]): Promise<void> {
+  await Promise.all(
+    nodes.map(async (n) => {
+      const exited = new Promise((r) => n.proc.once('exit', r));
+      await n.send({ cmd: 'close' });
+      await exited;
+    }),
+  );
+}
+
+/**
+ * Two node namespaces joined by a veth (va 192.168.77.1 ⇄ vb 192.168.77.2), with the TUN
+ * addresses and subnets the dataplane tests give them.
+ */
+export function twoNodes(scope: NetnsScope): [Side, Side] {
+  const a = scope.add();
+  const b = scope.add();
+  scope.vethBetween(a, 'va', b, 'vb');
+  ip(a, 'addr', 'add', '192.168.77.1/24', 'dev', 'va');
+  ip(b, 'addr', 'add', '192.168.77.2/24', 'dev', 'vb');
+  ip(a, 'link', 'set', 'va', 'up');
+  ip(b, 'link', 'set', 'vb', 'up');
+  const side = (ns: string, i: number): Side => ({
+    ns,
+    under: `192.168.77.${i}`,
+    v4: `10.7.${i}.0`,
+    v6: `fd07:0:0:${i}::`,
+    subnet: `10.7.${i}.0/24`,
+    subnet6: `fd07:0:0:${i}::/64`,
+    mac: `02:00:00:00:07:0${i}`,
+  });
+  return [side(a, 1), side(b, 2)];
+}

@@ -1,0 +1,316 @@
+/**
+ * The bpf engine between two node namespaces (test/helpers/dataplane-node.ts on each side), and
+ * against the native engine and a kernel vxlan device:
+ *
+ *   ns A                                        ns B
+ *   tun 10.7.1.0/32 fd07:0:0:1::/128            tun 10.7.2.0/32 fd07:0:0:2::/128
+ *   (weft_tx on its egress)                     (or a kernel vxlan device "vx")
+ *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
+ *   (weft_rx on its ingress)
+ *
+ * The programs only ever attach to devices inside these namespaces.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { PROBE_FAIL_ENV } from '../../src/dataplane/bpf-engine.js';
+import {
+  type Node,
+  type Side,
+  peersOf,
+  startNode,
+  stopPair,
+  twoNodes,
+} from '../helpers/dataplane-pair.js';
+import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+
+const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
+
+type Stats = {
+  engine: string;
+  total: { counters: Record<string, number>; drops: Record<string, number> };
+  bpf?: Record<string, number>;
+};
+
+async function stats(n: Node): Promise<Stats> {
+  return (await n.send({ cmd: 'stats' })).stats as Stats;
+}
+
+async function iperf(from: Side, to: Side, udp: boolean): Promise<number> {
+  const srv = nsExecAsync(to.ns, 'iperf3', ['-s', '-1', '-B', to.v4], 30_000);
+  await new Promise((r) => setTimeout(r, 300));
+  const args = ['-c', to.v4, '-B', from.v4, '-t', '2', '-J'];
+  if (udp) args.push('-u', '-b', '100M', '-l', '1200');
+  const out = await nsExecAsync(from.ns, 'iperf3', args, 30_000);
+  await srv;
+  const end = (JSON.parse(out) as { end: Record<string, { bits_per_second: number }> }).end;
+  return (udp ? end.sum! : end.sum_received!).bits_per_second;
+}
+
+async function pingBoth(a: Side, b: Side): Promise<void> {
+  await nsExecAsync(a.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', b.v4]);
+  await nsExecAsync(b.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', a.v4]);
+  await nsExecAsync(a.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', b.v6]);
+  await nsExecAsync(b.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', a.v6]);
+}
+
+/** weft's programs still loaded anywhere (bpf objects are not per namespace) and its clsact
+ * filters on `dev` in `ns`: empty when nothing was left behind. */
+function leftovers(ns: string, dev: string): string[] {
+  const progs = JSON.parse(nsExec(ns, 'bpftool', ['-j', 'prog', 'show'])) as { name?: string }[];
+  const ours = progs
+    .filter((p) => p.name === 'weft_tx' || p.name === 'weft_rx')
+    .map((p) => p.name!);
+  const filters = nsExec(ns, 'tc', ['filter', 'show', 'dev', dev, 'ingress']).trim();
+  return filters ? [...ours, filters] : ours;
+}
+
+describe('bpf engine between two namespaces', { skip }, () => {
+  const scope = new NetnsScope();
+  let A: Side;
+  let B: Side;
+  before(() => {
+    [A, B] = twoNodes(scope);
+  });
+  after(() => scope.cleanup());
+
+  async function start(
+    side: Side,
+    format: 'udp' | 'vxlan',
+    engine: 'bpf' | 'native',
+    extra: Record<string, unknown> = {},
+  ): Promise<Node> {
+    const dev = side === A ? 'va' : 'vb';
+    const n = startNode(scope, side, format, engine, { underlay: dev, ...extra });
+    const ready = await n.ready;
+    assert.equal(ready.ready, true, JSON.stringify(ready));
+    return n;
+  }
+
+  async function pair(
+    format: 'udp' | 'vxlan',
+    engines: ['bpf' | 'native', 'bpf' | 'native'],
+  ): Promise<[Node, Node]> {
+    const nodes: [Node, Node] = [
+      await start(A, format, engines[0]),
+      await start(B, format, engines[1]),
+    ];
+    await nodes[0].send({ cmd: 'peers', peers: peersOf(B, format) });
+    await nodes[1].send({ cmd: 'peers', peers: peersOf(A, format) });
+    return nodes;
+  }
+
+  for (const format of ['vxlan', 'udp'] as const) {
+    for (const engines of [
+      ['bpf', 'bpf'],
+      ['bpf', 'native'],
+    ] as const) {
+      test(`${format}: ${engines[0]} ⇄ ${engines[1]}: ping v4/v6 both ways, iperf3 TCP and UDP`, async () => {
+        const nodes = await pair(format, [...engines]);
+        try {
+          assert.equal((await nodes[0].ready).engine, 'bpf');
+          await pingBoth(A, B);
+          const tcp = await iperf(A, B, false);
+          assert.ok(tcp > 100e6, `TCP A → B ${tcp} bit/s`);
+          const tcpBack = await iperf(B, A, false);
+          assert.ok(tcpBack > 100e6, `TCP B → A ${tcpBack} bit/s`);
+          const udp = await iperf(A, B, true);
+          assert.ok(udp > 10e6, `UDP A → B ${udp} bit/s`);
+          // The programs sent it, not the userspace engine behind them.
+          const s = await stats(nodes[0]);
+          assert.equal(s.engine, 'bpf');
+          assert.ok(s.bpf!.tx_packets! > 1000, JSON.stringify(s.bpf));
+          assert.ok(s.total.counters.rx_packets! > 1000, JSON.stringify(s.total.counters));
+          if (engines[1] === 'bpf') {
+            // And decapsulated it. From a native sender, the UDP GSO trains its sendmmsg makes
+            // cross the veth whole: one skb of many datagrams, which the program leaves to the
+            // socket (rx_passed); on a wire they arrive one by one.
+            assert.ok(s.bpf!.rx_packets! > 1000, JSON.stringify(s.bpf));
+          } else {
+            assert.ok(s.bpf!.rx_passed! > 0, JSON.stringify(s.bpf));
+          }
+        } finally {
+          await stopPair(nodes);
+        }
+        assert.deepEqual(leftovers(A.ns, 'va'), [], 'nothing left behind');
+      });
+    }
+  }
+
+  test('vxlan: bpf ⇄ a hand-made kernel vxlan device, both ways', async () => {
+    // B: a kernel vxlan device programmed as flannel does (neighbour + fdb for A's VtepMAC).
+    ip(
+      B.ns,
+      'link',
+      'add',
+      'vx',
+      'type',
+      'vxlan',
+      'id',
+      '1',
+      'dstport',
+      '8472',
+      'local',
+      B.under,
+      'dev',
+      'vb',
+      'nolearning',
+    );
+    try {
+      ip(B.ns, 'link', 'set', 'vx', 'address', B.mac, 'mtu', '1450', 'up');
+      ip(B.ns, 'addr', 'add', `${B.v4}/32`, 'dev', 'vx');
+      ip(B.ns, 'addr', 'add', `${B.v6}/128`, 'dev', 'vx', 'nodad');
+      ip(B.ns, 'route', 'add', '10.7.1.0/24', 'via', A.v4, 'dev', 'vx', 'onlink');
+      ip(B.ns, 'route', 'add', 'fd07:0:0:1::/64', 'via', A.v6, 'dev', 'vx', 'onlink');
+      ip(B.ns, 'neigh', 'replace', A.v4, 'lladdr', A.mac, 'dev', 'vx', 'nud', 'permanent');
+      ip(B.ns, 'neigh', 'replace', A.v6, 'lladdr', A.mac, 'dev', 'vx', 'nud', 'permanent');
+      ip(B.ns, 'link', 'set', 'vx', 'type', 'vxlan', 'id', '1');
+      nsExec(B.ns, 'bridge', [
+        'fdb',
+        'append',
+        A.mac,
+        'dev',
+        'vx',
+        'dst',
+        A.under,
+        'self',
+        'permanent',
+      ]);
+      const a = await start(A, 'vxlan', 'bpf');
+      try {
+        await a.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
+        await pingBoth(A, B);
+        const tcp = await iperf(A, B, false);
+        assert.ok(tcp > 100e6, `TCP bpf → kernel ${tcp} bit/s`);
+        const back = await iperf(B, A, false);
+        assert.ok(back > 100e6, `TCP kernel → bpf ${back} bit/s`);
+        const s = await stats(a);
+        assert.ok(s.bpf!.tx_packets! > 1000 && s.bpf!.rx_packets! > 1000, JSON.stringify(s.bpf));
+        // The kernel device saw no checksum errors in what the programs sent.
+        const snmp = nsExec(B.ns, 'cat', ['/proc/net/snmp']);
+        const udpRow = snmp.split('\n').filter((l) => l.startsWith('Udp:'));
+        const [names, values] = udpRow.map((l) => l.split(/\s+/));
+        assert.equal(values![names!.indexOf('InCsumErrors')], '0', udpRow.join('\n'));
+      } finally {
+        const exited = new Promise((r) => a.proc.once('exit', r));
+        await a.send({ cmd: 'close' });
+        await exited;
+      }
+    } finally {
+      ip(B.ns, 'link', 'del', 'vx');
+    }
+  });
+
+  test('garbage and spoofed datagrams are counted and never delivered', async () => {
+    const nodes = await pair('vxlan', ['bpf', 'bpf']);
+    try {
+      const before = await stats(nodes[1]);
+      // From A's namespace: 200 random datagrams, then 100 well-formed VXLAN frames whose inner
+      // source (10.7.9.9) is not in A's subnet, all to B's port from A's underlay address.
+      const script = `
+        const s = require('node:dgram').createSocket('udp4');
+        s.bind(0, '${A.under}', async () => {
+          const send = (b) => new Promise((r) => s.send(b, 8472, '${B.under}', r));
+          for (let i = 0; i < 200; i++) {
+            const b = Buffer.alloc(20 + (i % 90));
+            for (let k = 0; k < b.length; k++) b[k] = (i * 31 + k * 7) & 0xff;
+            await send(b);
+          }
+          const inner = Buffer.alloc(28);
+          inner[0] = 0x45; inner.writeUInt16BE(28, 2); inner[8] = 64; inner[9] = 17;
+          Buffer.from([10, 7, 9, 9]).copy(inner, 12); Buffer.from([10, 7, 2, 0]).copy(inner, 16);
+          inner.writeUInt16BE(9, 20); inner.writeUInt16BE(9, 22); inner.writeUInt16BE(8, 24);
+          const vx = Buffer.alloc(22);
+          vx[0] = 8; vx[6] = 1;
+          Buffer.from('${B.mac.replaceAll(':', '')}', 'hex').copy(vx, 8);
+          vx.writeUInt16BE(0x0800, 20);
+          for (let i = 0; i < 100; i++) await send(Buffer.concat([vx, inner]));
+          s.close();
+        });`;
+      await nsExecAsync(A.ns, process.execPath, ['-e', script]);
+      const after = await stats(nodes[1]);
+      const d = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
+      assert.equal(d('spoofed_source'), 100, JSON.stringify(after.total.drops));
+      const garbage =
+        d('malformed') + d('truncated') + d('bad_vni') + d('bad_mac') + d('bad_ethertype');
+      assert.equal(garbage, 200, JSON.stringify(after.total.drops));
+      assert.equal(after.bpf!.rx_passed! - before.bpf!.rx_passed!, 300, 'all left to userspace');
+      assert.equal(
+        after.total.counters.rx_packets,
+        before.total.counters.rx_packets,
+        'none delivered',
+      );
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('a peer leaving: its traffic stops', async () => {
+    const nodes = await pair('vxlan', ['bpf', 'bpf']);
+    try {
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
+      await nodes[1].send({ cmd: 'peers', peers: [] });
+      const before = await stats(nodes[1]);
+      await assert.rejects(nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]));
+      const after = await stats(nodes[1]);
+      assert.equal(after.bpf!.rx_packets, before.bpf!.rx_packets, 'nothing decapsulated from it');
+      assert.ok(after.total.drops.unknown_source! - before.total.drops.unknown_source! >= 3);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('a probe that fails (test knob) falls back to native, which carries the traffic', async () => {
+    process.env[PROBE_FAIL_ENV] = '1';
+    let a: Node;
+    try {
+      a = startNode(scope, A, 'vxlan', 'bpf', { underlay: 'va' });
+    } finally {
+      delete process.env[PROBE_FAIL_ENV];
+    }
+    const b = await start(B, 'vxlan', 'bpf');
+    const nodes: [Node, Node] = [a, b];
+    try {
+      assert.equal((await a.ready).engine, 'native');
+      assert.equal((await b.ready).engine, 'bpf');
+      await a.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
+      await b.send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
+      await pingBoth(A, B);
+      assert.equal((await stats(a)).engine, 'native');
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('clsact fallback: a filter left by kill -9 is replaced at restart and removed at stop', async () => {
+    process.env.WEFT_BPF_ATTACH = 'clsact';
+    try {
+      const first = await start(A, 'vxlan', 'bpf');
+      const exited = new Promise((r) => first.proc.once('exit', r));
+      first.proc.kill('SIGKILL');
+      await exited;
+      const left = nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']);
+      assert.match(left, /weft/, 'the killed process left its filter (clsact outlives it)');
+      const nodes: [Node, Node] = [await start(A, 'vxlan', 'bpf'), await start(B, 'vxlan', 'bpf')];
+      try {
+        const filters = nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']);
+        assert.equal(filters.match(/^filter .* handle 0x77ef/gm)?.length, 1, filters);
+        await nodes[0].send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
+        await nodes[1].send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
+        await pingBoth(A, B);
+      } finally {
+        await stopPair(nodes);
+      }
+    } finally {
+      delete process.env.WEFT_BPF_ATTACH;
+    }
+    assert.deepEqual(leftovers(A.ns, 'va'), [], 'nothing left behind');
+  });
+
+  test('tcx: kill -9 leaves nothing attached', async () => {
+    const a = await start(A, 'vxlan', 'bpf');
+    const exited = new Promise((r) => a.proc.once('exit', r));
+    a.proc.kill('SIGKILL');
+    await exited;
+    assert.deepEqual(leftovers(A.ns, 'va'), []);
+  });
+});
