@@ -24,7 +24,7 @@ import {
   bpfObjectPath,
   loadBpfBinding,
 } from './bpf-binding.js';
-import type { BpfAttachMode, NativeBpf } from './bpf-binding.js';
+import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import { checksum, decap, encap } from './js-codec.js';
 import { startNativeEngine } from './native-engine.js';
@@ -95,13 +95,7 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
     peerEntry('fd77:0:0:8::/64', opts.bindIp, opts.port, formatMac(opts.vtepMac)),
   ];
   // Configured as it will run, minus the devices (a test run carries an Ethernet header).
-  bpf.bpfConfigure(id, {
-    format: opts.format,
-    vni: opts.vni,
-    vtepMac: opts.vtepMac,
-    port: opts.port,
-    localV4: opts.bindIp,
-  });
+  bpf.bpfConfigure(id, bpfConfigOf(opts));
   const table = new JsPeerTable(encodePeerTable(peers));
   const ourTable = new JsPeerTable(encodePeerTable(ours));
   const cfg = { vni: opts.vni, vtepMac: opts.vtepMac, tunMtu: 65535 };
@@ -141,6 +135,17 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
   } finally {
     bpf.bpfSetPeers(id, Buffer.alloc(0));
   }
+}
+
+/** The programs' configuration for `opts`, without the devices. */
+function bpfConfigOf(opts: DataplaneOptions): BpfConfig {
+  return {
+    format: opts.format,
+    vni: opts.vni,
+    vtepMac: opts.vtepMac,
+    port: opts.port,
+    localV4: opts.bindIp,
+  };
 }
 
 /** An Ethernet + IPv4 + UDP frame carrying `payload` (source port 40000, TTL 64). */
@@ -190,15 +195,7 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   }
   let mode: BpfAttachMode;
   try {
-    bpf.bpfConfigure(id, {
-      format: opts.format,
-      vni: opts.vni,
-      vtepMac: opts.vtepMac,
-      port: opts.port,
-      localV4: opts.bindIp,
-      tun: native.tunName,
-      underlay: opts.underlay,
-    });
+    bpf.bpfConfigure(id, { ...bpfConfigOf(opts), tun: native.tunName, underlay: opts.underlay });
     mode = bpf.bpfAttach(id, native.tunName, opts.underlay, attachModeFromEnv());
   } catch (err) {
     bpf.bpfClose(id);
