@@ -406,7 +406,7 @@ describe('dataplane engine between two namespaces', { skip }, () => {
   });
 
   for (const format of ['udp', 'vxlan'] as const) {
-    test(`${format}: a path MTU below the segment size under load: GSO messages go as datagrams (counted), and GSO resumes when it grows back`, async () => {
+    test(`${format}: a path MTU below the segment size under load: GSO messages go as datagrams (counted), and GSO resumes when it grows back`, async (t) => {
       const nodes = await startPair(scope, [A, B], format, 'native');
       type Full = Stats & { total: { drops: Record<string, number> } };
       const stats = async () => (await nodes[0].send({ cmd: 'stats' })).stats as Full;
@@ -425,7 +425,11 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       };
       const host = `${B.under}/32`;
       try {
-        assert.ok((await stats()).offloads.udp_gso, 'udp_gso is not in use: nothing to test');
+        if (!(await stats()).offloads.udp_gso) {
+          // WEFT_DATAPLANE_OFFLOADS without udp_gso: no GSO message for the path MTU to refuse.
+          t.skip('udp_gso is off (WEFT_DATAPLANE_OFFLOADS): no GSO message to refuse');
+          return;
+        }
         // Outer datagrams are up to 1500 bytes; the route to B now takes 1200.
         const bytes = await iperf(['-t', '3'], () =>
           ip(A.ns, 'route', 'replace', host, 'dev', 'va', 'mtu', '1200'),
