@@ -11,9 +11,11 @@
 import { WeftError, errorMessage, isWeftError } from '../common/errors.js';
 import { sleep } from '../common/lifecycle.js';
 import { LogOnce, logger } from '../common/log.js';
-import type { Backend, ExternalInterface } from './backend/backend.js';
+import type { Backend, ExternalInterface, PreparedBackend } from './backend/backend.js';
 import { unsupportedBackendOptions } from './backend/options.js';
+import { checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
 import { backendFactory } from './backend/registry.js';
+import { leaseVtepMACs } from './backend/vtep-mac.js';
 import type { NetConfig } from './config/net-config.js';
 import { startHealthServer, type HealthServer } from './http.js';
 import type { SubnetManager } from './lease/manager.js';
@@ -32,6 +34,8 @@ export interface DaemonConfig {
   readonly ipMasq: boolean;
   /** Passed to backends as BackendContext.options (engine choice, workers, kill switches, ...). */
   readonly backendOptions: Readonly<Record<string, unknown>>;
+  /** The VtepMACs the store still publishes for this node from an earlier run (kube). */
+  readonly storedVtepMACs?: () => { v4: string | null; v6: string | null };
   readonly openManager: (metrics: LeaseMetrics) => Promise<SubnetManager>;
   readonly selectInterface: (cfg: NetConfig) => Promise<ExternalInterface>;
   /**
@@ -118,20 +122,37 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
       'using interface',
     );
 
-    backend = backendFactory(netConfig.backend.type)({
-      netConfig,
-      extIface,
-      log: logger(`backend-${netConfig.backend.type}`),
-      metrics: metrics.registry,
-      options: cfg.backendOptions,
-      signal: stop.signal,
-    });
-    const prepared = await backend.prepare();
-    const attrs: LeaseAttrs = {
+    const sm0 = manager;
+    const makeBackend = (): Backend =>
+      backendFactory(netConfig.backend.type)({
+        netConfig,
+        extIface,
+        log: logger(`backend-${netConfig.backend.type}`),
+        metrics: metrics.registry,
+        options: cfg.backendOptions,
+        vtepMACs: {
+          stored: (family) => {
+            const macs = cfg.storedVtepMACs?.();
+            return (family === 4 ? macs?.v4 : macs?.v6) ?? null;
+          },
+          inUse: async () => {
+            const others = await sm0.otherLeases(
+              { publicIP: extIface.publicIP ?? '0.0.0.0', publicIPv6: extIface.publicIPv6 },
+              stop.signal,
+            );
+            return new Set(others.flatMap(leaseVtepMACs));
+          },
+        },
+        signal: stop.signal,
+      });
+    backend = makeBackend();
+    let prepared = await backend.prepare();
+    const attrsOf = (p: PreparedBackend): LeaseAttrs => ({
       publicIP: (netConfig.enableIPv4 && extIface.publicIP) || '0.0.0.0',
       publicIPv6: netConfig.enableIPv6 ? extIface.publicIPv6 : null,
-      ...prepared.attrs,
-    };
+      ...p.attrs,
+    });
+    let attrs = attrsOf(prepared);
     const previous = await readSubnetEnv(cfg.subnetFile).catch((err: unknown) => {
       log.warn({ err: errorMessage(err) }, 'ignoring unreadable subnet.env');
       return null;
@@ -153,10 +174,68 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
 
     const own = lease;
     const sm = manager;
-    const be = backend;
+    /**
+     * Feeds checked peer leases to the backend. When a peer that was there before us publishes
+     * our VtepMAC, we are the newcomer: the backend is rebuilt (it chooses a MAC no other lease
+     * holds), our lease re-published with it, and the peers fed again.
+     */
+    const runBackend = async (): Promise<void> => {
+      let current = own;
+      for (;;) {
+        const be = backend!;
+        const round = new AbortController();
+        const end = () => round.abort(stop.signal.reason);
+        stop.signal.addEventListener('abort', end, { once: true });
+        let taken: Lease | null = null;
+        const events = checkedPeerEvents(
+          sm.watchLeases(current, round.signal),
+          peerCheckConfig(netConfig, current),
+          {
+            log,
+            metrics: metrics.registry,
+            onOwnVtepMACTaken: (peer) => {
+              taken ??= peer;
+              round.abort(new WeftError('WEFT_ERR_ABORTED', 'choosing a new VtepMAC'));
+            },
+          },
+        );
+        try {
+          await be.run(logPeerEvents(events), round.signal);
+        } catch (err) {
+          if (!(taken && isWeftError(err, 'WEFT_ERR_ABORTED'))) throw err;
+        } finally {
+          stop.signal.removeEventListener('abort', end);
+        }
+        if (stop.signal.aborted || !taken) return;
+        const peer: Lease = taken;
+        log.warn(
+          { peer: peer.key, vtepMACs: leaseVtepMACs(peer) },
+          'an older peer lease holds our VtepMAC; choosing a new one',
+        );
+        await be.close();
+        backend = makeBackend();
+        prepared = await backend.prepare();
+        attrs = attrsOf(prepared);
+        const again = await sm.acquireLease(attrs, {
+          previous: { subnet: current.subnet, ipv6Subnet: current.ipv6Subnet },
+          signal: stop.signal,
+        });
+        if (again.key !== current.key) {
+          throw new WeftError(
+            'WEFT_ERR_LEASE_REVOKED',
+            `re-publishing our lease with a new VtepMAC moved it from ${current.key} to ${again.key}`,
+            { details: { key: current.key } },
+          );
+        }
+        current = again;
+        await backend.start(current);
+        log.info({ key: current.key, vtepMACs: leaseVtepMACs(current) }, 'lease re-published');
+      }
+    };
     const loops: Array<Promise<void>> = [
       runRenewer({
-        manager: sm,
+        // renewals write the attributes we publish now (a new VtepMAC included)
+        manager: { renewLease: (l, sig) => sm.renewLease({ ...l, attrs }, sig) },
         lease: own,
         marginMs: cfg.renewMarginMs,
         signal: stop.signal,
@@ -169,7 +248,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
           /* renewals (ours or another's write) need nothing; a delete throws REVOKED */
         }
       })(),
-      be.run(logPeerEvents(sm.watchLeases(own, stop.signal)), stop.signal),
+      runBackend(),
       ...(cfg.tasks ?? []).map((task) =>
         task({ lease: own, netConfig, extIface, metrics, signal: stop.signal }),
       ),

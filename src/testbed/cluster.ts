@@ -52,7 +52,8 @@ export const UNDERLAY_V6 = 'fd00:250::';
 export const CLUSTER_NETWORK = '10.5.0.0/16';
 export const CLUSTER_NETWORK_V6 = 'fd00:5::/48';
 export const KUBE_API = `http://${UNDERLAY_V4}.254:6443`;
-const ETCD_URL = `http://${UNDERLAY_V4}.254:2379`;
+/** The underlay's etcd (store 'etcd'). */
+export const ETCD_URL = `http://${UNDERLAY_V4}.254:2379`;
 /** Where each daemon serves /healthz /readyz /metrics inside its namespace (unless flags say). */
 export const HEALTH_PORT = 10281;
 
@@ -106,6 +107,8 @@ export interface ClusterOptions {
   readonly mtu?: number;
   /** Nodes route by default via the underlay bridge's address. */
   readonly defaultRoute?: boolean;
+  /** Every node's subnet file in ONE directory, `<dir>/subnets/n<i+1>.env` (default: one dir each). */
+  readonly sharedSubnetDir?: boolean;
   /** How long a daemon may take to answer /readyz (default 60 s: tsx start-up on a loaded box). */
   readonly readyTimeoutMs?: number;
 }
@@ -400,7 +403,9 @@ export class Cluster {
         ip: nodeIp,
         ip6: nodeIp6,
         dir,
-        subnetFile: join(dir, 'subnet.env'),
+        subnetFile: o.sharedSubnetDir
+          ? join(this.dir, 'subnets', `n${i + 1}.env`)
+          : join(dir, 'subnet.env'),
         logFile: join(dir, 'daemon.log'),
         daemon: null,
         logs: [],

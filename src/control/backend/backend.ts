@@ -29,6 +29,14 @@ export interface ExternalInterface {
   readonly publicIPv6: string | null;
 }
 
+/** What the lease store knows about VtepMACs, for the vxlan backends (backend/vtep-mac.ts). */
+export interface StoreVtepMACs {
+  /** The MAC the store still publishes for this node from an earlier run (kube annotation). */
+  stored(family: 4 | 6): string | null;
+  /** The MACs other nodes' leases publish now (any family, lower case). */
+  inUse(): Promise<ReadonlySet<string>>;
+}
+
 export interface BackendContext {
   readonly netConfig: NetConfig;
   readonly extIface: ExternalInterface;
@@ -37,6 +45,8 @@ export interface BackendContext {
   readonly metrics: PromRegistry;
   /** Daemon flags a backend may read (e.g. dataplane engine choice, offload kill switches). */
   readonly options: Readonly<Record<string, unknown>>;
+  /** Absent: nothing is known (tests, a store without leases). */
+  readonly vtepMACs?: StoreVtepMACs;
   readonly signal: AbortSignal;
 }
 

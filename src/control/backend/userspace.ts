@@ -25,7 +25,13 @@ import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import { AUTO_PREFERS_BPF } from './backend.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
 import { type PeerPlanContext, PeerRecords, planPeers } from './peer-plan.js';
-import { clusterNetwork, enabledFamilies, leaseSubnet, subnetAddress } from './kernel-common.js';
+import {
+  clusterNetwork,
+  enabledFamilies,
+  kernelMetrics,
+  leaseSubnet,
+  subnetAddress,
+} from './kernel-common.js';
 
 export interface UserspaceSpec {
   readonly type: string;
@@ -103,6 +109,8 @@ export function createUserspaceBackend(
   const ext = ctx.extIface;
   const mtu = ext.mtu - spec.overhead;
   const skipped = new LogOnce();
+  // Skipped peers are counted as the kernel backends count theirs (once per lease and reason).
+  const skippedPeers = kernelMetrics(ctx.metrics).skipped;
   let dp: Dataplane | null = null;
   let nl: Netlink | null = null;
   let ownKey: string | null = null;
@@ -191,8 +199,10 @@ export function createUserspaceBackend(
         const changes = planPeers(batch, planCtx);
         for (const c of changes) {
           for (const reason of c.skipped) {
-            if (skipped.first(`${c.key}/${reason}`))
+            if (skipped.first(`${c.key}/${reason}`)) {
+              skippedPeers.inc();
               log.warn({ lease: c.key, reason }, 'peer lease skipped');
+            }
           }
         }
         if (records.apply(changes) && !scheduled) {

@@ -5,51 +5,22 @@
  * exist on this node), MTU = interface MTU − 50, UDP port `Port` (default 8472). Peers are the
  * leases of type vxlan with a usable VtepMAC; on receive only our VNI and our VtepMAC pass, and
  * the inner source must be inside the sending peer's subnet. The VtepMAC is random, locally
- * administered and kept across restarts in a file beside subnet.env (as the kernel backend).
+ * administered and kept across restarts as the kernel backend's (backend/vtep-mac.ts).
  * IPv4 underlay; IPv6 inner subnets ride the same IPv4 tunnel.
  */
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
-import { errorMessage } from '../../common/errors.js';
 import { parseIP } from '../../common/ip.js';
 import { parseMac } from '../../dataplane/peer-table.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
 import { leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
+import { peerVtepMAC } from './vtep-mac.js';
 import {
   VXLAN,
   VXLAN_OVERHEAD_V4,
   parseVxlanConfig,
-  peerVtepMAC,
-  randomVtepMAC,
+  vtepMACFor,
   vxlanDeviceName,
 } from './vxlan.js';
-
-function macFile(ctx: BackendContext, dev: string): string | null {
-  const dir = ctx.options.vtepMacDir;
-  if (typeof dir === 'string' && dir) return join(dir, `${dev}.vtep-mac`);
-  const subnetFile = ctx.options.subnetFile;
-  if (typeof subnetFile === 'string' && subnetFile)
-    return join(dirname(subnetFile), `weft-${dev}.vtep-mac`);
-  return null;
-}
-
-async function loadOrCreateMac(ctx: BackendContext, dev: string): Promise<string> {
-  const file = macFile(ctx, dev);
-  if (file) {
-    const text = await readFile(file, 'utf8').catch(() => '');
-    const mac = parseMac(text.trim());
-    if (mac && (mac[0]! & 1) === 0) return text.trim().toLowerCase();
-  }
-  const mac = randomVtepMAC();
-  if (file) {
-    await mkdir(dirname(file), { recursive: true }).catch(() => undefined);
-    await writeFile(file, mac + '\n', { mode: 0o644 }).catch((err: unknown) =>
-      ctx.log.warn({ file, err: errorMessage(err) }, 'cannot persist the VtepMAC'),
-    );
-  }
-  return mac;
-}
 
 export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
   const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
@@ -62,7 +33,7 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
   return {
     type: VXLAN,
     async prepare(): Promise<PreparedBackend> {
-      const mac = await loadOrCreateMac(ctx, dev);
+      const mac = await vtepMACFor(ctx, dev, 4, null);
       inner = createUserspaceBackend(ctx, {
         type: VXLAN,
         format: 'vxlan',

@@ -16,9 +16,6 @@
  * Backend option `Dataplane`: "kernel" (this file), "userspace" (delegated to the factory the
  * registry passes in `deps.userspace`, its `vxlan-userspace` entry), "auto" (kernel, or userspace when the kernel has no vxlan).
  */
-import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
 import { WeftError, configError, errorMessage, isWeftError } from '../../common/errors.js';
 import { type Family, type IPNet, containsIP, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
@@ -41,6 +38,7 @@ import {
   subnetAddress,
 } from './kernel-common.js';
 import type { Ownership } from './reconcile.js';
+import { chooseVtepMAC, peerVtepMAC, usableVtepMAC } from './vtep-mac.js';
 
 export const VXLAN = 'vxlan';
 /** The name the userspace VXLAN dataplane registers under (registerBackend). */
@@ -90,33 +88,6 @@ export function parseVxlanConfig(raw: Readonly<Record<string, unknown>>): VxlanC
 
 export function vxlanDeviceName(family: Family, vni: number): string {
   return family === 4 ? `flannel.${vni}` : `flannel-v6.${vni}`;
-}
-
-const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/i;
-
-/** A random unicast, locally administered MAC. */
-export function randomVtepMAC(): string {
-  const b = randomBytes(6);
-  b[0] = (b[0]! & 0xfe) | 0x02;
-  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-}
-
-function usableMAC(mac: string | null | undefined): mac is string {
-  if (!mac || !MAC_RE.test(mac)) return false;
-  const first = parseInt(mac.slice(0, 2), 16);
-  return (first & 1) === 0 && mac !== '00:00:00:00:00:00';
-}
-
-/** The peer's VtepMAC from its BackendData, or a reason it is unusable. */
-export function peerVtepMAC(data: unknown): { mac: string } | { reason: string } {
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
-    return { reason: 'BackendData is not an object' };
-  }
-  const mac = jsonField(data as Record<string, unknown>, 'VtepMAC');
-  if (typeof mac !== 'string' || !MAC_RE.test(mac)) {
-    return { reason: `VtepMAC ${JSON.stringify(mac)} is not a MAC address` };
-  }
-  return { mac: mac.toLowerCase() };
 }
 
 export interface VxlanPlanContext {
@@ -194,86 +165,69 @@ export function isCompatibleDevice(l: LinkInfo, w: DeviceWanted): boolean {
   );
 }
 
-async function readMacFile(path: string | null): Promise<string | null> {
-  if (!path) return null;
-  try {
-    const text = (await readFile(path, 'utf8')).trim().toLowerCase();
-    return usableMAC(text) ? text : null;
-  } catch {
-    return null;
-  }
-}
-
 /**
- * Creates the device or reuses a compatible one; returns its MAC. The MAC survives restarts: an
- * existing device's MAC is kept (even when the device must be recreated), else the one the store
- * still publishes for us (kube mode), else the MAC file's, else a new random one; the result is
- * written to the MAC file.
+ * Creates the device or reuses a compatible one; returns its MAC. The MAC is chosen by
+ * `chooseMac` (vtep-mac.ts: the existing device's first, unless another node holds it) and set on
+ * a reused device when it differs.
  */
 export async function ensureVxlanDevice(
   nl: Netlink,
   w: DeviceWanted,
-  macFile: string | null,
+  chooseMac: (deviceMac: string | null) => Promise<string>,
   log: BackendContext['log'],
-  /** The MAC the store still publishes for us (kube: our node's backend-data annotation). */
-  storedMac: string | null = null,
 ): Promise<string> {
   const existing = await nl.getLink(w.name);
-  let mac: string | null = usableMAC(existing?.mac) ? existing!.mac : null;
+  const mac = await chooseMac(usableVtepMAC(existing?.mac) ? existing!.mac : null);
   if (existing && isCompatibleDevice(existing, w)) {
-    if (existing.mtu !== w.mtu) await applyAll(nl, [{ op: 'setLink', dev: w.name, mtu: w.mtu }]);
-    log.info({ dev: w.name, mac: existing.mac }, 'reusing vxlan device');
-  } else {
-    if (existing) {
-      log.warn(
-        { dev: w.name, kind: existing.kind, vxlan: existing.vxlan },
-        'recreating incompatible device',
-      );
-      await applyAll(nl, [{ op: 'delLink', dev: w.name }]);
-    }
-    mac ??=
-      (usableMAC(storedMac) ? storedMac : null) ?? (await readMacFile(macFile)) ?? randomVtepMAC();
-    await applyAll(nl, [
-      {
-        op: 'addVxlan',
-        name: w.name,
-        vni: w.vni,
-        port: w.port,
-        ...(w.local ? { local: w.local } : {}),
-        link: w.link,
-        learning: false,
-        mtu: w.mtu,
-        mac,
-      },
-    ]);
-    log.info({ dev: w.name, mac, vni: w.vni, port: w.port }, 'created vxlan device');
+    const change: Op = { op: 'setLink', dev: w.name };
+    if (existing.mtu !== w.mtu) Object.assign(change, { mtu: w.mtu });
+    if (existing.mac !== mac) Object.assign(change, { mac });
+    if (Object.keys(change).length > 2) await applyAll(nl, [change]);
+    log.info({ dev: w.name, mac }, 'reusing vxlan device');
+    return mac;
   }
-  const finalMac = mac ?? existing!.mac!;
-  if (macFile) {
-    await mkdir(dirname(macFile), { recursive: true }).catch(() => undefined);
-    await writeFile(macFile, finalMac + '\n', { mode: 0o644 }).catch((err: unknown) =>
-      log.warn({ file: macFile, err: errorMessage(err) }, 'cannot persist the VtepMAC'),
+  if (existing) {
+    log.warn(
+      { dev: w.name, kind: existing.kind, vxlan: existing.vxlan },
+      'recreating incompatible device',
     );
+    await applyAll(nl, [{ op: 'delLink', dev: w.name }]);
   }
-  return finalMac;
+  await applyAll(nl, [
+    {
+      op: 'addVxlan',
+      name: w.name,
+      vni: w.vni,
+      port: w.port,
+      ...(w.local ? { local: w.local } : {}),
+      link: w.link,
+      learning: false,
+      mtu: w.mtu,
+      mac,
+    },
+  ]);
+  log.info({ dev: w.name, mac, vni: w.vni, port: w.port }, 'created vxlan device');
+  return mac;
 }
 
-/** Where the VtepMAC of `dev` is kept between runs (beside subnet.env), or null. */
-function macFilePath(options: Readonly<Record<string, unknown>>, dev: string): string | null {
-  const explicit = options.vtepMacDir;
-  if (typeof explicit === 'string' && explicit) return join(explicit, `${dev}.vtep-mac`);
-  const subnetFile = options.subnetFile;
-  if (typeof subnetFile === 'string' && subnetFile)
-    return join(dirname(subnetFile), `weft-${dev}.vtep-mac`);
-  return null;
-}
-
-/** The VtepMAC the lease store still holds for us (kube's annotation), when the daemon knows it. */
-function storedVtepMAC(options: Readonly<Record<string, unknown>>, family: 4 | 6): string | null {
-  const fn = options.storedVtepMACs;
-  if (typeof fn !== 'function') return null;
-  const macs = (fn as () => { v4: string | null; v6: string | null })();
-  return family === 4 ? macs.v4 : macs.v6;
+/** Our VtepMAC for `dev` (vtep-mac.ts), given the existing device's MAC. */
+export async function vtepMACFor(
+  ctx: BackendContext,
+  dev: string,
+  family: Family,
+  device: string | null,
+): Promise<string> {
+  const subnetFile = ctx.options.subnetFile;
+  const { mac, source } = await chooseVtepMAC({
+    dev,
+    subnetFile: typeof subnetFile === 'string' && subnetFile ? subnetFile : null,
+    device,
+    stored: ctx.vtepMACs?.stored(family) ?? null,
+    inUse: (await ctx.vtepMACs?.inUse()) ?? new Set(),
+    log: ctx.log,
+  });
+  ctx.log.info({ dev, mac, from: source }, 'VtepMAC chosen');
+  return mac;
 }
 
 function isNoKernelVxlan(err: unknown): boolean {
@@ -373,9 +327,8 @@ function createKernelVxlan(
             linkIndex: ext.index,
             mtu: devMtu,
           },
-          macFilePath(ctx.options, dev),
+          (device) => vtepMACFor(ctx, dev, family, device),
           log,
-          storedVtepMAC(ctx.options, family),
         );
         devices.push({ family, dev, mac, network: clusterNetwork(ctx.netConfig, family)! });
         const data = { VNI: cfg.vni, VtepMAC: mac };

@@ -98,11 +98,11 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           dataplaneCpuAffine: o.dataplaneCpuAffine,
           ipMasq: o.ipMasq,
           storeDir: o.storeDir,
-          // vxlan keeps its VtepMAC in a file beside subnet.env, and in kube mode in our
-          // node's backend-data annotation too
+          // vxlan keeps its VtepMAC in a file beside subnet.env (backend/vtep-mac.ts)
           subnetFile: o.subnetFile,
-          storedVtepMACs: () => kube?.storedVtepMACs() ?? { v4: null, v6: null },
         },
+        // ... and in kube mode in our node's backend-data annotation too
+        storedVtepMACs: () => kube?.storedVtepMACs() ?? { v4: null, v6: null },
         tasks: [
           iptablesTask({
             ipMasq: o.ipMasq,

@@ -445,6 +445,12 @@ export class KubeManager implements SubnetManager {
     return null;
   }
 
+  /** Every other managed node as a lease (our node is excluded by name). */
+  async otherLeases(_attrs: unknown, signal?: AbortSignal): Promise<Lease[]> {
+    const { items } = await this.#api.listNodes(signal);
+    return items.map((n) => this.#peerLease(n)).filter((l): l is Lease => l !== null);
+  }
+
   async *watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]> {
     const peers = new Map<string, Lease>(); // node name → lease
     let first = true;

@@ -248,6 +248,17 @@ export class LocalManager implements SubnetManager {
     return snap;
   }
 
+  async otherLeases(
+    attrs: Pick<LeaseAttrs, 'publicIP' | 'publicIPv6'>,
+    signal?: AbortSignal,
+  ): Promise<Lease[]> {
+    const cfg = await this.getNetworkConfig(signal);
+    const { leases } = await this.#registry.listSubnets(signal);
+    return leases
+      .map((s) => this.#decode(s))
+      .filter((l): l is Lease => l !== null && !isOwnedBy(cfg, l.attrs, attrs));
+  }
+
   async *watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]> {
     const { list, batches, leave } = await this.#watch.join(signal);
     try {
@@ -351,7 +362,11 @@ export function leaseFits(cfg: NetConfig, v4: IPNet | null, v6: IPNet | null): b
 }
 
 /** flannel matches our old lease by public address: IPv4 when enabled, else IPv6. */
-function isOwnedBy(cfg: NetConfig, theirs: LeaseAttrs, ours: LeaseAttrs): boolean {
+function isOwnedBy(
+  cfg: NetConfig,
+  theirs: LeaseAttrs,
+  ours: Pick<LeaseAttrs, 'publicIP' | 'publicIPv6'>,
+): boolean {
   if (cfg.enableIPv4) return theirs.publicIP === ours.publicIP && ours.publicIP !== '0.0.0.0';
   return ours.publicIPv6 !== null && theirs.publicIPv6 === ours.publicIPv6;
 }

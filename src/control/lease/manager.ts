@@ -11,6 +11,9 @@
  * - `watchLeases` yields batches of events about OTHER nodes' leases (own lease excluded),
  *   starting with an `added` batch for every lease present. Malformed entries are skipped,
  *   logged once and counted, never thrown. The iterator ends when `signal` fires.
+ * - `otherLeases` lists the leases of every other node now (before ours is acquired: "other"
+ *   is decided by `attrs`' public address, flannel's ownership rule; kube: every node but ours).
+ *   Malformed entries are skipped as in a watch.
  * - `watchOwnLease` yields each new version of our own lease (renewals by us or others) and
  *   throws WEFT_ERR_LEASE_REVOKED when it is deleted or lapses.
  */
@@ -33,6 +36,10 @@ export interface SubnetManager {
   /** Deletes our lease (used with --release-lease-on-exit). */
   releaseLease(lease: Lease, signal?: AbortSignal): Promise<void>;
   watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]>;
+  otherLeases(
+    attrs: Pick<LeaseAttrs, 'publicIP' | 'publicIPv6'>,
+    signal?: AbortSignal,
+  ): Promise<Lease[]>;
   watchOwnLease(own: Lease, signal: AbortSignal): AsyncIterable<Lease>;
   close(): Promise<void>;
 }

@@ -81,7 +81,7 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
     );
     await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
     const mac = nl.links.get('flannel.1')!.mac;
-    assert.equal(readFileSync(join(dir, 'weft-flannel.1.vtep-mac'), 'utf8').trim(), mac);
+    assert.equal(readFileSync(join(dir, 'subnet.env.flannel.1.vtep-mac'), 'utf8').trim(), mac);
     const fresh = fakeWithExt();
     await createVxlanBackend(ctx, { openNetlink: () => fresh }).prepare();
     assert.equal(fresh.links.get('flannel.1')!.mac, mac);
@@ -91,7 +91,12 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
     const nl = fakeWithExt();
     const ctx = backendContext(
       { Type: 'vxlan' },
-      { options: { storedVtepMACs: () => ({ v4: '0a:11:22:33:44:55', v6: '0a:11:22:33:44:66' }) } },
+      {
+        vtepMACs: {
+          stored: (f) => (f === 4 ? '0a:11:22:33:44:55' : '0a:11:22:33:44:66'),
+          inUse: async () => new Set(),
+        },
+      },
     );
     const p = await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
     assert.equal(nl.links.get('flannel.1')!.mac, '0a:11:22:33:44:55');
@@ -102,13 +107,35 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
   test('a corrupt MAC file is ignored (a new MAC is made)', async () => {
     const nl = fakeWithExt();
     const sub = mkdtempSync(join(dir, 'c-'));
-    writeFileSync(join(sub, 'weft-flannel.1.vtep-mac'), 'garbage\n');
+    writeFileSync(join(sub, 'subnet.env.flannel.1.vtep-mac'), 'garbage\n');
     const ctx = backendContext(
       { Type: 'vxlan' },
       { options: { subnetFile: join(sub, 'subnet.env') } },
     );
     await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
     assert.match(nl.links.get('flannel.1')!.mac, /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
+  });
+
+  test('a device whose MAC another node holds gets a new one, published and persisted', async () => {
+    const nl = fakeWithExt();
+    nl.addLink('flannel.1', {
+      kind: 'vxlan',
+      mac: '0a:00:00:00:00:07',
+      vxlan: { vni: 1, port: 8472, local: EXT.ifaceAddr, link: 2, learning: false },
+    });
+    const sub = mkdtempSync(join(dir, 'h-'));
+    const ctx = backendContext(
+      { Type: 'vxlan' },
+      {
+        options: { subnetFile: join(sub, 'n1.env') },
+        vtepMACs: { stored: () => null, inUse: async () => new Set(['0a:00:00:00:00:07']) },
+      },
+    );
+    const p = await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
+    const mac = nl.links.get('flannel.1')!.mac;
+    assert.notEqual(mac, '0a:00:00:00:00:07');
+    assert.deepEqual(p.attrs.backendData, { VNI: 1, VtepMAC: mac });
+    assert.equal(readFileSync(join(sub, 'n1.env.flannel.1.vtep-mac'), 'utf8').trim(), mac);
   });
 
   test('start puts only our subnet address on the device and brings it up', async () => {

@@ -1,0 +1,276 @@
+/** Peer lease checks (backend/peer-check.ts), one table for the rules and the stream around it. */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { Registry } from 'prom-client';
+import { logger } from '../../../../src/common/log.js';
+import {
+  type PeerCheckConfig,
+  byAge,
+  checkPeers,
+  checkedPeerEvents,
+  peerCheckConfig,
+} from '../../../../src/control/backend/peer-check.js';
+import { parseNetConfig } from '../../../../src/control/config/net-config.js';
+import type { Lease, LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
+import { ownLease, peerLease } from './fixtures.js';
+
+const log = logger('test');
+log.level = 'silent';
+
+function config(backend: Record<string, unknown> = { Type: 'vxlan' }): PeerCheckConfig {
+  const netConfig = parseNetConfig(
+    JSON.stringify({
+      Network: '10.5.0.0/16',
+      EnableIPv6: true,
+      IPv6Network: 'fc00::/48',
+      Backend: backend,
+    }),
+  );
+  return peerCheckConfig(netConfig, ownLease());
+}
+
+let n = 0;
+/** A dual-stack vxlan peer with its own MAC pair unless `over` says otherwise. */
+function peer(v4: string, over: Partial<LeaseAttrs> = {}, v6?: string): Lease {
+  n++;
+  const hex = n.toString(16).padStart(2, '0');
+  return peerLease(
+    {
+      backendData: { VNI: 1, VtepMAC: `0a:00:00:00:04:${hex}` },
+      backendV6Data: { VNI: 1, VtepMAC: `0a:00:00:00:06:${hex}` },
+      ...over,
+    },
+    { v4, v6: v6 ?? `fc00:0:0:${(0x100 + n).toString(16)}::/64` },
+  );
+}
+
+const OWN_MAC = 'aa:bb:cc:dd:ee:01'; // ownLease()'s BackendData VtepMAC
+
+describe('checkPeers: one rule per row', () => {
+  const rows: Array<{
+    name: string;
+    leases: () => Lease[];
+    backend?: Record<string, unknown>;
+    accepted: number[];
+    rejected: Array<[number, string]>;
+  }> = [
+    {
+      name: 'good peers pass',
+      leases: () => [peer('10.5.2.0/24'), peer('10.5.3.0/24')],
+      accepted: [0, 1],
+      rejected: [],
+    },
+    {
+      name: 'a subnet outside the cluster network',
+      leases: () => [peer('10.6.2.0/24'), peer('10.5.3.0/24')],
+      accepted: [1],
+      rejected: [[0, 'outside_network']],
+    },
+    {
+      name: 'an IPv6 subnet outside the IPv6 network',
+      leases: () => [peer('10.5.2.0/24', {}, 'fd99::/64')],
+      accepted: [],
+      rejected: [[0, 'outside_network']],
+    },
+    {
+      name: 'a subnet overlapping ours (wider than ours)',
+      leases: () => [peer('10.5.0.0/20')],
+      accepted: [],
+      rejected: [[0, 'overlaps_own']],
+    },
+    {
+      name: 'our own subnet under another key',
+      leases: () => [peer('10.5.1.0/25')],
+      accepted: [],
+      rejected: [[0, 'overlaps_own']],
+    },
+    {
+      name: 'a wrong VNI',
+      leases: () => [
+        peer('10.5.2.0/24', { backendData: { VNI: 2, VtepMAC: '0a:00:00:00:00:99' } }),
+      ],
+      accepted: [],
+      rejected: [[0, 'backend_data']],
+    },
+    {
+      name: 'an unusable VtepMAC',
+      leases: () => [peer('10.5.2.0/24', { backendData: { VNI: 1, VtepMAC: 'nope' } })],
+      accepted: [],
+      rejected: [[0, 'backend_data']],
+    },
+    {
+      name: 'a VtepMAC equal to ours',
+      leases: () => [peer('10.5.2.0/24', { backendData: { VNI: 1, VtepMAC: OWN_MAC } })],
+      accepted: [],
+      rejected: [[0, 'vtep_mac']],
+    },
+    {
+      name: "a VtepMAC equal to an older peer's: the newer is skipped",
+      leases: () => {
+        const a = peer('10.5.2.0/24');
+        return [a, peer('10.5.3.0/24', { backendData: a.attrs.backendData })];
+      },
+      accepted: [0],
+      rejected: [[1, 'vtep_mac']],
+    },
+    {
+      name: 'two peers overlapping: the older wins',
+      leases: () => [peer('10.5.2.0/24'), peer('10.5.2.0/23'), peer('10.5.4.0/24')],
+      accepted: [0, 2],
+      rejected: [[1, 'overlaps_peer']],
+    },
+    {
+      name: 'overlap found on either side of the sorted spans',
+      leases: () => [
+        peer('10.5.8.0/22'),
+        peer('10.5.9.0/24'),
+        peer('10.5.4.0/22'),
+        peer('10.5.7.128/25'),
+      ],
+      accepted: [0, 2],
+      rejected: [
+        [1, 'overlaps_peer'],
+        [3, 'overlaps_peer'],
+      ],
+    },
+    {
+      name: 'host-gw: vxlan data is not looked at, the subnets are',
+      backend: { Type: 'host-gw' },
+      leases: () => [
+        peer('10.5.2.0/24', { backendType: 'host-gw', backendData: undefined }),
+        peer('10.5.3.0/24', { backendData: { VNI: 9, VtepMAC: OWN_MAC } }),
+        peer('10.5.2.0/24'),
+      ],
+      accepted: [0, 1],
+      rejected: [[2, 'overlaps_peer']],
+    },
+  ];
+  for (const row of rows) {
+    test(row.name, () => {
+      const leases = row.leases();
+      const r = checkPeers(leases, config(row.backend));
+      assert.deepEqual(
+        r.accepted.map((l) => leases.indexOf(l)),
+        row.accepted,
+      );
+      assert.deepEqual(
+        r.rejected.map((x) => [leases.indexOf(x.lease), x.reason]),
+        row.rejected,
+      );
+    });
+  }
+
+  test('a rejection names the lease it clashes with', () => {
+    const a = peer('10.5.2.0/24');
+    const b = peer('10.5.2.0/24');
+    const r = checkPeers([a, b], config());
+    assert.equal(r.rejected[0]!.other, a);
+    assert.match(r.rejected[0]!.detail, /10\.5\.2\.0\/24 overlaps an older peer's/);
+  });
+
+  test('byAge: reservations first, then the earliest written, then key order', () => {
+    const at = (l: Lease, ms: number | null): Lease => ({
+      ...l,
+      expiration: ms === null ? null : new Date(ms),
+    });
+    const a = at(peer('10.5.2.0/24'), 2000);
+    const b = at(peer('10.5.3.0/24'), 1000);
+    const c = at(peer('10.5.4.0/24'), null);
+    assert.deepEqual(byAge([a, b, c]), [c, b, a]);
+  });
+});
+
+async function* feed(batches: LeaseEvent[][]): AsyncIterable<LeaseEvent[]> {
+  for (const b of batches) yield b;
+}
+
+async function collect(
+  batches: LeaseEvent[][],
+  cfg = config(),
+  onOwn?: (l: Lease) => void,
+): Promise<{ out: Array<Array<[string, string]>>; metrics: Registry }> {
+  const metrics = new Registry();
+  const out: Array<Array<[string, string]>> = [];
+  for await (const b of checkedPeerEvents(feed(batches), cfg, {
+    log,
+    metrics,
+    ...(onOwn ? { onOwnVtepMACTaken: onOwn } : {}),
+  })) {
+    out.push(b.map((e) => [e.type, e.lease.key]));
+  }
+  return { out, metrics };
+}
+
+async function conflicts(metrics: Registry): Promise<Record<string, number>> {
+  const m = await metrics.getSingleMetric('weft_lease_conflicts_total')!.get();
+  return Object.fromEntries(m.values.map((v) => [String(v.labels.reason), v.value]));
+}
+
+const add = (lease: Lease): LeaseEvent => ({ type: 'added', lease });
+const del = (lease: Lease): LeaseEvent => ({ type: 'removed', lease });
+
+describe('checkedPeerEvents', () => {
+  test('a newer overlapping peer is held back until the older one goes, counted once', async () => {
+    const a = peer('10.5.2.0/24');
+    const b = peer('10.5.2.0/24');
+    const b2 = { ...b, attrs: { ...b.attrs, publicIP: '192.168.1.99' } };
+    const good = peer('10.5.3.0/24');
+    const { out, metrics } = await collect([[add(a), add(good)], [add(b)], [add(b2)], [del(a)]]);
+    assert.deepEqual(out, [
+      [
+        ['added', a.key],
+        ['added', good.key],
+      ],
+      [
+        ['removed', a.key],
+        ['added', b.key],
+      ],
+    ]);
+    const c = await conflicts(metrics);
+    assert.deepEqual(c, {
+      outside_network: 0,
+      overlaps_own: 0,
+      backend_data: 0,
+      vtep_mac: 0,
+      overlaps_peer: 1,
+    });
+  });
+
+  test('the startup snapshot is passed on even when empty; leases are ordered by age in it', async () => {
+    const older = { ...peer('10.5.2.0/24'), expiration: new Date(1000) };
+    const newer = { ...peer('10.5.2.0/24'), expiration: new Date(2000) };
+    const { out } = await collect([[], [add(newer), add(older)]]);
+    assert.deepEqual(out, [[], [['added', newer.key]]]);
+    const first = await collect([[add(newer), add(older)]]);
+    assert.deepEqual(first.out, [[['added', older.key]]]);
+  });
+
+  test('a lease that turns bad is removed downstream and counted', async () => {
+    const a = peer('10.5.2.0/24');
+    const bad = {
+      ...a,
+      attrs: { ...a.attrs, backendData: { VNI: 7, VtepMAC: '0a:00:00:00:00:77' } },
+    };
+    const { out, metrics } = await collect([[add(a)], [add(bad)]]);
+    assert.deepEqual(out, [[['added', a.key]], [['removed', a.key]]]);
+    assert.equal((await conflicts(metrics)).backend_data, 1);
+  });
+
+  test('our VtepMAC in the startup snapshot: we are the newcomer and are told', async () => {
+    const clash = peer('10.5.2.0/24', { backendData: { VNI: 1, VtepMAC: OWN_MAC } });
+    const told: Lease[] = [];
+    const { out, metrics } = await collect([[add(clash)]], config(), (l) => told.push(l));
+    assert.deepEqual(told, [clash]);
+    assert.deepEqual(out, [[]]);
+    assert.equal((await conflicts(metrics)).vtep_mac, 1);
+  });
+
+  test('our VtepMAC on a peer that comes later: the peer is the newcomer, skipped', async () => {
+    const clash = peer('10.5.2.0/24', { backendData: { VNI: 1, VtepMAC: OWN_MAC } });
+    const told: Lease[] = [];
+    const { out, metrics } = await collect([[], [add(clash)]], config(), (l) => told.push(l));
+    assert.deepEqual(told, []);
+    assert.deepEqual(out, [[]]);
+    assert.equal((await conflicts(metrics)).vtep_mac, 1);
+  });
+});
