@@ -11,7 +11,12 @@
 import { WeftError, errorMessage, isWeftError } from '../common/errors.js';
 import { sleep } from '../common/lifecycle.js';
 import { LogOnce, logger } from '../common/log.js';
-import type { Backend, ExternalInterface, PreparedBackend } from './backend/backend.js';
+import type {
+  Backend,
+  BackendOptions,
+  ExternalInterface,
+  PreparedBackend,
+} from './backend/backend.js';
 import { unsupportedBackendOptions } from './backend/options.js';
 import { checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
 import { backendFactory } from './backend/registry.js';
@@ -33,7 +38,7 @@ export interface DaemonConfig {
   readonly releaseLeaseOnExit: boolean;
   readonly ipMasq: boolean;
   /** Passed to backends as BackendContext.options (engine choice, workers, kill switches, ...). */
-  readonly backendOptions: Readonly<Record<string, unknown>>;
+  readonly backendOptions: BackendOptions;
   /** The VtepMACs the store still publishes for this node from an earlier run (kube). */
   readonly storedVtepMACs?: () => { v4: string | null; v6: string | null };
   readonly openManager: (metrics: LeaseMetrics) => Promise<SubnetManager>;

@@ -12,6 +12,7 @@
  * Kernel backends keep plan (pure: lease event → ops) apart from apply (reconcile.ts).
  */
 import type { Logger } from '../../common/log.js';
+import type { DataplaneEngine } from '../../dataplane/engine.js';
 import type { Registry as PromRegistry } from 'prom-client';
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
@@ -29,6 +30,51 @@ export interface ExternalInterface {
   readonly publicIPv6: string | null;
 }
 
+/**
+ * Set to true in BackendContext.options by vxlan "Dataplane": "auto" when it hands over to the
+ * userspace backend for lack of kernel vxlan: an `auto` engine then means bpf (then native).
+ */
+export const AUTO_PREFERS_BPF = 'dataplaneAutoPrefersBpf' as const;
+
+/**
+ * The daemon flags backends read: one typed, frozen object, built once from the parsed flags
+ * (flags.ts validates each: the engine's choices, the ranges, the offload list).
+ */
+export interface BackendOptions {
+  /** --dataplane-engine (userspace backends). */
+  readonly dataplaneEngine: DataplaneEngine | 'auto';
+  /** Set by vxlan "Dataplane": "auto" when it hands over for lack of kernel vxlan (see below). */
+  readonly [AUTO_PREFERS_BPF]: boolean;
+  /** --dataplane-workers: TUN queues; 0 = one per CPU, at most 4. */
+  readonly dataplaneWorkers: number;
+  /** --dataplane-offloads; '' = $WEFT_DATAPLANE_OFFLOADS, else all. */
+  readonly dataplaneOffloads: string;
+  /** --dataplane-busy-poll, µs; 0 = off. */
+  readonly dataplaneBusyPoll: number;
+  /** --dataplane-queue-threads. */
+  readonly dataplaneQueueThreads: 1 | 2;
+  /** --dataplane-cpu-affine: queue k pinned to CPU k. */
+  readonly dataplaneCpuAffine: boolean;
+  /** --subnet-file: vxlan keeps its VtepMAC beside it (vtep-mac.ts); null = not kept. */
+  readonly subnetFile: string | null;
+}
+
+export const DEFAULT_BACKEND_OPTIONS: BackendOptions = Object.freeze({
+  dataplaneEngine: 'auto',
+  [AUTO_PREFERS_BPF]: false,
+  dataplaneWorkers: 0,
+  dataplaneOffloads: '',
+  dataplaneBusyPoll: 0,
+  dataplaneQueueThreads: 1,
+  dataplaneCpuAffine: true,
+  subnetFile: null,
+});
+
+/** The defaults with `o` applied, frozen. */
+export function backendOptions(o: Partial<BackendOptions> = {}): BackendOptions {
+  return Object.freeze({ ...DEFAULT_BACKEND_OPTIONS, ...o });
+}
+
 /** What the lease store knows about VtepMACs, for the vxlan backends (backend/vtep-mac.ts). */
 export interface StoreVtepMACs {
   /** The MAC the store still publishes for this node from an earlier run (kube annotation). */
@@ -44,17 +90,11 @@ export interface BackendContext {
   /** Prometheus registry the backend adds its metrics to. */
   readonly metrics: PromRegistry;
   /** Daemon flags a backend may read (e.g. dataplane engine choice, offload kill switches). */
-  readonly options: Readonly<Record<string, unknown>>;
+  readonly options: BackendOptions;
   /** Absent: nothing is known (tests, a store without leases). */
   readonly vtepMACs?: StoreVtepMACs;
   readonly signal: AbortSignal;
 }
-
-/**
- * Set to true in BackendContext.options by vxlan "Dataplane": "auto" when it hands over to the
- * userspace backend for lack of kernel vxlan: an `auto` engine then means bpf (then native).
- */
-export const AUTO_PREFERS_BPF = 'dataplaneAutoPrefersBpf';
 
 export interface PreparedBackend {
   /** backendType / backendData / backendV6Data for our lease (publicIP is filled by the daemon). */

@@ -55,8 +55,8 @@ export interface UserspaceSpec {
  */
 function engineOption(ctx: BackendContext): DataplaneEngine {
   const e = ctx.options.dataplaneEngine;
-  if (e === 'js' || e === 'native' || e === 'bpf') return e;
-  return ctx.options[AUTO_PREFERS_BPF] === true ? 'bpf' : 'native';
+  if (e !== 'auto') return e;
+  return ctx.options[AUTO_PREFERS_BPF] ? 'bpf' : 'native';
 }
 
 /** The native engine needs the addon: without it, say so and name the way out. */
@@ -77,12 +77,7 @@ function checkEngine(type: string, engine: DataplaneEngine): void {
 /** --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all. */
 function offloadsOption(ctx: BackendContext): readonly OffloadName[] {
   const o = ctx.options.dataplaneOffloads;
-  return typeof o === 'string' && o !== '' ? offloadsFromEnv(o) : offloadsFromEnv();
-}
-
-function busyPollOption(ctx: BackendContext): number {
-  const us = ctx.options.dataplaneBusyPoll;
-  return typeof us === 'number' && Number.isInteger(us) && us >= 0 ? us : 0;
+  return o !== '' ? offloadsFromEnv(o) : offloadsFromEnv();
 }
 
 /**
@@ -91,12 +86,7 @@ function busyPollOption(ctx: BackendContext): number {
  */
 export function workersOption(ctx: BackendContext, cpus = availableParallelism()): number {
   const w = ctx.options.dataplaneWorkers;
-  if (typeof w === 'number' && Number.isInteger(w) && w >= 1) return w;
-  return Math.max(1, Math.min(cpus, 4));
-}
-
-function queueThreadsOption(ctx: BackendContext): 1 | 2 {
-  return ctx.options.dataplaneQueueThreads === 2 ? 2 : 1;
+  return w >= 1 ? w : Math.max(1, Math.min(cpus, 4));
 }
 
 export function createUserspaceBackend(
@@ -135,9 +125,9 @@ export function createUserspaceBackend(
         underlay: ext.name,
         workers: workersOption(ctx),
         offloads: offloadsOption(ctx),
-        busyPollUs: busyPollOption(ctx),
-        queueThreads: queueThreadsOption(ctx),
-        cpuAffine: ctx.options.dataplaneCpuAffine !== false,
+        busyPollUs: ctx.options.dataplaneBusyPoll,
+        queueThreads: ctx.options.dataplaneQueueThreads,
+        cpuAffine: ctx.options.dataplaneCpuAffine,
         bindIp,
         port: spec.port,
         tunMtu: mtu,

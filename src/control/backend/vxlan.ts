@@ -217,10 +217,9 @@ export async function vtepMACFor(
   family: Family,
   device: string | null,
 ): Promise<string> {
-  const subnetFile = ctx.options.subnetFile;
   const { mac, source } = await chooseVtepMAC({
     dev,
-    subnetFile: typeof subnetFile === 'string' && subnetFile ? subnetFile : null,
+    subnetFile: ctx.options.subnetFile,
     device,
     stored: ctx.vtepMACs?.stored(family) ?? null,
     inUse: (await ctx.vtepMACs?.inUse()) ?? new Set(),
@@ -274,7 +273,7 @@ export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): B
         await kernel.close();
         // Next best: the bpf engine (kernel speed without the vxlan module), then native.
         impl = userspaceBackend(
-          { ...ctx, options: { ...ctx.options, [AUTO_PREFERS_BPF]: true } },
+          { ...ctx, options: Object.freeze({ ...ctx.options, [AUTO_PREFERS_BPF]: true }) },
           deps,
         );
         return impl.prepare();

@@ -1,5 +1,6 @@
 /** `weft daemon [flags]`: flags → DaemonConfig → runDaemon, with signal handling. */
 import { errorMessage } from '../../common/errors.js';
+import { backendOptions } from '../backend/backend.js';
 import { logger, setLogFormat, setLogLevel, verbosityLevel } from '../../common/log.js';
 import { blackholeRouteTask } from '../blackhole-route.js';
 import {
@@ -89,18 +90,17 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
         healthzPort: o.healthzPort,
         releaseLeaseOnExit: o.releaseLeaseOnExit,
         ipMasq: o.ipMasq,
-        backendOptions: {
+        backendOptions: backendOptions({
           dataplaneEngine: o.dataplaneEngine,
           dataplaneWorkers: o.dataplaneWorkers,
           dataplaneOffloads: o.dataplaneOffloads,
           dataplaneBusyPoll: o.dataplaneBusyPoll,
-          dataplaneQueueThreads: o.dataplaneQueueThreads,
+          // flags.ts allows 1..2
+          dataplaneQueueThreads: o.dataplaneQueueThreads === 2 ? 2 : 1,
           dataplaneCpuAffine: o.dataplaneCpuAffine,
-          ipMasq: o.ipMasq,
-          storeDir: o.storeDir,
           // vxlan keeps its VtepMAC in a file beside subnet.env (backend/vtep-mac.ts)
-          subnetFile: o.subnetFile,
-        },
+          subnetFile: o.subnetFile || null,
+        }),
         // ... and in kube mode in our node's backend-data annotation too
         storedVtepMACs: () => kube?.storedVtepMACs() ?? { v4: null, v6: null },
         tasks: [

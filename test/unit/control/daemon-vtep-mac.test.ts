@@ -10,7 +10,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { setLogLevel } from '../../../src/common/log.js';
-import type { Backend, BackendContext } from '../../../src/control/backend/backend.js';
+import {
+  type Backend,
+  type BackendContext,
+  DEFAULT_BACKEND_OPTIONS,
+} from '../../../src/control/backend/backend.js';
 import { registerBackend } from '../../../src/control/backend/registry.js';
 import { runDaemon } from '../../../src/control/daemon.js';
 import { LocalManager } from '../../../src/control/lease/local-manager.js';
@@ -77,7 +81,7 @@ test('a daemon whose VtepMAC an older peer holds chooses another and re-publishe
       healthzPort: 0,
       releaseLeaseOnExit: false,
       ipMasq: false,
-      backendOptions: {},
+      backendOptions: DEFAULT_BACKEND_OPTIONS,
       openManager: async () => new LocalManager(reg),
       selectInterface: async () => EXT,
     },

@@ -1,7 +1,11 @@
 /** Leases and contexts for the kernel backend unit tests, one table per address family. */
 import { type Family, parseCIDR } from '../../../../src/common/ip.js';
 import { logger } from '../../../../src/common/log.js';
-import type { BackendContext, ExternalInterface } from '../../../../src/control/backend/backend.js';
+import {
+  type BackendContext,
+  DEFAULT_BACKEND_OPTIONS,
+  type ExternalInterface,
+} from '../../../../src/control/backend/backend.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import { makeSubnetKey } from '../../../../src/control/lease/subnet-key.js';
 import type { Lease, LeaseAttrs } from '../../../../src/control/lease/types.js';
@@ -94,7 +98,7 @@ export function backendContext(
     extIface: EXT,
     log,
     metrics: new Registry(),
-    options: {},
+    options: DEFAULT_BACKEND_OPTIONS,
     signal: new AbortController().signal,
     ...over,
   };

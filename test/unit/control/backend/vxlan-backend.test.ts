@@ -4,8 +4,13 @@ import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
-import { AUTO_PREFERS_BPF } from '../../../../src/control/backend/backend.js';
-import type { Backend } from '../../../../src/control/backend/backend.js';
+import {
+  AUTO_PREFERS_BPF,
+  type Backend,
+  type BackendOptions,
+  DEFAULT_BACKEND_OPTIONS,
+  backendOptions,
+} from '../../../../src/control/backend/backend.js';
 import { createHostGwBackend } from '../../../../src/control/backend/host-gw.js';
 import { backendFactory, registerBackend } from '../../../../src/control/backend/registry.js';
 import { createVxlanBackend, parseVxlanConfig } from '../../../../src/control/backend/vxlan.js';
@@ -77,7 +82,7 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
     const nl = fakeWithExt();
     const ctx = backendContext(
       { Type: 'vxlan' },
-      { options: { subnetFile: join(dir, 'subnet.env') } },
+      { options: backendOptions({ subnetFile: join(dir, 'subnet.env') }) },
     );
     await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
     const mac = nl.links.get('flannel.1')!.mac;
@@ -110,7 +115,7 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
     writeFileSync(join(sub, 'subnet.env.flannel.1.vtep-mac'), 'garbage\n');
     const ctx = backendContext(
       { Type: 'vxlan' },
-      { options: { subnetFile: join(sub, 'subnet.env') } },
+      { options: backendOptions({ subnetFile: join(sub, 'subnet.env') }) },
     );
     await createVxlanBackend(ctx, { openNetlink: () => nl }).prepare();
     assert.match(nl.links.get('flannel.1')!.mac, /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
@@ -127,7 +132,7 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
     const ctx = backendContext(
       { Type: 'vxlan' },
       {
-        options: { subnetFile: join(sub, 'n1.env') },
+        options: backendOptions({ subnetFile: join(sub, 'n1.env') }),
         vtepMACs: { stored: () => null, inUse: async () => new Set(['0a:00:00:00:00:07']) },
       },
     );
@@ -213,7 +218,7 @@ describe('vxlan backend options', () => {
       run: async () => {},
       close: async () => {},
     };
-    let handedOptions: Readonly<Record<string, unknown>> = {};
+    let handedOptions: BackendOptions = DEFAULT_BACKEND_OPTIONS;
     const b = createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'auto' }), {
       openNetlink: () => nl,
       userspace: (ctx) => {

@@ -11,6 +11,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, describe, test } from 'node:test';
+import { DEFAULT_BACKEND_OPTIONS } from '../../../../src/control/backend/backend.js';
 import { checkBackendConfig, backendFactory } from '../../../../src/control/backend/registry.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import { logger } from '../../../../src/common/log.js';
@@ -84,7 +85,7 @@ describe('weft CLI errors', () => {
             extIface: { name: 'eth0', index: 1, mtu: 1500 } as never,
             log: logger('test'),
             metrics: new PromRegistry(),
-            options: {},
+            options: DEFAULT_BACKEND_OPTIONS,
             signal: new AbortController().signal,
           }),
         message,
