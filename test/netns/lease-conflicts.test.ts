@@ -14,12 +14,17 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
-import { Cluster, waitFor } from '../helpers/cluster.js';
+import {
+  Cluster,
+  ETCD_URL,
+  HEALTH_PORT,
+  pingFailures,
+  waitFor,
+} from '../../src/testbed/cluster.js';
+import { isRoot, nsExec } from '../../src/testbed/netns.js';
 import { etcdSkipReason } from '../helpers/etcd.js';
-import { isRoot, nsExec, nsExecAsync } from '../helpers/netns.js';
 
 const skip = !isRoot() ? 'needs root (network namespaces)' : (etcdSkipReason() ?? false);
-const HEALTH_PORT = '8471';
 
 const BACKENDS: ReadonlyArray<{ backend: Record<string, unknown>; type: string }> = [
   { backend: { Type: 'vxlan' }, type: 'vxlan' },
@@ -47,11 +52,7 @@ for (const { backend, type } of BACKENDS) {
   describe(`bad peer leases are skipped and counted, ${label}`, { skip }, () => {
     let c: Cluster;
     before(async () => {
-      c = await Cluster.create({
-        backend,
-        store: 'etcd',
-        flags: ['--healthz-port', HEALTH_PORT, '--healthz-ip', '127.0.0.1'],
-      });
+      c = await Cluster.create({ backend, store: 'etcd' });
       const victim = c.nodes[1]!.env.FLANNEL_SUBNET!.split('/')[0]!.replace(/\.1$/, '.0');
       const value = (n: number) =>
         JSON.stringify({
@@ -60,8 +61,10 @@ for (const { backend, type } of BACKENDS) {
           BackendType: type,
           ...(type === 'vxlan' ? { BackendData: { VNI: 1, VtepMAC: `0a:00:00:00:00:9${n}` } } : {}),
         });
-      c.etcd!.ctl(['put', `/coreos.com/network/subnets/${victim}-25`, value(1)]);
-      c.etcd!.ctl(['put', '/coreos.com/network/subnets/10.9.0.0-24', value(2)]);
+      const put = (key: string, v: string) =>
+        nsExec(c.underlay, 'etcdctl', ['--endpoints', ETCD_URL, 'put', key, v]);
+      put(`/coreos.com/network/subnets/${victim}-25`, value(1));
+      put('/coreos.com/network/subnets/10.9.0.0-24', value(2));
     });
     after(async () => {
       await c?.destroy();
@@ -102,8 +105,10 @@ for (const { backend, type } of BACKENDS) {
       });
     });
 
-    test('the skipped leases are logged once each, with the lease they clash with', () => {
-      const lines = c.nodes[0]!.logs.filter((l) => l.msg === 'peer lease skipped: conflict');
+    test('the skipped leases are logged once each, with the lease they clash with', async () => {
+      const logged = () => c.nodes[0]!.logs.filter((l) => l.msg === 'peer lease skipped: conflict');
+      await waitFor(() => logged().length >= 2, 10_000, 'the conflicts in the log');
+      const lines = logged();
       assert.deepEqual(lines.map((l) => l.reason).sort(), ['outside_network', 'overlaps_peer']);
       const overlap = lines.find((l) => l.reason === 'overlaps_peer')!;
       assert.equal(
@@ -113,19 +118,7 @@ for (const { backend, type } of BACKENDS) {
     });
 
     test('every pod pair still pings', async () => {
-      const failures: string[] = [];
-      await Promise.all(
-        c.pods.flatMap((a) =>
-          c.pods
-            .filter((b) => b !== a)
-            .map((b) =>
-              nsExecAsync(a.ns, 'ping', ['-c', '1', '-W', '2', b.ip]).catch(() => {
-                failures.push(`${a.name} → ${b.name} (${b.ip})`);
-              }),
-            ),
-        ),
-      );
-      assert.deepEqual(failures.sort(), []);
+      assert.deepEqual(await pingFailures(c.pods), []);
     });
   });
 }
