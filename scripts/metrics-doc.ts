@@ -9,6 +9,7 @@ import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Registry } from 'prom-client';
 import { kernelMetrics } from '../src/control/backend/kernel-common.js';
+import { leaseConflictCounter } from '../src/control/backend/peer-check.js';
 import { createDaemonMetrics } from '../src/control/metrics/metrics.js';
 import { registerDataplaneMetrics } from '../src/dataplane/stats.js';
 
@@ -26,6 +27,7 @@ export interface MetricFamily {
 /** Which part of weft registers each family, in the order the reference lists them. */
 const SOURCES: Array<[string, (registry: Registry) => void]> = [
   ['daemon, every store', () => {}],
+  ['peer lease checks, every backend', (r) => void leaseConflictCounter(r)],
   ['kernel backends (host-gw, vxlan)', (r) => void kernelMetrics(r)],
   [
     'userspace engine (udp, vxlan "Dataplane": "userspace")',
