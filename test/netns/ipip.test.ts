@@ -19,7 +19,7 @@ import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { parseCIDR } from '../../src/common/ip.js';
 import { logger } from '../../src/common/log.js';
-import type { Backend } from '../../src/control/backend/backend.js';
+import { type Backend, DEFAULT_BACKEND_OPTIONS } from '../../src/control/backend/backend.js';
 import { IPIP_DEV, createIpipBackend } from '../../src/control/backend/ipip.js';
 import { parseNetConfig } from '../../src/control/config/net-config.js';
 import { makeSubnetKey } from '../../src/control/lease/subnet-key.js';
@@ -103,7 +103,7 @@ for (const directRouting of [false, true]) {
             },
             log,
             metrics: new Registry(),
-            options: {},
+            options: DEFAULT_BACKEND_OPTIONS,
             signal: ac.signal,
           },
           { openNetlink: () => new NativeNetlink({ netns: ns[i]! }) },
