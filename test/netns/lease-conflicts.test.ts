@@ -14,13 +14,8 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
-import {
-  Cluster,
-  ETCD_URL,
-  HEALTH_PORT,
-  pingFailures,
-  waitFor,
-} from '../../src/testbed/cluster.js';
+import { Cluster, ETCD_URL, HEALTH_PORT, waitFor } from '../../src/testbed/cluster.js';
+import { pingFailures } from '../../src/testbed/probes.js';
 import { isRoot, nsExec } from '../../src/testbed/netns.js';
 import { etcdSkipReason } from '../helpers/etcd.js';
 

@@ -14,7 +14,8 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Cluster, PACKAGE_ROOT, type StoreKind, pingFailures } from '../../src/testbed/cluster.js';
+import { Cluster, PACKAGE_ROOT, type StoreKind } from '../../src/testbed/cluster.js';
+import { pingFailures } from '../../src/testbed/probes.js';
 import { isRoot } from '../../src/testbed/netns.js';
 import { etcdSkipReason } from '../helpers/etcd.js';
 
