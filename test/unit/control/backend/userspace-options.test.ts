@@ -19,7 +19,7 @@ describe('backend options', () => {
     const o = backendOptions({ dataplaneWorkers: 2 });
     assert.equal(Object.isFrozen(o), true);
     assert.equal(o.dataplaneWorkers, 2);
-    assert.equal(o.dataplaneEngine, 'native');
+    assert.equal(o.dataplaneEngine, 'auto');
     assert.equal(o.subnetFile, null);
   });
 });
