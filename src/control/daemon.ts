@@ -108,7 +108,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
         host: cfg.healthzIp,
         port: cfg.healthzPort,
         metrics: metrics.registry,
-        isReady: () => ready,
+        isReady: () => ready && (backend?.isReady?.() ?? true),
       });
       log.info({ address: cfg.healthzIp, port: health.port }, 'serving /healthz /readyz /metrics');
     }

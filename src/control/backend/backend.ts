@@ -110,6 +110,11 @@ export interface Backend {
   /** Consumes peer lease batches until `signal` fires; rejects only on a fatal backend error. */
   run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal): Promise<void>;
   close(): Promise<void>;
+  /**
+   * Whether the dataplane can forward, as the last re-check of the backend's own state (device,
+   * address, route) found it; absent: always. /readyz answers 503 while it is false.
+   */
+  isReady?(): boolean;
 }
 
 export type BackendFactory = (ctx: BackendContext) => Backend;

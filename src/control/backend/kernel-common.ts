@@ -175,6 +175,7 @@ export function runKernelPlan(
     readonly families: readonly Family[];
     readonly plan: Planner;
     readonly resyncMs?: number | undefined;
+    readonly ensureBase?: ReconcilerOptions['ensureBase'];
   },
 ): Promise<void> {
   const reconciler = new Reconciler({
@@ -182,6 +183,7 @@ export function runKernelPlan(
     log: o.log,
     ownership: o.ownership,
     ...(o.resyncMs === undefined ? {} : { resyncMs: o.resyncMs }),
+    ...(o.ensureBase === undefined ? {} : { ensureBase: o.ensureBase }),
     ...reconcilerMetricHooks(o.metrics),
   });
   return runPlanned(events, signal, { reconciler, families: o.families, plan: o.plan });

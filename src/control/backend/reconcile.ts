@@ -13,6 +13,8 @@
  *   device inside the cluster network, permanent neighbours and FDB entries on the VXLAN device),
  *   restores what is missing or different and deletes what no peer wants — including entries left
  *   by an earlier run (flannel issue #2554). `run()` does it every `resyncMs` (10 s).
+ *   Before the peers, `ensureBase` (when given) re-checks and restores the backend's own state
+ *   (its device, the device's address and route); when it throws, the resync stops there.
  *
  * One writer: every kernel change goes through the internal queue, so flush, retries and
  * resyncs never interleave.
@@ -56,6 +58,11 @@ export interface ReconcilerOptions {
   readonly onApplied?: (result: { ops: number; failed: number }) => void;
   /** Counts entries the periodic re-check restored or removed (metrics hook). */
   readonly onRepaired?: (count: number) => void;
+  /**
+   * Re-checks and restores the backend's own state (device, address, route) at the start of every
+   * resync; resolves with how many pieces it restored, throws when it cannot restore them.
+   */
+  readonly ensureBase?: () => Promise<number>;
 }
 
 /** The ops that create an entry (the rest delete or change devices). */
@@ -126,6 +133,7 @@ export class Reconciler {
   readonly #retry: { initialMs: number; maxMs: number; attempts: number };
   readonly #onApplied: ReconcilerOptions['onApplied'];
   readonly #onRepaired: ReconcilerOptions['onRepaired'];
+  readonly #ensureBase: ReconcilerOptions['ensureBase'];
   readonly #peers = new Map<string, PeerState>();
   /** Keys of the peers with ops pending: a flush looks at these, not at every peer. */
   readonly #dirty = new Set<string>();
@@ -141,6 +149,7 @@ export class Reconciler {
     this.#retry = o.retry ?? { initialMs: 100, maxMs: 5_000, attempts: 6 };
     this.#onApplied = o.onApplied;
     this.#onRepaired = o.onRepaired;
+    this.#ensureBase = o.ensureBase;
   }
 
   /** Records a peer's planned ops (applied at the next flush). */
@@ -300,6 +309,8 @@ export class Reconciler {
   }
 
   async #resync(): Promise<void> {
+    const base = this.#ensureBase ? await this.#ensureBase() : 0;
+    if (base > 0) this.#onRepaired?.(base);
     // What every peer wants, by identity.
     const want = new Map<string, { key: string; op: AddOp }>();
     for (const [key, p] of this.#peers)

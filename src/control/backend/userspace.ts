@@ -6,7 +6,9 @@
  *
  *   prepare  → the dataplane starts (TUN exists, sockets bound, workers in their loops)
  *   start    → TUN MTU, address <subnet network address>/32 (/128), up, route <network> dev TUN
- *   run      → leases → peer records → setPeers, until the signal fires
+ *   run      → leases → peer records → setPeers, until the signal fires; every resync (10 s, the
+ *              kernel backends' Reconciler loop) the TUN's link state, address and route are
+ *              re-checked and restored (isReady is false while they cannot be)
  *   close    → the dataplane stops; the TUN disappears with its address and route
  */
 import { availableParallelism } from 'node:os';
@@ -32,6 +34,30 @@ import {
   leaseSubnet,
   subnetAddress,
 } from './kernel-common.js';
+import { Reconciler } from './reconcile.js';
+
+/**
+ * The re-check of the TUN's own state: restores (with `ops`, the ones start applied) when the
+ * link is down, an address is gone or the cluster route no longer goes through the TUN. Returns
+ * how many pieces were missing.
+ */
+async function restoreTun(nl: Netlink, tun: string, ops: readonly Op[]): Promise<number> {
+  let missing = 0;
+  const link = await nl.getLink(tun);
+  if (!link?.up) missing++;
+  for (const op of ops) {
+    if (op.op === 'replaceAddr') {
+      const family = op.addr.includes(':') ? 6 : 4;
+      if (!(await nl.listAddrs(family, tun)).some((a) => a.addr === op.addr)) missing++;
+    } else if (op.op === 'replaceRoute') {
+      const family = op.dst.includes(':') ? 6 : 4;
+      const routes = await nl.listRoutes({ family, dev: tun });
+      if (!routes.some((r) => r.dst === op.dst && r.gw === null)) missing++;
+    }
+  }
+  if (missing > 0) await applyAll(nl, ops);
+  return missing;
+}
 
 export interface UserspaceSpec {
   readonly type: string;
@@ -104,9 +130,14 @@ export function createUserspaceBackend(
   let dp: Dataplane | null = null;
   let nl: Netlink | null = null;
   let ownKey: string | null = null;
+  /** What start applied: the TUN's link state, address and route (restored by the re-check). */
+  let tunOps: Op[] = [];
+  // What the last re-check of the TUN found: false while its state is missing and not restored.
+  let tunOk = true;
 
   return {
     type: spec.type,
+    isReady: () => tunOk,
     async prepare(): Promise<PreparedBackend> {
       const bindIp = ext.ifaceAddr ?? ext.ifaceAddrV6;
       if (!bindIp) {
@@ -161,11 +192,41 @@ export function createUserspaceBackend(
         );
       }
       await applyAll(nl, ops);
+      tunOps = ops;
       log.info({ tun: dp.tunName }, 'tun device up');
     },
     async run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal) {
-      if (!dp) throw new Error(`${spec.type}: run before prepare`);
+      if (!dp || !nl) throw new Error(`${spec.type}: run before prepare`);
       const running = dp;
+      const netlink = nl;
+      // The TUN's state is re-checked by the kernel backends' resync loop (no peers of its own).
+      const recheck = new AbortController();
+      const reconciler = new Reconciler({
+        netlink: netlink,
+        log,
+        ownership: [],
+        onRepaired: (n) => kernelMetrics(ctx.metrics).repairs.inc(n),
+        ensureBase: async () => {
+          let missing: number;
+          try {
+            missing = await restoreTun(netlink, running.tunName, tunOps);
+          } catch (err) {
+            if (tunOk)
+              log.error(
+                { tun: running.tunName, err: errorMessage(err) },
+                'tun state cannot be restored; not ready',
+              );
+            tunOk = false;
+            throw err;
+          }
+          if (missing > 0)
+            log.warn({ tun: running.tunName, missing }, 'tun address/route restored');
+          else if (!tunOk) log.info({ tun: running.tunName }, 'tun state whole again; ready');
+          tunOk = true;
+          return missing;
+        },
+      });
+      const rechecking = reconciler.run(recheck.signal);
       // Records per lease, encoded when the lease changes; the table handed to the dataplane is
       // one copy of them, once per flush window (events already received are coalesced).
       const records = new PeerRecords();
@@ -221,6 +282,9 @@ export function createUserspaceBackend(
         // would wait behind it. The daemon aborts the lease stream as it stops.
         void iter.return?.()?.catch(() => undefined);
         throw err;
+      } finally {
+        recheck.abort();
+        await rechecking;
       }
       await iter.return?.();
       if (scheduled) push();

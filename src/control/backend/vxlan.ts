@@ -290,6 +290,36 @@ interface FamilyDevice {
   readonly dev: string;
   readonly mac: string;
   readonly network: IPNet;
+  readonly wanted: DeviceWanted;
+  /** Our lease's subnet of this family (set by start). */
+  subnet: IPNet | null;
+}
+
+/**
+ * The re-check of one vxlan device (each resync, before the peers): a device that is gone or no
+ * longer ours is created again with the same MAC, then its address and link state are restored.
+ * Returns how many pieces it restored (the peers' entries follow in the same resync).
+ */
+async function restoreVxlanDevice(
+  nl: Netlink,
+  d: FamilyDevice,
+  log: BackendContext['log'],
+): Promise<number> {
+  if (!d.subnet) return 0;
+  const link = await nl.getLink(d.dev);
+  const addr = `${subnetAddress(d.subnet)}/${d.family === 4 ? 32 : 128}`;
+  let restored = 0;
+  if (!link || !isCompatibleDevice(link, d.wanted)) {
+    log.warn({ dev: d.dev }, 'vxlan device missing; creating it again');
+    // the MAC our lease publishes, so the peers' entries for us stay right
+    await ensureVxlanDevice(nl, d.wanted, () => Promise.resolve(d.mac), log);
+    restored++;
+  } else if (link.up && (await nl.listAddrs(d.family, d.dev)).some((a) => a.addr === addr)) {
+    return 0;
+  }
+  await ensureTunnelAddress(nl, d.dev, d.subnet, d.network);
+  log.info({ dev: d.dev, addr }, 'vxlan device address and link restored');
+  return restored + 1;
 }
 
 function createKernelVxlan(
@@ -304,8 +334,11 @@ function createKernelVxlan(
   const devices: FamilyDevice[] = [];
   const skipped = new LogOnce();
   let nl: Netlink | undefined;
+  // What the last re-check of the devices found: false while one is missing and cannot be restored.
+  let devicesOk = true;
   return {
     type: VXLAN,
+    isReady: () => devicesOk,
     async prepare(): Promise<PreparedBackend> {
       nl = (deps.openNetlink ?? openNetlink)();
       let backendData: unknown;
@@ -315,21 +348,29 @@ function createKernelVxlan(
         const dev = vxlanDeviceName(family, cfg.vni);
         const local = family === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
         const devMtu = ext.mtu - (family === 4 ? VXLAN_OVERHEAD_V4 : VXLAN_OVERHEAD_V6);
+        const wanted: DeviceWanted = {
+          name: dev,
+          vni: cfg.vni,
+          port: cfg.port,
+          local,
+          link: ext.name,
+          linkIndex: ext.index,
+          mtu: devMtu,
+        };
         const mac = await ensureVxlanDevice(
           nl,
-          {
-            name: dev,
-            vni: cfg.vni,
-            port: cfg.port,
-            local,
-            link: ext.name,
-            linkIndex: ext.index,
-            mtu: devMtu,
-          },
+          wanted,
           (device) => vtepMACFor(ctx, dev, family, device),
           log,
         );
-        devices.push({ family, dev, mac, network: clusterNetwork(ctx.netConfig, family)! });
+        devices.push({
+          family,
+          dev,
+          mac,
+          network: clusterNetwork(ctx.netConfig, family)!,
+          wanted,
+          subnet: null,
+        });
         const data = { VNI: cfg.vni, VtepMAC: mac };
         if (family === 4) backendData = data;
         else backendV6Data = data;
@@ -348,6 +389,7 @@ function createKernelVxlan(
       if (!nl) throw new Error('vxlan: start before prepare');
       for (const d of devices) {
         const subnet = leaseSubnet(lease, d.family);
+        d.subnet = subnet;
         if (!subnet) continue;
         const addr = await ensureTunnelAddress(nl, d.dev, subnet, d.network);
         log.info({ dev: d.dev, addr }, 'vxlan device up');
@@ -374,6 +416,20 @@ function createKernelVxlan(
         ownership,
         metrics,
         resyncMs: deps.resyncMs,
+        ensureBase: async () => {
+          let restored = 0;
+          try {
+            for (const d of devices) restored += await restoreVxlanDevice(netlink, d, log);
+          } catch (err) {
+            if (devicesOk)
+              log.error({ err: errorMessage(err) }, 'vxlan device cannot be restored; not ready');
+            devicesOk = false;
+            throw err;
+          }
+          if (!devicesOk) log.info('vxlan devices restored; ready');
+          devicesOk = true;
+          return restored;
+        },
         families: devices.map((d) => d.family),
         plan: (ev, family) =>
           planVxlan(ev, family, {

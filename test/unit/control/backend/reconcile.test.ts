@@ -267,3 +267,41 @@ describe('runPlanned: cost follows what changed', () => {
     await run;
   });
 });
+
+describe('Reconciler ensureBase (the backend device re-check)', () => {
+  test('runs before the peers on every resync; its restored count is a repair; a throw stops the resync', async () => {
+    const nl = new FakeNetlink();
+    nl.addLink('eth0');
+    const calls: string[] = [];
+    const listRoutes = nl.listRoutes.bind(nl);
+    nl.listRoutes = async (f) => {
+      calls.push('listRoutes');
+      return listRoutes(f);
+    };
+    let result: number | Error = 2;
+    const repaired: number[] = [];
+    const rec = new Reconciler({
+      netlink: nl,
+      log,
+      ownership: [{ family: 4, routes: [{ dev: 'eth0', within: parseCIDR('10.0.0.0/8')! }] }],
+      onRepaired: (n) => repaired.push(n),
+      ensureBase: async () => {
+        calls.push('base');
+        if (result instanceof Error) throw result;
+        return result;
+      },
+    });
+    await rec.resync();
+    assert.deepEqual(calls, ['base', 'listRoutes']);
+    assert.deepEqual(repaired, [2]);
+    result = new Error('EEXIST');
+    calls.length = 0;
+    await assert.rejects(rec.resync(), /EEXIST/);
+    assert.deepEqual(calls, ['base'], 'no peer re-check without the device');
+    result = 0;
+    calls.length = 0;
+    await rec.resync();
+    assert.deepEqual(calls, ['base', 'listRoutes']);
+    assert.deepEqual(repaired, [2], 'nothing restored: no repair counted');
+  });
+});
