@@ -1,6 +1,6 @@
 /**
  * The bpf engine behind real `weft daemon`s (embedded store), in namespaces built by
- * test/helpers/cluster.ts, for both userspace backends started with --dataplane-engine=bpf:
+ * src/testbed/cluster.ts, for both userspace backends started with --dataplane-engine=bpf:
  *
  *            underlay br0 (L2)                 10.250.0.0/24
  *     ┌──────────┴──────────┐
