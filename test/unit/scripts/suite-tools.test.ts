@@ -45,6 +45,7 @@ const TOOLS: Record<string, string | null> = {
   mkdir: 'coreutils',
   sleep: 'coreutils',
   chmod: 'coreutils',
+  getconf: 'libc-bin',
   bash: 'bash',
   dpkg: 'dpkg',
   'dpkg-query': 'dpkg',
@@ -54,7 +55,7 @@ const TOOLS: Record<string, string | null> = {
 };
 
 /** Packages every Debian system has (Essential: yes, or apt itself). */
-const ESSENTIAL = new Set(['coreutils', 'util-linux', 'bash', 'dpkg', 'apt']);
+const ESSENTIAL = new Set(['coreutils', 'util-linux', 'libc-bin', 'bash', 'dpkg', 'apt']);
 
 function sources(dir: string, out: string[] = []): string[] {
   for (const e of readdirSync(dir)) {
