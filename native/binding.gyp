@@ -11,6 +11,7 @@
         "src/codec.cc",
         "src/flannel_udp.cc",
         "src/vxlan.cc",
+        "src/ipip.cc",
         "src/tun.cc",
         "src/udp_socket.cc",
         "src/engine.cc",

@@ -6,4 +6,5 @@ out=${1:-$here/decap_fuzzer}
 src=$here/../src
 exec clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src" "$here/decap_fuzzer.cc" "$src/checksum.cc" "$src/packet.cc" "$src/peer_table.cc" \
-  "$src/codec.cc" "$src/flannel_udp.cc" "$src/vxlan.cc" "$src/coalesce.cc" -o "$out"
+  "$src/codec.cc" "$src/flannel_udp.cc" "$src/vxlan.cc" "$src/ipip.cc" \
+  "$src/coalesce.cc" -o "$out"

@@ -1,7 +1,8 @@
 // libFuzzer target for the receive path (and, on the same bytes, the send path and the TSO split): whatever a
 // datagram holds, decapsulation, the source check and the TUN write preparation must neither
-// crash nor read or write out of bounds. Input: byte 0 selects the format (bit 0: VXLAN) and
-// the outer source family (bit 1: IPv6), then the outer source address, then the datagram.
+// crash nor read or write out of bounds. Input: byte 0 selects the format (bit 0: VXLAN, bit 2:
+// IPIP, whose "datagram" is the whole outer IPv4 packet) and the outer source family (bit 1:
+// IPv6), then the outer source address, then the datagram.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -11,7 +12,6 @@
 
 #include "coalesce.h"
 #include "codec.h"
-#include "flannel_udp.h"
 #include "packet.h"
 #include "peer_table.h"
 #include "vxlan.h"
@@ -58,7 +58,9 @@ const weft::PeerTable& Table() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  bool vxlan = (data[0] & 1) != 0;
+  const weft::Format format = (data[0] & 4) != 0   ? weft::Format::kIpip
+                             : (data[0] & 1) != 0 ? weft::Format::kVxlan
+                                                  : weft::Format::kUdp;
   size_t src_len = (data[0] & 2) != 0 ? 16 : 4;
   if (size < 1 + src_len) return 0;
   const uint8_t* src = data + 1;
@@ -72,9 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Exact-size copies so the sanitizer sees any overrun.
   std::vector<uint8_t> rx(dgram, dgram + len);
-  weft::DecapResult r =
-      vxlan ? weft::VxlanDecap(rx.data(), rx.size(), src_len, src, Table(), cfg)
-            : weft::FlannelUdpDecap(rx.data(), rx.size(), src_len, src, Table());
+  weft::DecapResult r = weft::Decap(format, rx.data(), rx.size(), src_len, src, Table(), cfg);
   if (r.drop == weft::DropReason::kNone) {
     if (r.inner_off + r.inner_len > rx.size()) __builtin_trap();
     weft::VnetHdr h;
@@ -98,12 +98,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(tx.data() + weft::kVxlanEncapLen, dgram, len);
   uint8_t icmp[weft::kIcmpReplyMax];
   uint8_t* pkt = tx.data() + weft::kVxlanEncapLen;
-  weft::EncapResult e =
-      vxlan ? weft::VxlanEncap(pkt, len, Table(), cfg, icmp, sizeof(icmp))
-            : weft::FlannelUdpEncap(pkt, len, Table(), icmp, sizeof(icmp));
+  weft::EncapResult e = weft::Encap(format, pkt, len, Table(), cfg, icmp, sizeof(icmp));
   if (e.icmp_len > sizeof(icmp)) __builtin_trap();
   if (e.drop == weft::DropReason::kNone) {
-    size_t head = vxlan ? weft::kVxlanEncapLen : 0;
+    size_t head = weft::EncapHeadroom(format);
     if (e.payload_len > len + head) __builtin_trap();
     weft::IpInfo ip;
     if (weft::ParseIp(pkt, len, &ip) == weft::DropReason::kNone) weft::VxlanSourcePort(pkt, ip);

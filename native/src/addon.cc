@@ -21,7 +21,6 @@
 #include "checksum.h"
 #include "codec.h"
 #include "engine.h"
-#include "flannel_udp.h"
 #include "harness.h"
 #include "netlink.h"
 #include "offloads.h"
@@ -343,34 +342,40 @@ CodecConfig ConfigArg(const Napi::CallbackInfo& info, size_t i) {
   if (mac.IsBuffer() && mac.As<Napi::Buffer<uint8_t>>().Length() == 6) {
     std::memcpy(cfg.vtep_mac, mac.As<Napi::Buffer<uint8_t>>().Data(), 6);
   }
+  Napi::Value local = o.Get("localIp");
+  if (local.IsBuffer() && local.As<Napi::Buffer<uint8_t>>().Length() == 4) {
+    std::memcpy(cfg.local_ip, local.As<Napi::Buffer<uint8_t>>().Data(), 4);
+  }
   return cfg;
 }
 
-bool IsVxlan(const Napi::CallbackInfo& info, size_t i) {
-  std::string f = info.Length() > i && info[i].IsString() ? info[i].As<Napi::String>().Utf8Value() : "";
-  if (f != "udp" && f != "vxlan") throw Napi::TypeError::New(info.Env(), "dataplane: format must be udp or vxlan");
-  return f == "vxlan";
+// "udp" | "vxlan" | "ipip" → the framing (codec.h)
+Format FormatOf(Napi::Env env, const Napi::Value& v) {
+  std::string f = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+  if (f == "udp") return Format::kUdp;
+  if (f == "vxlan") return Format::kVxlan;
+  if (f == "ipip") return Format::kIpip;
+  throw Napi::TypeError::New(env, "dataplane: format must be udp, vxlan or ipip");
 }
 
 // codecEncap(format, table, config, packet) → { drop, peer, payload, icmp }
 Napi::Value CodecEncap(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  bool vxlan = IsVxlan(info, 0);
+  Format format = FormatOf(env, info.Length() > 0 ? info[0] : env.Undefined());
   std::unique_ptr<PeerTable> table = TableArg(info, 1);
   CodecConfig cfg = ConfigArg(info, 2);
   Napi::Buffer<uint8_t> pkt = BufArg(info, 3, "packet");
-  std::vector<uint8_t> work(kVxlanEncapLen + pkt.Length() + 1);
-  uint8_t* p = work.data() + kVxlanEncapLen;
+  const size_t head = EncapHeadroom(format);
+  std::vector<uint8_t> work(head + pkt.Length() + 1);
+  uint8_t* p = work.data() + head;
   std::memcpy(p, pkt.Data(), pkt.Length());
   std::vector<uint8_t> icmp(kIcmpReplyMax);
-  EncapResult r = vxlan ? VxlanEncap(p, pkt.Length(), *table, cfg, icmp.data(), icmp.size())
-                        : FlannelUdpEncap(p, pkt.Length(), *table, icmp.data(), icmp.size());
+  EncapResult r = Encap(format, p, pkt.Length(), *table, cfg, icmp.data(), icmp.size());
   Napi::Object o = Napi::Object::New(env);
   o.Set("drop", kDropReasonNames[static_cast<size_t>(r.drop)]);
   o.Set("peer", r.peer ? Napi::Value(Napi::Number::New(env, r.peer - table->records())) : env.Null());
   if (r.drop == DropReason::kNone) {
-    const uint8_t* start = vxlan ? p - kVxlanEncapLen : p;
-    o.Set("payload", Napi::Buffer<uint8_t>::Copy(env, start, r.payload_len));
+    o.Set("payload", Napi::Buffer<uint8_t>::Copy(env, p - head, r.payload_len));
   } else {
     o.Set("payload", env.Null());
   }
@@ -381,7 +386,7 @@ Napi::Value CodecEncap(const Napi::CallbackInfo& info) {
 // codecDecap(format, table, config, outerSrc, datagram) → { drop, tun } (tun = vnet hdr + packet)
 Napi::Value CodecDecap(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  bool vxlan = IsVxlan(info, 0);
+  Format format = FormatOf(env, info.Length() > 0 ? info[0] : env.Undefined());
   std::unique_ptr<PeerTable> table = TableArg(info, 1);
   CodecConfig cfg = ConfigArg(info, 2);
   Napi::Buffer<uint8_t> src = BufArg(info, 3, "outer source");
@@ -389,8 +394,7 @@ Napi::Value CodecDecap(const Napi::CallbackInfo& info) {
   if (src.Length() != 4 && src.Length() != 16) throw Napi::RangeError::New(env, "dataplane: outer source must be 4 or 16 bytes");
   std::vector<uint8_t> work(dgram.Length() + 1);
   std::memcpy(work.data(), dgram.Data(), dgram.Length());
-  DecapResult r = vxlan ? VxlanDecap(work.data(), dgram.Length(), src.Length(), src.Data(), *table, cfg)
-                        : FlannelUdpDecap(work.data(), dgram.Length(), src.Length(), src.Data(), *table);
+  DecapResult r = Decap(format, work.data(), dgram.Length(), src.Length(), src.Data(), *table, cfg);
   Napi::Object o = Napi::Object::New(env);
   o.Set("drop", kDropReasonNames[static_cast<size_t>(r.drop)]);
   if (r.drop == DropReason::kNone) {
@@ -548,9 +552,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "dataplane: engine config");
   Napi::Object o = info[0].As<Napi::Object>();
   EngineConfig cfg;
-  std::string format = o.Get("format").ToString().Utf8Value();
-  if (format != "udp" && format != "vxlan") throw Napi::TypeError::New(env, "dataplane: format must be udp or vxlan");
-  cfg.format = format == "vxlan" ? Format::kVxlan : Format::kUdp;
+  cfg.format = FormatOf(env, o.Get("format"));
   cfg.tun_name = o.Get("tunName").ToString().Utf8Value();
   cfg.workers = o.Get("workers").ToNumber().Int32Value();
   cfg.bind_ip = o.Get("bindIp").ToString().Utf8Value();

@@ -3,6 +3,9 @@
 #include <cstring>
 
 #include "checksum.h"
+#include "flannel_udp.h"
+#include "ipip.h"
+#include "vxlan.h"
 
 namespace weft {
 
@@ -77,6 +80,44 @@ size_t BuildNetUnreachable(const uint8_t* pkt, const IpInfo& ip, uint8_t* out, s
                                     static_cast<uint32_t>(icmp_len));
   StoreBe16(out + 42, Checksum(out + 40, icmp_len, pseudo));
   return 40 + icmp_len;
+}
+
+size_t EncapHeadroom(Format f) {
+  switch (f) {
+    case Format::kVxlan:
+      return kVxlanEncapLen;
+    case Format::kIpip:
+      return kIpipHdrLen;
+    case Format::kUdp:
+      break;
+  }
+  return 0;
+}
+
+EncapResult Encap(Format f, uint8_t* pkt, size_t len, const PeerTable& table,
+                  const CodecConfig& cfg, uint8_t* icmp_out, size_t icmp_cap) {
+  switch (f) {
+    case Format::kVxlan:
+      return VxlanEncap(pkt, len, table, cfg, icmp_out, icmp_cap);
+    case Format::kIpip:
+      return IpipEncap(pkt, len, table, cfg, icmp_out, icmp_cap);
+    case Format::kUdp:
+      break;
+  }
+  return FlannelUdpEncap(pkt, len, table, icmp_out, icmp_cap);
+}
+
+DecapResult Decap(Format f, uint8_t* data, size_t len, size_t outer_len, const uint8_t* outer_src,
+                  const PeerTable& table, const CodecConfig& cfg) {
+  switch (f) {
+    case Format::kVxlan:
+      return VxlanDecap(data, len, outer_len, outer_src, table, cfg);
+    case Format::kIpip:
+      return IpipDecap(data, len, outer_len, outer_src, table);
+    case Format::kUdp:
+      break;
+  }
+  return FlannelUdpDecap(data, len, outer_len, outer_src, table);
 }
 
 }  // namespace weft

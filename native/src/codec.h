@@ -1,5 +1,6 @@
-// What the flannel-udp and VXLAN codecs share: their configuration, result types, the
-// anti-spoofing source check and the ICMP "no route" builder.
+// What the three framings (flannel-udp, VXLAN, IPIP) share: their names, configuration, result
+// types, the anti-spoofing source check, the ICMP "no route" builder, and Encap/Decap, which
+// pick the framing's codec (the engine and the addon speak only these).
 #ifndef WEFT_NATIVE_CODEC_H_
 #define WEFT_NATIVE_CODEC_H_
 
@@ -16,10 +17,15 @@ constexpr size_t kMaxUdpPayload = 65507;
 // Room an ICMP reply needs (IPv6: 1280, the minimum MTU).
 constexpr size_t kIcmpReplyMax = 1280;
 
+// The framing on the wire: flannel-udp and VXLAN in UDP datagrams, IPIP in raw IP packets
+// (protocol 4).
+enum class Format : uint8_t { kUdp, kVxlan, kIpip };
+
 struct CodecConfig {
   uint32_t vni = 1;
   uint8_t vtep_mac[6] = {};
   uint32_t tun_mtu = 1450;
+  uint8_t local_ip[4] = {};  // IPIP: the outer source address (ours)
 };
 
 // TUN → UDP. On success (drop == kNone) `peer` is the destination and the datagram payload is
@@ -54,6 +60,20 @@ DropReason CheckSource(const PeerTable& table, size_t outer_len, const uint8_t* 
 // offender is itself an ICMP error, a non-first fragment, or from an unspecified/multicast
 // address).
 size_t BuildNetUnreachable(const uint8_t* pkt, const IpInfo& ip, uint8_t* out, size_t cap);
+
+// Bytes a framing writes before the inner packet in what it sends (flannel-udp 0, VXLAN 22,
+// IPIP 20: the outer IPv4 header).
+size_t EncapHeadroom(Format f);
+
+// TUN → network in framing `f`: `pkt` (len bytes) has EncapHeadroom(f) writable bytes before
+// it; on success what to send starts at pkt - EncapHeadroom(f) (payload_len bytes).
+EncapResult Encap(Format f, uint8_t* pkt, size_t len, const PeerTable& table,
+                  const CodecConfig& cfg, uint8_t* icmp_out, size_t icmp_cap);
+
+// Network → TUN in framing `f`: `data` is what the socket returned (a UDP payload; for IPIP the
+// whole IPv4 packet) from `outer_src`.
+DecapResult Decap(Format f, uint8_t* data, size_t len, size_t outer_len, const uint8_t* outer_src,
+                  const PeerTable& table, const CodecConfig& cfg);
 
 }  // namespace weft
 

@@ -30,7 +30,7 @@
 
 #include "checksum.h"
 #include "coalesce.h"
-#include "flannel_udp.h"
+#include "ipip.h"
 #include "steering.h"
 #include "tun.h"
 #include "udp_socket.h"
@@ -94,7 +94,7 @@ class Engine::Loop {
     tx_bytes_.resize(kArenaSlots);
     tx_segs_.resize(kArenaSlots);
     tx_gso_.resize(kArenaSlots);
-    max_datagram_ = e->cfg_.codec.tun_mtu + (e->cfg_.format == Format::kVxlan ? kVxlanEncapLen : 0);
+    max_datagram_ = e->cfg_.codec.tun_mtu + EncapHeadroom(e->cfg_.format);
     cmsg_.resize(static_cast<size_t>(kArenaSlots) * kCmsgSpace);
     udp_gso_ = (e->offloads_enabled_ & kOffloadUdpGso) != 0;
     seg_len_.resize(kMaxSegs);
@@ -178,7 +178,8 @@ class Engine::Loop {
   }
 
  private:
-  bool VxlanFormat() const { return e_->cfg_.format == Format::kVxlan; }
+  // Bytes the framing writes before the inner packet (codec.h).
+  size_t Headroom() const { return EncapHeadroom(e_->cfg_.format); }
 
   // Packets moved either way so far (this worker's own counters: relaxed reads are exact here).
   uint64_t Moved() const {
@@ -213,10 +214,8 @@ class Engine::Loop {
   // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
   void EncapSlot(int slot, size_t len, const PeerTable& table) {
     uint8_t* pkt = Slot(slot) + kTxPkt;
-    EncapResult r =
-        VxlanFormat()
-            ? VxlanEncap(pkt, len, table, e_->cfg_.codec, icmp_.data() + kVnetHdrLen, kIcmpReplyMax)
-            : FlannelUdpEncap(pkt, len, table, icmp_.data() + kVnetHdrLen, kIcmpReplyMax);
+    EncapResult r = Encap(e_->cfg_.format, pkt, len, table, e_->cfg_.codec,
+                          icmp_.data() + kVnetHdrLen, kIcmpReplyMax);
     if (r.drop != DropReason::kNone) {
       c_.Drop(r.drop);
       if (r.icmp_len > 0) WriteIcmp(r.icmp_len);
@@ -228,12 +227,12 @@ class Engine::Loop {
     }
     int o = out_++;
     int v = niov_++;
-    tx_iov_[v].iov_base = VxlanFormat() ? pkt - kVxlanEncapLen : pkt;
+    tx_iov_[v].iov_base = pkt - Headroom();
     tx_iov_[v].iov_len = r.payload_len;
     socklen_t alen;
     FillSockaddr(*r.peer, &tx_addr_[o], &alen);
     SetMessage(o, &tx_addr_[o], alen, &tx_iov_[v], 1, 1, 0,
-               VxlanFormat() ? r.payload_len - kVxlanEncapLen : r.payload_len, SendFd(pkt, r.ip));
+               r.payload_len - Headroom(), SendFd(pkt, r.ip));
   }
 
   // Fills queued message `m`: `iovlen` iovecs to `name`, leaving by socket `fd`, carrying `segs`
@@ -346,23 +345,37 @@ class Engine::Loop {
     if (ParseIp(pkt, len, &ip) != DropReason::kNone) return false;
     const PeerRecord* peer = table.Lookup(ip.addr_len, ip.dst);
     if (peer == nullptr || peer->public_family != sock_family_) return false;
-    if (VxlanFormat() ? !peer->has_vtep_mac() : (ip.version == 4 ? pkt[8] : pkt[7]) <= 1) {
-      return false;
+    switch (e_->cfg_.format) {
+      case Format::kVxlan:
+        if (!peer->has_vtep_mac()) return false;
+        break;
+      case Format::kIpip:
+        if (ip.version != 4) return false;
+        break;
+      case Format::kUdp:
+        if ((ip.version == 4 ? pkt[8] : pkt[7]) <= 1) return false;
+        break;
     }
     size_t hdrs = 0;
     size_t segs = SplitTsoHeaders(h, pkt, len, Slot(used_) + kTxPkt, slot_size_, kMaxSegs,
                                   seg_len_.data(), &hdrs);
     if (segs == 0 || hdrs + kTxPkt > slot_size_) return false;
     c_.Add(kTsoSegments, segs);
-    size_t pre = VxlanFormat() ? kVxlanEncapLen : 0;
+    size_t pre = Headroom();
     int v0 = niov_;
     size_t off = hdrs;
     for (size_t i = 0; i < segs; i++) {
       uint8_t* s = Slot(used_ + static_cast<int>(i)) + kTxPkt;
-      if (VxlanFormat()) {
-        WriteVxlanEncap(s - pre, *peer, e_->cfg_.codec, ip.version);
-      } else {
-        DecrementTtl(s, ip);  // flannel-udp forwards: one hop, as FlannelUdpEncap does
+      switch (e_->cfg_.format) {
+        case Format::kVxlan:
+          WriteVxlanEncap(s - pre, *peer, e_->cfg_.codec, ip.version);
+          break;
+        case Format::kIpip:
+          WriteIpipHeader(s - pre, s, *peer, e_->cfg_.codec);  // s: this segment's headers
+          break;
+        case Format::kUdp:
+          DecrementTtl(s, ip);  // flannel-udp forwards: one hop, as FlannelUdpEncap does
+          break;
       }
       tx_iov_[niov_].iov_base = s - pre;
       tx_iov_[niov_++].iov_len = pre + hdrs;
@@ -648,8 +661,7 @@ class Engine::Loop {
 
   void Deliver(uint8_t* dgram, size_t len, size_t src_len, const uint8_t* src,
                const PeerTable& table) {
-    DecapResult r = VxlanFormat() ? VxlanDecap(dgram, len, src_len, src, table, e_->cfg_.codec)
-                                  : FlannelUdpDecap(dgram, len, src_len, src, table);
+    DecapResult r = Decap(e_->cfg_.format, dgram, len, src_len, src, table, e_->cfg_.codec);
     if (r.drop != DropReason::kNone) {
       c_.Drop(r.drop);
       return;
@@ -762,8 +774,17 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     *error = "bad bind address " + cfg.bind_ip;
     return nullptr;
   }
+  const bool ipip = cfg.format == Format::kIpip;
+  if (ipip && addr.ss_family != AF_INET) {
+    *error = "ipip needs an IPv4 bind address, not " + cfg.bind_ip;
+    return nullptr;
+  }
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
+  if (ipip) {
+    // The outer source of every IPIP packet (the raw sockets send IP_HDRINCL).
+    std::memcpy(e->cfg_.codec.local_ip, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, 4);
+  }
   if (cfg.format == Format::kVxlan) {
     // Bound to the same address, port 0: the kernel gives each an ephemeral port. Nothing is
     // sent to them, so a minimal receive buffer.
@@ -800,12 +821,21 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     }
     e->workers_.push_back(std::move(w));
     Worker* wp = e->workers_.back().get();
-    wp->udp_fd = OpenUdpSocket(addr, alen, cfg.sock_buf_bytes, error);
-    if (wp->udp_fd < 0) {
-      *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
-      return nullptr;
+    if (ipip) {
+      // IPIP: a raw IPPROTO_IPIP socket takes udp_fd's place (sends and receives).
+      wp->udp_fd = OpenRawIpipSocket(addr, alen, cfg.sock_buf_bytes, error);
+      if (wp->udp_fd < 0) {
+        *error = "raw ipip socket on " + cfg.bind_ip + ": " + *error;
+        return nullptr;
+      }
+    } else {
+      wp->udp_fd = OpenUdpSocket(addr, alen, cfg.sock_buf_bytes, error);
+      if (wp->udp_fd < 0) {
+        *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
+        return nullptr;
+      }
     }
-    if ((cfg.offloads & kOffloadUdpGro) != 0) {
+    if (!ipip && (cfg.offloads & kOffloadUdpGro) != 0) {
       int one = 1;
       if (setsockopt(wp->udp_fd, IPPROTO_UDP, kUdpGro, &one, sizeof(one)) < 0) {
         udp_gro = false;  // an old kernel: receive datagram by datagram
@@ -818,9 +848,21 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     }
   }
   e->SetUpSteering();
-  // The engine's own offloads, reported beside the TUN bits (offloads.h).
-  e->offloads_enabled_ |= cfg.offloads & (kOffloadGro | kOffloadUdpGso);
-  if (udp_gro) e->offloads_enabled_ |= kOffloadUdpGro;
+  if (ipip && cfg.workers > 1) {
+    // Raw sockets have no SO_REUSEPORT: each would get a copy of every packet. A filter on
+    // each hands a packet to exactly one queue (by CPU when the queues are pinned, else by
+    // the inner addresses, so a flow keeps its queue).
+    for (int k = 0; k < cfg.workers; k++) {
+      if (!AttachRawSpread(e->workers_[k]->udp_fd, k, cfg.workers, !e->cpus_.empty(), error)) {
+        *error = "raw ipip socket filter: " + *error;
+        return nullptr;
+      }
+    }
+  }
+  // The engine's own offloads, reported beside the TUN bits (offloads.h). UDP GSO/GRO need a
+  // UDP socket: not for IPIP.
+  e->offloads_enabled_ |= cfg.offloads & (kOffloadGro | (ipip ? 0 : kOffloadUdpGso));
+  if (udp_gro && !ipip) e->offloads_enabled_ |= kOffloadUdpGro;
   return e;
 }
 

@@ -33,8 +33,6 @@
 
 namespace weft {
 
-enum class Format : uint8_t { kUdp, kVxlan };
-
 // What one thread of a queue moves: both directions, or one. Two threads per queue (kTx and kRx)
 // let one CPU send a flow's data while another takes its ACKs.
 enum class Direction : uint8_t { kBoth = 0, kTx = 1, kRx = 2 };

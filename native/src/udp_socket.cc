@@ -1,10 +1,12 @@
 #include "udp_socket.h"
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace weft {
 
@@ -65,6 +67,77 @@ int OpenUdpSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes, st
   }
   if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) < 0) return fail("bind");
   return fd;
+}
+
+int OpenRawIpipSocket(const sockaddr_storage& addr, socklen_t len, int buf_bytes,
+                      std::string* error) {
+  int fd = socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_IPIP);
+  if (fd < 0) {
+    int e = errno;
+    *error = std::string("socket(SOCK_RAW, IPPROTO_IPIP): ") + std::strerror(e);
+    return -e;
+  }
+  auto fail = [&](const char* what) {
+    int e = errno;
+    close(fd);
+    *error = std::string(what) + ": " + std::strerror(e);
+    return -e;
+  };
+  int one = 1;
+  if (setsockopt(fd, IPPROTO_IP, IP_HDRINCL, &one, sizeof(one)) < 0) return fail("IP_HDRINCL");
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf_bytes, sizeof(buf_bytes)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof(buf_bytes));
+  }
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf_bytes, sizeof(buf_bytes)) < 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof(buf_bytes));
+  }
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) < 0) return fail("bind");
+  return fd;
+}
+
+bool AttachRawSpread(int fd, int k, int n, bool by_cpu, std::string* error) {
+  const uint32_t accept = 0xffffffffu;
+  const uint32_t uk = static_cast<uint32_t>(k);
+  const uint32_t un = static_cast<uint32_t>(n);
+  std::vector<sock_filter> code;
+  if (by_cpu) {
+    code = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_CPU)),
+        BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, un),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, uk, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, accept),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
+  } else {
+    code = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_LEN, 0),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 40, 2, 0),
+        // short: queue 0 takes it
+        BPF_STMT(BPF_LD | BPF_IMM, 0),
+        BPF_JUMP(BPF_JMP | BPF_JA, 10, 0, 0),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 32),  // inner source
+        BPF_STMT(BPF_MISC | BPF_TAX, 0),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 36),  // inner destination
+        BPF_STMT(BPF_ALU | BPF_XOR | BPF_X, 0),
+        BPF_STMT(BPF_MISC | BPF_TAX, 0),
+        BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, 16),
+        BPF_STMT(BPF_ALU | BPF_XOR | BPF_X, 0),
+        BPF_STMT(BPF_MISC | BPF_TAX, 0),
+        BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, 8),
+        BPF_STMT(BPF_ALU | BPF_XOR | BPF_X, 0),
+        // A = queue index candidate
+        BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, un),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, uk, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, accept),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
+  }
+  sock_fprog prog = {static_cast<unsigned short>(code.size()), code.data()};
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) < 0) {
+    *error = std::string("SO_ATTACH_FILTER: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace weft

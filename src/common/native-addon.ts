@@ -68,14 +68,19 @@ export type NetlinkHandle = unknown;
 
 // ---- dataplane (src/dataplane/) ----
 
+/** The framings (native/src/codec.h Format): UDP datagrams, or raw IP protocol 4. */
+export type NativeFormat = 'udp' | 'vxlan' | 'ipip';
+
 export interface NativeCodecConfig {
   readonly vni: number;
   readonly vtepMac: Buffer;
   readonly tunMtu: number;
+  /** IPIP: our IPv4 address, 4 bytes (the outer source). The engine takes it from bindIp. */
+  readonly localIp?: Buffer;
 }
 
 export interface NativeEngineConfig extends NativeCodecConfig {
-  readonly format: 'udp' | 'vxlan';
+  readonly format: NativeFormat;
   readonly tunName: string;
   readonly workers: number;
   readonly bindIp: string;
@@ -134,13 +139,13 @@ export interface NativeAddon {
   netlinkGetLink(h: NetlinkHandle, name: string): RawLink | null;
 
   codecEncap(
-    format: 'udp' | 'vxlan',
+    format: NativeFormat,
     table: Buffer,
     cfg: NativeCodecConfig,
     packet: Buffer,
   ): { drop: string; peer: number | null; payload: Buffer | null; icmp: Buffer | null };
   codecDecap(
-    format: 'udp' | 'vxlan',
+    format: NativeFormat,
     table: Buffer,
     cfg: NativeCodecConfig,
     outerSrc: Buffer,

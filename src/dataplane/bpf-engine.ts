@@ -139,6 +139,7 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
 
 /** The programs' configuration for `opts`, without the devices. */
 function bpfConfigOf(opts: DataplaneOptions): BpfConfig {
+  if (opts.format === 'ipip') throw unavailable('its programs have no IPIP framing');
   return {
     format: opts.format,
     vni: opts.vni,
@@ -169,6 +170,7 @@ export function outerIpv4Frame(src: string, dst: string, dport: number, payload:
 export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane> {
   const log = opts.log ?? logger('dataplane-bpf');
   if (!opts.underlay) throw unavailable('no underlay device given');
+  if (opts.format === 'ipip') throw unavailable('its programs have no IPIP framing');
   let bpf: NativeBpf;
   let id: number;
   try {

@@ -8,7 +8,8 @@ import type { OffloadName } from './offloads.js';
 import type { PeerEntry } from './peer-table.js';
 import type { DataplaneStats } from './stats.js';
 
-export type DataplaneFormat = 'udp' | 'vxlan';
+/** The framing: flannel-udp or VXLAN in UDP, or IPIP (raw IP protocol 4; native engine only). */
+export type DataplaneFormat = 'udp' | 'vxlan' | 'ipip';
 /** `bpf`: the native engine with the TC-BPF fast path in front (bpf-engine.ts). */
 export type DataplaneEngine = 'native' | 'js' | 'bpf';
 
@@ -20,7 +21,7 @@ export interface DataplaneOptions {
   readonly workers: number;
   /** The external interface (bpf engine: where encapsulated packets leave and arrive). */
   readonly underlay?: string;
-  /** The address the UDP sockets bind (the external interface's address). */
+  /** The address the sockets bind (the external interface's address; IPIP: its IPv4 one). */
   readonly bindIp: string;
   readonly port: number;
   readonly tunMtu: number;

@@ -1,10 +1,11 @@
 /**
- * The reference codec: flannel-udp and VXLAN per packet in plain TypeScript, the same formats and
- * the same decisions as native/src (flannel_udp.cc, vxlan.cc, codec.cc, packet.cc). The js engine
- * runs on it, and test/native/codec.test.ts proves the native codec equal to it byte for byte.
+ * The reference codec: flannel-udp, VXLAN and IPIP per packet in plain TypeScript, the same
+ * formats and the same decisions as native/src (flannel_udp.cc, vxlan.cc, ipip.cc, codec.cc,
+ * packet.cc). The js engine runs on it (udp and vxlan: Node has no raw sockets for IPIP), and
+ * test/native/codec.test.ts proves the native codec equal to it byte for byte.
  * Results use the same drop reason names as the native engine (DROP_REASONS).
  */
-import { ipFromBytes } from '../common/ip.js';
+import { ipFromBytes, ipToBytes } from '../common/ip.js';
 import type { IP } from '../common/ip.js';
 import type { DropReason } from './stats.js';
 import type { DecodedPeer, JsPeerTable } from './peer-table.js';
@@ -17,6 +18,9 @@ export const MAX_UDP_PAYLOAD = 65507;
 export const ICMP_REPLY_MAX = 1280;
 export const VXLAN_SRC_PORT_MIN = 32768;
 export const VXLAN_SRC_PORT_MAX = 61000;
+/** The outer IPv4 header IPIP adds (RFC 2003; native/src/ipip.h states every field's value). */
+export const IPIP_HDR_LEN = 20;
+export const PROTO_IPIP = 4;
 const VNET_F_NEEDS_CSUM = 1;
 const VNET_GSO_TCPV4 = 1;
 const VNET_GSO_TCPV6 = 4;
@@ -25,20 +29,27 @@ const PROTO_TCP = 6;
 const PROTO_UDP = 17;
 const PROTO_ICMPV6 = 58;
 
-export type Format = 'udp' | 'vxlan';
+export type Format = 'udp' | 'vxlan' | 'ipip';
 
 export interface CodecConfig {
   readonly vni: number;
   /** Our VtepMAC (6 bytes); unused by flannel-udp. */
   readonly vtepMac: Uint8Array;
   readonly tunMtu: number;
+  /** IPIP: our IPv4 address (4 bytes), the outer source; absent = 0.0.0.0. */
+  readonly localIp?: Uint8Array;
+}
+
+/** Bytes a framing writes before the inner packet (native EncapHeadroom). */
+export function encapHeadroom(format: Format): number {
+  return format === 'vxlan' ? VXLAN_ENCAP_LEN : format === 'ipip' ? IPIP_HDR_LEN : 0;
 }
 
 export interface EncapOutcome {
   readonly drop: DropReason;
   /** Index of the destination peer record; null when dropped. */
   readonly peer: number | null;
-  /** The UDP payload to send; null when dropped. */
+  /** The UDP payload to send (IPIP: the whole outer IPv4 packet); null when dropped. */
   readonly payload: Buffer | null;
   /** An ICMP unreachable to write back into the TUN, or null. */
   readonly icmp: Buffer | null;
@@ -270,15 +281,19 @@ export function encap(
   packet: Uint8Array,
 ): EncapOutcome {
   const vx = format === 'vxlan';
-  const head = vx ? VXLAN_ENCAP_LEN : 0;
+  const head = encapHeadroom(format);
   const b = Buffer.alloc(head + packet.length);
   b.set(packet, head);
   const ip = parseIp(b, head, packet.length);
   if (typeof ip === 'string') return dropped(ip);
-  if (ip.len + head > MAX_UDP_PAYLOAD) return dropped('oversized');
-  const peer: DecodedPeer | null = table.lookup(addrAt(b, ip.dstOff, ip.addrLen));
-  if (!peer || (vx && !peer.vtepMac)) return dropped('no_route', buildNetUnreachable(b, head, ip));
-  if (vx) {
+  if (ip.len + head > (format === 'ipip' ? 0xffff : MAX_UDP_PAYLOAD)) return dropped('oversized');
+  const peer: DecodedPeer | null =
+    format === 'ipip' && ip.version !== 4 ? null : table.lookup(addrAt(b, ip.dstOff, ip.addrLen));
+  if (!peer || (vx && !peer.vtepMac) || (format === 'ipip' && peer.publicIP.family !== 4))
+    return dropped('no_route', buildNetUnreachable(b, head, ip));
+  if (format === 'ipip') {
+    writeIpipHeader(b, peer, cfg);
+  } else if (vx) {
     b[0] = 0x08;
     b[4] = (cfg.vni >> 16) & 0xff;
     b[5] = (cfg.vni >> 8) & 0xff;
@@ -293,8 +308,27 @@ export function encap(
 }
 
 /**
+ * The outer IPIP header at b[0..20) for the IPv4 packet at b[20..): as the kernel's flannel.ipip
+ * device (ttl inherit, tos 0, nopmtudisc) sends it: TTL and DF of the inner packet, DSCP 0 and
+ * the inner ECN (CE sent as ECT(0)), ID 0 (the kernel picks one), our address → the peer's.
+ */
+function writeIpipHeader(b: Buffer, peer: DecodedPeer, cfg: CodecConfig): void {
+  const ecn = b[IPIP_HDR_LEN + 1]! & 3;
+  b[0] = 0x45;
+  b[1] = ecn === 3 ? 2 : ecn;
+  b.writeUInt16BE(IPIP_HDR_LEN + b.readUInt16BE(IPIP_HDR_LEN + 2), 2);
+  b[6] = b[IPIP_HDR_LEN + 6]! & 0x40;
+  b[8] = b[IPIP_HDR_LEN + 8]!;
+  b[9] = PROTO_IPIP;
+  if (cfg.localIp) b.set(cfg.localIp.subarray(0, 4), 12);
+  ipToBytes(peer.publicIP).copy(b, 16);
+  b.writeUInt16BE(checksum(b, 0, IPIP_HDR_LEN), 10);
+}
+
+/**
  * UDP → TUN for one datagram from `outerSrc` (not modified; the result is a copy). A source that
- * holds no lease is dropped before anything is parsed.
+ * holds no lease is dropped before anything is parsed. IPIP: `datagram` is the whole IPv4 packet
+ * a raw socket returns (outer header first).
  */
 export function decap(
   format: Format,
@@ -324,9 +358,35 @@ export function decap(
     if (ip.version !== (type === 0x0800 ? 4 : 6)) return { drop: 'malformed', tun: null };
     return finishDecap(b, off, ip, table, cfg, outerSrc, false);
   }
+  if (format === 'ipip') return decapIpip(b, table, cfg, outerSrc);
   const ip = parseIp(b, 0, b.length);
   if (typeof ip === 'string') return { drop: ip, tun: null };
   return finishDecap(b, 0, ip, table, cfg, outerSrc, true);
+}
+
+/** IPIP receive (native IpipDecap): outer IPv4 protocol 4, inner IPv4, ECN decapsulation. */
+function decapIpip(b: Buffer, table: JsPeerTable, cfg: CodecConfig, outerSrc: IP): DecapOutcome {
+  const outer = parseIp(b, 0, b.length);
+  if (typeof outer === 'string') return { drop: outer, tun: null };
+  if (outer.version !== 4 || outer.proto !== PROTO_IPIP) return { drop: 'malformed', tun: null };
+  const off = outer.l4Off;
+  const ip = parseIp(b, off, outer.len - off);
+  if (typeof ip === 'string') return { drop: ip, tun: null };
+  if (ip.version !== 4) return { drop: 'malformed', tun: null };
+  const src = checkSource(table, outerSrc, b, ip);
+  if (src !== 'none') return { drop: src, tun: null };
+  if ((b[1]! & 3) === 3) {
+    const ecn = b[off + 1]! & 3;
+    if (ecn === 0) return { drop: 'malformed', tun: null };
+    if (ecn !== 3) {
+      const oldWord = b.readUInt16BE(off);
+      b[off + 1] = b[off + 1]! | 3;
+      const check = checksumUpdate16(b.readUInt16BE(off + 10), oldWord, b.readUInt16BE(off));
+      b.writeUInt16BE(check, off + 10);
+    }
+  }
+  const h = prepareTunWrite(b, off, ip, cfg.tunMtu);
+  return { drop: 'none', tun: Buffer.concat([h, b.subarray(off, off + ip.len)]) };
 }
 
 function finishDecap(

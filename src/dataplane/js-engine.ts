@@ -85,6 +85,12 @@ function addonTun(
 }
 
 export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> {
+  if (opts.format === 'ipip') {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND_UNSUPPORTED',
+      'ipip: the js engine cannot send IPIP (Node has no raw sockets); use the native engine',
+    );
+  }
   const log = opts.log ?? logger('dataplane-js');
   const once = new LogOnce();
   const counters = new Float64Array(COUNTERS_PER_WORKER);

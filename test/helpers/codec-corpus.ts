@@ -8,7 +8,9 @@ import { corrupt, makePacket } from './packets.js';
 import type { Rng } from './packets.js';
 
 export const OUR_MAC = Buffer.from([0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
-export const cfg = { vni: 1, vtepMac: OUR_MAC, tunMtu: 1450 };
+/** Our underlay address (the IPIP outer source). */
+export const LOCAL_IP = Buffer.from([192, 168, 1, 100]);
+export const cfg = { vni: 1, vtepMac: OUR_MAC, tunMtu: 1450, localIp: LOCAL_IP };
 
 // Peers: nested prefixes on purpose (a /16 holding /24s and a /28), IPv6 /64s and a /56.
 export const entries = [
@@ -81,6 +83,23 @@ export function vxlanFrame(rng: Rng, inner: Buffer): Buffer {
     20,
   );
   if (rng.chance(0.03)) h[rng.pick([0, 1, 2, 3, 7])] = rng.int(256);
+  const f = Buffer.concat([h, inner]);
+  return rng.chance(0.03) ? f.subarray(0, rng.int(f.length)) : f;
+}
+
+/**
+ * An IPIP packet as a raw socket returns it: an outer IPv4 header (protocol 4, random ECN, the
+ * right total length) before `inner`; sometimes a broken outer header, another protocol, or cut.
+ */
+export function ipipFrame(rng: Rng, inner: Buffer): Buffer {
+  const h = Buffer.alloc(20);
+  h[0] = 0x45;
+  h[1] = rng.int(4);
+  h.writeUInt16BE(20 + inner.length, 2);
+  h[8] = 64;
+  h[9] = rng.chance(0.95) ? 4 : rng.pick([17, 41, 0]);
+  LOCAL_IP.copy(h, 16);
+  if (rng.chance(0.03)) h[rng.pick([0, 2, 3])] = rng.int(256);
   const f = Buffer.concat([h, inner]);
   return rng.chance(0.03) ? f.subarray(0, rng.int(f.length)) : f;
 }

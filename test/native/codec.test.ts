@@ -12,7 +12,9 @@ import type { Format } from '../../src/dataplane/js-codec.js';
 import { Rng, makePacket } from '../helpers/packets.js';
 import {
   OUR_MAC,
+  LOCAL_IP,
   cfg,
+  ipipFrame,
   outerSource,
   randomPacket,
   table,
@@ -22,9 +24,10 @@ import {
 
 const native = loadDataplaneBinding();
 describe('native codec == TypeScript reference', () => {
-  for (const format of ['udp', 'vxlan'] as Format[]) {
+  const seed: Record<Format, number> = { udp: 1, vxlan: 2, ipip: 3 };
+  for (const format of ['udp', 'vxlan', 'ipip'] as Format[]) {
     it(`${format} encap matches on 5000 random packets`, () => {
-      const rng = new Rng(format === 'udp' ? 11 : 12);
+      const rng = new Rng(10 + seed[format]);
       const seen = new Set<string>();
       for (let i = 0; i < 5000; i++) {
         const p = randomPacket(rng);
@@ -38,19 +41,20 @@ describe('native codec == TypeScript reference', () => {
       }
       // The generator must reach the interesting branches, or the comparison proves little.
       for (const d of ['none', 'no_route', 'ttl_expired', 'truncated', 'malformed']) {
-        if (format === 'vxlan' && d === 'ttl_expired') continue;
+        if (format !== 'udp' && d === 'ttl_expired') continue;
         assert.ok(seen.has(d), `no packet ended as ${d}`);
       }
     });
 
     it(`${format} decap matches on 5000 random datagrams`, () => {
-      const rng = new Rng(format === 'udp' ? 21 : 22);
+      const rng = new Rng(20 + seed[format]);
       const seen = new Set<string>();
       let gso = 0;
       let needsCsum = 0;
       for (let i = 0; i < 5000; i++) {
         const p = randomPacket(rng);
-        const d = format === 'vxlan' ? vxlanFrame(rng, p) : p;
+        const d =
+          format === 'vxlan' ? vxlanFrame(rng, p) : format === 'ipip' ? ipipFrame(rng, p) : p;
         const src = outerSource(rng, p);
         const n = native.codecDecap(format, tableBuf, cfg, src, d);
         const r = js.decap(format, table, cfg, ipFromBytes(src), d);
@@ -62,7 +66,7 @@ describe('native codec == TypeScript reference', () => {
       }
       const want = ['none', 'unknown_source', 'spoofed_source', 'truncated', 'malformed'];
       if (format === 'vxlan') want.push('bad_vni', 'bad_mac', 'bad_ethertype');
-      else want.push('ttl_expired');
+      else if (format === 'udp') want.push('ttl_expired');
       for (const d of want) assert.ok(seen.has(d), `no datagram ended as ${d}`);
       assert.ok(gso > 0, 'no oversized TCP packet became a GSO write');
       assert.ok(needsCsum > gso, 'no partial checksum became NEEDS_CSUM');
@@ -191,5 +195,95 @@ describe('codec behaviour (fixed packets)', () => {
     assert.equal(h.readUInt16LE(6), 20, 'csum_start');
     assert.equal(h.readUInt16LE(8), 16, 'csum_offset');
     assert.deepEqual(h.subarray(10), p);
+  });
+});
+
+describe('IPIP framing (RFC 2003, as the kernel flannel.ipip device sends it)', () => {
+  const rng = new Rng(61);
+  const a = (s: string) => ipToBytes(parseIP(s)!);
+  const withTos = (p: Buffer, tos: number, df: boolean) => {
+    const q = Buffer.from(p);
+    q[1] = tos;
+    q.writeUInt16BE(df ? 0x4000 : 0, 6);
+    q.writeUInt16BE(0, 10);
+    q.writeUInt16BE(js.checksum(q, 0, 20), 10);
+    return q;
+  };
+
+  it('encap: 45, DSCP 0 + inner ECN, length, ID 0, inner DF, inner TTL, protocol 4, our address → the peer', () => {
+    for (const [tos, df, ecn] of [
+      [0xb8 | 1, true, 1],
+      [0x20 | 2, false, 2],
+      [0xfc | 3, true, 2], // CE is sent as ECT(0)
+      [0, false, 0],
+    ] as const) {
+      const inner = withTos(
+        makePacket(rng, { src: a('10.9.0.2'), dst: a('10.5.1.7'), proto: 6, ttl: 37 }),
+        tos,
+        df,
+      );
+      for (const out of [
+        native.codecEncap('ipip', tableBuf, cfg, inner),
+        js.encap('ipip', table, cfg, inner),
+      ]) {
+        assert.equal(out.drop, 'none');
+        const o = out.payload!;
+        assert.equal(o[0], 0x45);
+        assert.equal(o[1], ecn);
+        assert.equal(o.readUInt16BE(2), 20 + inner.length);
+        assert.equal(o.readUInt16BE(4), 0);
+        assert.equal(o.readUInt16BE(6), df ? 0x4000 : 0);
+        assert.equal(o[8], 37);
+        assert.equal(o[9], 4);
+        assert.equal(js.checksum(o, 0, 20), 0);
+        assert.deepEqual(o.subarray(12, 16), LOCAL_IP);
+        assert.deepEqual(o.subarray(16, 20), a('192.168.1.2'));
+        assert.deepEqual(o.subarray(20), inner, 'the inner packet goes unchanged (TTL too)');
+      }
+    }
+  });
+
+  it('encap: IPv6 cannot ride IPIP (no route, ICMPv6 back); a peer reached over IPv6 neither', () => {
+    const v6 = makePacket(rng, { src: a('fc00:0:0:9::2'), dst: a('fc00:0:0:1::5'), proto: 17 });
+    const n = native.codecEncap('ipip', tableBuf, cfg, v6);
+    assert.equal(n.drop, 'no_route');
+    assert.equal(n.icmp![6], 58);
+  });
+
+  it('decap: the inner packet unchanged, TTL kept; outer CE marks an ECT packet CE, drops a not-ECT one', () => {
+    const src = a('192.168.1.2');
+    const frame = (inner: Buffer, outerTos: number) => {
+      const h = Buffer.alloc(20);
+      h[0] = 0x45;
+      h[1] = outerTos;
+      h.writeUInt16BE(20 + inner.length, 2);
+      h[8] = 12;
+      h[9] = 4;
+      return Buffer.concat([h, inner]);
+    };
+    const inner = withTos(
+      makePacket(rng, { src: a('10.5.1.9'), dst: a('10.9.0.2'), proto: 1, ttl: 9 }),
+      0x28 | 2,
+      true,
+    );
+    for (const r of [
+      native.codecDecap('ipip', tableBuf, cfg, src, frame(inner, 0)),
+      js.decap('ipip', table, cfg, parseIP('192.168.1.2')!, frame(inner, 0)),
+    ]) {
+      assert.equal(r.drop, 'none');
+      assert.deepEqual(r.tun!.subarray(10), inner);
+    }
+    for (const r of [
+      native.codecDecap('ipip', tableBuf, cfg, src, frame(inner, 3)),
+      js.decap('ipip', table, cfg, parseIP('192.168.1.2')!, frame(inner, 3)),
+    ]) {
+      assert.deepEqual(r.tun!.subarray(10), withTos(inner, 0x28 | 3, true));
+    }
+    const notEct = withTos(inner, 0x28, true);
+    assert.equal(native.codecDecap('ipip', tableBuf, cfg, src, frame(notEct, 3)).drop, 'malformed');
+    assert.equal(
+      js.decap('ipip', table, cfg, parseIP('192.168.1.2')!, frame(notEct, 3)).drop,
+      'malformed',
+    );
   });
 });
