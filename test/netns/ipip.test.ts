@@ -14,7 +14,6 @@
  * module: where it is missing the suite is skipped and says so.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { parseCIDR } from '../../src/common/ip.js';
@@ -25,24 +24,11 @@ import { parseNetConfig } from '../../src/control/config/net-config.js';
 import { makeSubnetKey } from '../../src/control/lease/subnet-key.js';
 import type { Lease, LeaseEvent } from '../../src/control/lease/types.js';
 import { NativeNetlink } from '../../src/control/netlink/native-netlink.js';
-import { NetnsScope, ip, isRoot, nsExec, uniqueNs } from '../../src/testbed/netns.js';
+import { NetnsScope, ip, isRoot, nsExec } from '../../src/testbed/netns.js';
+import { ipipMissing } from '../helpers/ipip.js';
 
 const log = logger('test');
 log.level = 'silent';
-
-/** Why the kernel cannot make an ipip device here (probed in a namespace of our own), or null. */
-function ipipMissing(): string | null {
-  const ns = uniqueNs();
-  execFileSync('ip', ['netns', 'add', ns]);
-  try {
-    nsExec(ns, 'ip', ['link', 'add', 'weftprobe', 'type', 'ipip']);
-    return null;
-  } catch (err) {
-    return (err as Error).message.split('\n').pop()!.trim();
-  } finally {
-    execFileSync('ip', ['netns', 'del', ns]);
-  }
-}
 
 const skip = !isRoot()
   ? 'needs root (network namespaces)'

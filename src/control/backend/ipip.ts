@@ -14,15 +14,20 @@
  *
  * Not a separate tunl0: the kernel creates tunl0 (local any, remote any) with the module and
  * hands it packets no better device matches; a device with our local address matches first.
+ *
+ * Backend option `Dataplane` (weft's, as vxlan's): "kernel" (this file, the default),
+ * "userspace" (the `ipip-userspace` factory the registry passes in `deps.userspace`: a TUN
+ * flannel.ipip and the native engine on raw IPPROTO_IPIP sockets, same wire format), "auto"
+ * (kernel, or userspace when the kernel has no ipip module).
  */
-import { WeftError, configError, isWeftError } from '../../common/errors.js';
+import { WeftError, configError, errorMessage, isWeftError } from '../../common/errors.js';
 import { type IPNet, containsIP, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { type Logger, logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import { openNetlink } from '../netlink/open-netlink.js';
-import type { Backend, BackendContext } from './backend.js';
+import type { Backend, BackendContext, BackendFactory } from './backend.js';
 import type { KernelBackendDeps } from './host-gw.js';
 import {
   clusterNetwork,
@@ -36,19 +41,51 @@ import {
 } from './kernel-common.js';
 
 export const IPIP = 'ipip';
+/** The name the userspace IPIP dataplane registers under. */
+export const IPIP_USERSPACE = 'ipip-userspace';
 export const IPIP_DEV = 'flannel.ipip';
 /** The outer IPv4 header. */
 export const IPIP_OVERHEAD = 20;
 
 export interface IpipConfig {
   readonly directRouting: boolean;
+  readonly dataplane: 'kernel' | 'userspace' | 'auto';
 }
 
 /** Parses the ipip Backend block (names matched case-insensitively, as Go's JSON does). */
 export function parseIpipConfig(raw: Readonly<Record<string, unknown>>): IpipConfig {
   const dr = jsonField(raw, 'DirectRouting') ?? false;
   if (typeof dr !== 'boolean') throw configError('Backend.DirectRouting', 'must be true or false');
-  return { directRouting: dr };
+  const dp = jsonField(raw, 'Dataplane') ?? 'kernel';
+  if (dp !== 'kernel' && dp !== 'userspace' && dp !== 'auto') {
+    throw configError('Backend.Dataplane', 'must be "kernel", "userspace" or "auto"');
+  }
+  return { directRouting: dr, dataplane: dp };
+}
+
+/**
+ * What both dataplanes need before anything is created: an IPv4-only network (as flannel) and
+ * an IPv4 address on the external interface. Returns the interface's IPv4 address.
+ */
+export function checkIpipNode(ctx: BackendContext): string {
+  const network = clusterNetwork(ctx.netConfig, 4);
+  if (!ctx.netConfig.enableIPv4 || !network || ctx.netConfig.enableIPv6) {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND_UNSUPPORTED',
+      'Backend.Type: "ipip" is IPv4 only, as flannel (set EnableIPv4 and not EnableIPv6)',
+    );
+  }
+  const ext = ctx.extIface;
+  if (!ext.ifaceAddr) {
+    throw new WeftError('WEFT_ERR_IFACE', `ipip: ${ext.name} has no IPv4 address`);
+  }
+  if (ext.mtu - IPIP_OVERHEAD <= 0) {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND',
+      `ipip: MTU ${ext.mtu} of ${ext.name} is too small for ipip`,
+    );
+  }
+  return ext.ifaceAddr;
 }
 
 export interface IpipPlanContext {
@@ -116,8 +153,8 @@ export async function ensureIpipDevice(
       throw new WeftError(
         'WEFT_ERR_BACKEND_UNSUPPORTED',
         `Backend.Type: "ipip" needs the kernel's ipip module, which this kernel does not have ` +
-          `(${(err as Error).message})`,
-        { cause: err },
+          `(${(err as Error).message}); "Dataplane": "userspace" (or "auto") runs without it`,
+        { cause: err, details: { missing: 'ipip module' } },
       );
     }
     throw err;
@@ -125,42 +162,71 @@ export async function ensureIpipDevice(
   await applyAll(nl, [{ op: 'setLink', dev: IPIP_DEV, mtu: w.mtu }]);
 }
 
-/** The ipip backend factory (registered as `ipip`). */
-export function createIpipBackend(ctx: BackendContext, deps: KernelBackendDeps = {}): Backend {
-  const log = ctx.log ?? logger(IPIP);
+export interface IpipDeps extends KernelBackendDeps {
+  /** The userspace implementation (the registry passes its `ipip-userspace` entry). */
+  readonly userspace?: BackendFactory | null;
+}
+
+function ipipUserspace(ctx: BackendContext, deps: IpipDeps): Backend {
+  if (!deps.userspace) {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND_UNSUPPORTED',
+      `Backend.Dataplane: "userspace" needs the ${IPIP_USERSPACE} backend, which is not available in this build`,
+    );
+  }
+  return deps.userspace(ctx);
+}
+
+/**
+ * The ipip backend factory (registered as `ipip`). With Dataplane "userspace" it hands over to
+ * the `ipip-userspace` factory; with "auto" it tries the kernel device first and hands over
+ * when the kernel has no ipip module.
+ */
+export function createIpipBackend(ctx: BackendContext, deps: IpipDeps = {}): Backend {
   const cfg = parseIpipConfig(ctx.netConfig.backend.raw);
+  if (cfg.dataplane === 'userspace') return ipipUserspace(ctx, deps);
+  const kernel = createKernelIpip(ctx, cfg, deps);
+  if (cfg.dataplane === 'kernel') return kernel;
+  let impl: Backend = kernel;
+  return {
+    type: IPIP,
+    async prepare() {
+      try {
+        return await kernel.prepare();
+      } catch (err) {
+        if (!isWeftError(err, 'WEFT_ERR_BACKEND_UNSUPPORTED') || !err.details.missing) throw err;
+        ctx.log.warn({ err: errorMessage(err) }, 'no kernel ipip; using the userspace dataplane');
+        await kernel.close();
+        impl = ipipUserspace(ctx, deps);
+        return impl.prepare();
+      }
+    },
+    start: (lease) => impl.start(lease),
+    run: (events, signal) => impl.run(events, signal),
+    close: () => impl.close(),
+    isReady: () => impl.isReady?.() ?? true,
+  };
+}
+
+function createKernelIpip(ctx: BackendContext, cfg: IpipConfig, deps: KernelBackendDeps): Backend {
+  const log = ctx.log ?? logger(IPIP);
   const metrics = kernelMetrics(ctx.metrics);
   const ext = ctx.extIface;
   let nl: Netlink | undefined;
   return {
     type: IPIP,
     async prepare() {
-      const network = clusterNetwork(ctx.netConfig, 4);
-      if (!ctx.netConfig.enableIPv4 || !network || ctx.netConfig.enableIPv6) {
-        throw new WeftError(
-          'WEFT_ERR_BACKEND_UNSUPPORTED',
-          'Backend.Type: "ipip" is IPv4 only, as flannel (set EnableIPv4 and not EnableIPv6)',
-        );
-      }
-      if (!ext.ifaceAddr) {
-        throw new WeftError('WEFT_ERR_IFACE', `ipip: ${ext.name} has no IPv4 address`);
-      }
+      const local = checkIpipNode(ctx);
       const mtu = ext.mtu - IPIP_OVERHEAD;
-      if (mtu <= 0) {
-        throw new WeftError(
-          'WEFT_ERR_BACKEND',
-          `ipip: MTU ${ext.mtu} of ${ext.name} is too small for ipip`,
-        );
-      }
       nl = (deps.openNetlink ?? openNetlink)();
       try {
-        await ensureIpipDevice(nl, { local: ext.ifaceAddr, mtu }, log);
+        await ensureIpipDevice(nl, { local, mtu }, log);
       } catch (err) {
         nl.close();
         nl = undefined;
         throw err;
       }
-      log.info({ dev: IPIP_DEV, local: ext.ifaceAddr, mtu }, 'ipip device ready');
+      log.info({ dev: IPIP_DEV, local, mtu }, 'ipip device ready');
       return { attrs: { backendType: IPIP }, mtu };
     },
     async start(lease: Lease) {

@@ -8,11 +8,13 @@
 import type { BackendConfig } from '../config/net-config.js';
 
 const VXLAN = ['VNI', 'Port', 'GBP', 'DirectRouting', 'Dataplane'] as const;
+const IPIP = ['DirectRouting', 'Dataplane'] as const;
 
 export const BACKEND_OPTIONS: Readonly<Record<string, readonly string[]>> = Object.freeze({
   alloc: [],
   'host-gw': [],
-  ipip: ['DirectRouting'],
+  ipip: IPIP,
+  'ipip-userspace': IPIP,
   udp: ['Port'],
   vxlan: VXLAN,
   'vxlan-userspace': VXLAN,

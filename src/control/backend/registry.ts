@@ -7,7 +7,8 @@ import type { BackendFactory } from './backend.js';
 import { createAllocBackend } from './alloc.js';
 import { createHostGwBackend } from './host-gw.js';
 import type { BackendConfig } from '../config/net-config.js';
-import { createIpipBackend, parseIpipConfig } from './ipip.js';
+import { IPIP_USERSPACE, createIpipBackend, parseIpipConfig } from './ipip.js';
+import { createIpipUserspaceBackend } from './ipip-userspace.js';
 import { VXLAN_USERSPACE, createVxlanBackend, parseVxlanConfig } from './vxlan.js';
 import { createUdpBackend, parseUdpConfig } from './udp.js';
 import { createVxlanUserspaceBackend } from './vxlan-userspace.js';
@@ -21,8 +22,9 @@ const factories: Map<string, BackendFactory> = new Map<string, BackendFactory>([
     (ctx) => createVxlanBackend(ctx, { userspace: factories.get(VXLAN_USERSPACE) ?? null }),
   ],
   ['udp', (ctx) => createUdpBackend(ctx)],
-  ['ipip', (ctx) => createIpipBackend(ctx)],
+  ['ipip', (ctx) => createIpipBackend(ctx, { userspace: factories.get(IPIP_USERSPACE) ?? null })],
   [VXLAN_USERSPACE, (ctx) => createVxlanUserspaceBackend(ctx)],
+  [IPIP_USERSPACE, (ctx) => createIpipUserspaceBackend(ctx)],
 ]);
 
 export function registerBackend(type: string, factory: BackendFactory): void {
@@ -46,6 +48,7 @@ const blockParsers = new Map<string, (raw: Readonly<Record<string, unknown>>) =>
   [VXLAN_USERSPACE, parseVxlanConfig],
   ['udp', parseUdpConfig],
   ['ipip', parseIpipConfig],
+  [IPIP_USERSPACE, parseIpipConfig],
 ]);
 
 /**

@@ -16,6 +16,7 @@ import {
   parseIpipConfig,
   planIpip,
 } from '../../../../src/control/backend/ipip.js';
+import type { Backend } from '../../../../src/control/backend/backend.js';
 import { backendFactory } from '../../../../src/control/backend/registry.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
@@ -77,7 +78,7 @@ describe('planIpip', () => {
   });
 
   test('DirectRouting must be a boolean, named in the error', () => {
-    assert.deepEqual(parseIpipConfig({ directrouting: true }), { directRouting: true });
+    assert.equal(parseIpipConfig({ directrouting: true }).directRouting, true);
     assert.throws(
       () => parseIpipConfig({ DirectRouting: 'yes' }),
       (e: unknown) => isWeftError(e, 'WEFT_ERR_CONFIG_INVALID') && /DirectRouting/.test(e.message),
@@ -214,4 +215,70 @@ describe('ipip backend over the fake netlink', () => {
       await b.close();
     });
   }
+});
+
+describe('ipip Dataplane option (kernel | userspace | auto)', () => {
+  const stub = (used: { n: number }): Backend => ({
+    type: 'ipip',
+    prepare: async () => {
+      used.n++;
+      return { attrs: { backendType: 'ipip' }, mtu: 1480 };
+    },
+    start: async () => {},
+    run: async () => {},
+    close: async () => {},
+  });
+
+  test('parsed and checked, naming the field; kernel by default', () => {
+    assert.equal(parseIpipConfig({}).dataplane, 'kernel');
+    assert.equal(parseIpipConfig({ dataplane: 'auto' }).dataplane, 'auto');
+    assert.throws(
+      () => parseIpipConfig({ Dataplane: 'fast' }),
+      (e: unknown) => isWeftError(e, 'WEFT_ERR_CONFIG_INVALID') && /Dataplane/.test(e.message),
+    );
+  });
+
+  test('auto falls back to userspace when the kernel has no ipip module', async () => {
+    const nl = fakeWithExt();
+    nl.failWith((op) => op.op === 'addIpip', constants.errno.EOPNOTSUPP);
+    const used = { n: 0 };
+    const b = createIpipBackend(v4Context({ Type: 'ipip', Dataplane: 'auto' }), {
+      openNetlink: () => nl,
+      userspace: () => stub(used),
+    });
+    assert.deepEqual(await b.prepare(), { attrs: { backendType: 'ipip' }, mtu: 1480 });
+    assert.equal(used.n, 1);
+    assert.equal(nl.closed, true);
+  });
+
+  test('auto keeps the kernel device when it works; other errors are not a reason to fall back', async () => {
+    const nl = fakeWithExt();
+    const never = () => {
+      throw new Error('userspace must not be used');
+    };
+    const b = createIpipBackend(v4Context({ Type: 'ipip', Dataplane: 'auto' }), {
+      openNetlink: () => nl,
+      userspace: never,
+    });
+    await b.prepare();
+    assert.equal(nl.links.get(IPIP_DEV)?.kind, 'ipip');
+    const v6 = createIpipBackend(backendContext({ Type: 'ipip', Dataplane: 'auto' }), {
+      openNetlink: fakeWithExt,
+      userspace: never,
+    });
+    await assert.rejects(v6.prepare(), /IPv4 only/);
+  });
+
+  test('userspace hands over at once; the registry knows ipip-userspace', async () => {
+    const used = { n: 0 };
+    const b = createIpipBackend(v4Context({ Type: 'ipip', Dataplane: 'userspace' }), {
+      openNetlink: () => {
+        throw new Error('no netlink for the kernel device');
+      },
+      userspace: () => stub(used),
+    });
+    await b.prepare();
+    assert.equal(used.n, 1);
+    assert.equal(typeof backendFactory('ipip-userspace'), 'function');
+  });
 });

@@ -24,6 +24,7 @@ test('each listed option is parsed: a wrong-typed value for it is refused', () =
   const parsers: Record<string, (raw: Record<string, unknown>) => unknown> = {
     udp: parseUdpConfig,
     ipip: parseIpipConfig,
+    'ipip-userspace': parseIpipConfig,
     vxlan: parseVxlanConfig,
     'vxlan-userspace': parseVxlanConfig,
   };
