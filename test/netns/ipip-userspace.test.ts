@@ -24,9 +24,11 @@ import { ipToBytes, parseCIDR, parseIP } from '../../src/common/ip.js';
 import * as js from '../../src/dataplane/js-codec.js';
 import { JsPeerTable, encodePeerTable } from '../../src/dataplane/peer-table.js';
 import { Cluster, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
+import { iperf } from '../../src/testbed/probes.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 import { droppedByReason, receiveDrops } from '../helpers/drops.js';
 import { ipipMissing } from '../helpers/ipip.js';
+import { tcpdumpListening } from '../helpers/capture.js';
 
 const missing = isRoot() ? ipipMissing() : null;
 const skip = isRoot() ? false : 'needs root (network namespaces)';
@@ -107,24 +109,14 @@ describe(`ipip backend, Dataplane "${dataplane}", userspace across 3 nodes`, { s
 
   test('iperf3 TCP and UDP carry traffic pod to pod', async () => {
     const [a, b] = [c.pods[0]!, c.pods[1]!];
-    const run = async (client: string, server: string, serverIp: string, udp: boolean) => {
-      const srv = nsExecAsync(server, 'iperf3', ['-s', '-1', '-B', serverIp], 30_000);
-      await new Promise((r) => setTimeout(r, 300));
-      const out = await nsExecAsync(
-        client,
-        'iperf3',
-        ['-c', serverIp, '-t', '2', '-J', ...(udp ? ['-u', '-b', '100M'] : [])],
-        30_000,
-      );
-      await srv;
-      return JSON.parse(out) as {
-        end: { sum_received?: { bits_per_second: number }; sum?: { lost_percent: number } };
-      };
-    };
-    const tcp = await run(a.ns, b.ns, b.ip, false);
-    assert.ok(tcp.end.sum_received!.bits_per_second > 50e6, JSON.stringify(tcp.end));
-    const udp = await run(b.ns, a.ns, a.ip, true);
-    assert.ok(udp.end.sum!.lost_percent < 10, JSON.stringify(udp.end));
+    const tcp = await iperf(c.scope, b.ns, b.ip, a.ns);
+    assert.ok(tcp.bitsPerSecond > 50e6, `TCP ${tcp.bitsPerSecond} bit/s`);
+    const udp = await iperf(c.scope, a.ns, a.ip, b.ns, ['-t', '2', '-u', '-b', '100M']);
+    const lost = (udp.json as { end: { sum: { lost_percent: number } } }).end.sum.lost_percent;
+    assert.ok(
+      udp.bitsPerSecond > 10e6 && lost < 10,
+      `UDP ${udp.bitsPerSecond} bit/s, ${lost}% lost`,
+    );
   });
 
   test('on the wire: RFC 2003 IPIP as the kernel flannel.ipip device sends it (TTL, DF, ECN of the inner packet; DSCP 0; protocol 4)', async () => {
@@ -144,15 +136,7 @@ describe(`ipip backend, Dataplane "${dataplane}", userspace across 3 nodes`, { s
       file,
     ]);
     const exited = new Promise((r) => cap.once('exit', r));
-    await new Promise<void>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error('tcpdump did not start')), 10_000);
-      cap.stderr!.on('data', (d: Buffer) => {
-        if (/listening on/.test(d.toString())) {
-          clearTimeout(t);
-          resolve();
-        }
-      });
-    });
+    await tcpdumpListening(cap);
     // DF set, TOS 0xb8 + ECT(1), TTL 50; then DF clear, TOS 0x03 (CE), TTL 33.
     await ping(c.pods[0]!.ns, c.pods[1]!.ip, ['-M', 'do', '-Q', '0xb9', '-t', '50'], 3);
     await ping(

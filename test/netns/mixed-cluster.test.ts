@@ -24,6 +24,7 @@ import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
 import { Cluster, type ClusterNode, PACKAGE_ROOT } from '../../src/testbed/cluster.js';
 import { ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+import { tcpdumpListening } from '../helpers/capture.js';
 
 /** The fake API server, run in the underlay namespace (its control: JSON lines). */
 const KUBE_APISERVER = join(PACKAGE_ROOT, 'test', 'helpers', 'kube-apiserver-child.ts');
@@ -185,15 +186,7 @@ describe(
       let out = '';
       cap.stdout!.on('data', (d: Buffer) => (out += d.toString()));
       const done = new Promise((r) => cap.once('exit', r));
-      await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error('tcpdump did not start')), 10_000);
-        cap.stderr!.on('data', (d: Buffer) => {
-          if (/listening on/.test(d.toString())) {
-            clearTimeout(t);
-            resolve();
-          }
-        });
-      });
+      await tcpdumpListening(cap);
       const reached = await Promise.all([A, B, C].map((n) => pings(D, n)));
       const stop = setTimeout(() => cap.kill('SIGTERM'), 5000);
       await done;
