@@ -21,7 +21,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
 import { Progress } from '../src/control/demo/progress.js';
-import { Cluster } from '../src/testbed/cluster.js';
+import { buildBenchCluster } from '../src/testbed/bench-cluster.js';
+import type { Cluster } from '../src/testbed/cluster.js';
 import { iperf, ping, waitForMesh } from '../src/testbed/probes.js';
 import { isRoot } from '../src/testbed/netns.js';
 
@@ -148,17 +149,9 @@ function weftPrograms(): number {
 }
 
 async function buildBed(path: PathDef): Promise<Bed> {
-  const cluster = await Cluster.build({
-    nodes: 2,
+  const cluster = await buildBenchCluster({
     prefix: `weft-bench-${process.pid}`,
-    // The measured daemons are the built ones, started together, with pods made by weft-cni.
-    launcher: 'dist',
-    parallelStart: true,
-    podWiring: 'cni',
-    defaultRoute: true,
-    ipMasq: true,
-    iptablesResync: null,
-    ...(path.backend ? { backend: path.backend } : {}),
+    backend: path.backend,
     flags: path.daemonArgs ?? [],
   });
   try {

@@ -4,7 +4,8 @@
 // A failed build is reported but does not fail the install: weft then runs with the js engine,
 // and `npm test` (via scripts/setup.mjs) insists on a working addon.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -65,9 +66,23 @@ export function buildBpf({ strict = false } = {}) {
   const arch = spawnSync(process.env.CC || 'cc', ['-dumpmachine'], { encoding: 'utf8' });
   const multiarch = arch.status === 0 ? arch.stdout.trim() : 'x86_64-linux-gnu';
   const src = join(root, 'native', 'bpf', 'weft.bpf.c');
+  // The object carries its source's hash; the loader refuses it once the source changed.
+  const sha = createHash('sha256').update(readFileSync(src)).digest('hex');
   const r = spawnSync(
     process.env.BPF_CLANG || 'clang',
-    ['-O2', '-g', '-Wall', '-target', 'bpf', `-I/usr/include/${multiarch}`, '-c', src, '-o', out],
+    [
+      '-O2',
+      '-g',
+      '-Wall',
+      '-target',
+      'bpf',
+      `-I/usr/include/${multiarch}`,
+      `-DWEFT_SOURCE_SHA256="${sha}"`,
+      '-c',
+      src,
+      '-o',
+      out,
+    ],
     { stdio: ['ignore', 'inherit', 'inherit'] },
   );
   if (r.status !== 0) {
@@ -119,5 +134,7 @@ function buildAddon({ strict }) {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  buildNative();
+  // --bpf: only the programs (`npm run build`: a changed weft.bpf.c never runs stale).
+  if (process.argv.includes('--bpf')) buildBpf();
+  else buildNative();
 }

@@ -420,3 +420,12 @@ pass:
 
 // No GPL-only helper is used.
 char LICENSE[] SEC("license") = "Apache-2.0";
+
+// Which source this object was built from (scripts/build-native.mjs passes the SHA-256 of this
+// file): the loader refuses an object built from another weft.bpf.c (a stale build would load,
+// pass the probe and still differ from the code that drives it). Not a map: libbpf skips it.
+#ifndef WEFT_SOURCE_SHA256
+#define WEFT_SOURCE_SHA256 "none"
+#endif
+__attribute__((used)) const char weft_source[] SEC(".weft.source") =
+    "weft-bpf-source-sha256:" WEFT_SOURCE_SHA256;

@@ -47,6 +47,11 @@ export function bpfObjectPath(): string {
   return process.env.WEFT_BPF_OBJECT ?? join(packageRoot(), 'native', 'build', 'weft.bpf.o');
 }
 
+/** The programs' source, shipped beside the object (its hash is checked against the object's). */
+export function bpfSourcePath(): string {
+  return join(packageRoot(), 'native', 'bpf', 'weft.bpf.c');
+}
+
 export function loadBpfBinding(): NativeBpf {
   return loadNative();
 }

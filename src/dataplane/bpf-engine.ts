@@ -14,6 +14,8 @@
  * table and the BPF maps from the same records (the maps add before they remove). close()
  * detaches and frees every program, map and link, then stops the native engine.
  */
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { WeftError, errorMessage } from '../common/errors.js';
 import { ipToBytes, parseIP } from '../common/ip.js';
 import { logger } from '../common/log.js';
@@ -22,6 +24,7 @@ import {
   TC_ACT_OK,
   TC_ACT_REDIRECT,
   bpfObjectPath,
+  bpfSourcePath,
   loadBpfBinding,
 } from './bpf-binding.js';
 import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
@@ -167,12 +170,47 @@ export function outerIpv4Frame(src: string, dst: string, dport: number, payload:
   return f;
 }
 
+const SOURCE_MARK = 'weft-bpf-source-sha256:';
+
+/**
+ * Throws unless the object at `objectPath` was built from `sourcePath` as it is now (the SHA-256
+ * scripts/build-native.mjs writes into it). A stale object loads and passes the probe (its test
+ * runs cannot take the TUN's path) yet may not be the code this engine drives: refuse it, naming
+ * the rebuild. No source beside the package (an object shipped alone): nothing to compare.
+ */
+export function checkBpfObjectSource(objectPath: string, sourcePath = bpfSourcePath()): void {
+  let source: Buffer;
+  try {
+    source = readFileSync(sourcePath);
+  } catch {
+    return;
+  }
+  let object: Buffer;
+  try {
+    object = readFileSync(objectPath);
+  } catch (err) {
+    throw unavailable(`load ${objectPath}`, err);
+  }
+  const at = object.indexOf(SOURCE_MARK);
+  const built =
+    at < 0
+      ? 'an unknown source'
+      : object.toString('latin1', at + SOURCE_MARK.length, at + SOURCE_MARK.length + 64);
+  const want = createHash('sha256').update(source).digest('hex');
+  if (built !== want) {
+    throw unavailable(
+      `stale object ${objectPath}: built from ${at < 0 ? built : `weft.bpf.c ${built.slice(0, 12)}`}, not ${sourcePath} (${want.slice(0, 12)}); rebuild it: node scripts/build-native.mjs --bpf`,
+    );
+  }
+}
+
 export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane> {
   const log = opts.log ?? logger('dataplane-bpf');
   if (!opts.underlay) throw unavailable('no underlay device given');
   if (opts.format === 'ipip') throw unavailable('its programs have no IPIP framing');
   let bpf: NativeBpf;
   let id: number;
+  checkBpfObjectSource(bpfObjectPath());
   try {
     bpf = loadBpfBinding();
     id = bpf.bpfLoad(bpfObjectPath());

@@ -15,22 +15,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Cluster, waitFor } from '../../src/testbed/cluster.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
+import { sample, scrape } from '../helpers/scrape.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
 const HEALTH_PORT = '9094';
 
-async function metrics(ns: string): Promise<string> {
-  return nsExecAsync(ns, process.execPath, [
-    '-e',
-    `fetch('http://127.0.0.1:${HEALTH_PORT}/metrics').then((r) => r.text()).then((t) => process.stdout.write(t))`,
-  ]);
-}
-
-function value(m: string, name: string, labels = ''): number {
-  const line = m.split('\n').find((l) => l.startsWith(`${name}${labels} `));
-  assert.ok(line, `${name}${labels} missing`);
-  return Number(line.split(' ')[1]);
-}
+const metrics = (ns: string) => scrape(ns, HEALTH_PORT);
+const value = sample;
 
 for (const backend of [{ Type: 'udp' }, { Type: 'vxlan', Dataplane: 'userspace' }]) {
   describe(`${backend.Type} backend with --dataplane-engine=bpf`, { skip }, () => {
