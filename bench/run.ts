@@ -16,8 +16,7 @@
  * not --quick) also replaces latest.json, latest.svg and latest.md, which the README shows.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
 import { Progress } from '../src/control/demo/progress.js';
@@ -25,6 +24,7 @@ import { buildBenchCluster } from '../src/testbed/bench-cluster.js';
 import type { Cluster } from '../src/testbed/cluster.js';
 import { iperf, ping, waitForMesh } from '../src/testbed/probes.js';
 import { isRoot } from '../src/testbed/netns.js';
+import { isFullRun, markdownTable, saveResults } from './report.js';
 
 interface PathDef {
   readonly name: string;
@@ -95,31 +95,6 @@ const BENCH_FLAGS = {
 } as const;
 
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
-
-/** A full run (every path, not --quick) is the only one that may replace latest.*. */
-export function isFullRun(o: { quick: boolean; paths: readonly string[] }): boolean {
-  return !o.quick && o.paths.length === 0;
-}
-
-/**
- * Writes a run's results to `dir`: always `<time>.json`; `latest.{json,svg,md}` (what the
- * README shows) only for a full run. Returns the file names written.
- */
-export function saveResults(
-  dir: string,
-  started: Date,
-  out: { json: string; svg: string; table: string },
-  full: boolean,
-): string[] {
-  mkdirSync(dir, { recursive: true });
-  const files: Array<[string, string]> = [
-    [`${started.toISOString().replace(/[:.]/g, '-')}.json`, out.json],
-  ];
-  if (full)
-    files.push(['latest.json', out.json], ['latest.svg', out.svg], ['latest.md', out.table]);
-  for (const [name, text] of files) writeFileSync(join(dir, name), text);
-  return files.map(([name]) => name);
-}
 
 /** utime + stime of a process in seconds (from /proc/<pid>/stat), 0 when gone. */
 function cpuSeconds(pid: number | undefined): number {
@@ -278,13 +253,7 @@ export function renderTable(summaries: readonly Summary[]): string {
       return `${fmt(x.median)}${range}${ratio}`;
     }),
   ]);
-  const all = [head, ...rows];
-  const w = head.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const line = (r: string[]) => `| ${r.map((c, i) => c.padEnd(w[i]!)).join(' | ')} |`;
-  return (
-    [line(head), `|${w.map((x) => '-'.repeat(x + 2)).join('|')}|`, ...rows.map(line)].join('\n') +
-    '\n'
-  );
+  return markdownTable(head, rows);
 }
 
 /** A grouped horizontal bar chart of the ratios to kernel vxlan (1.0 = kernel vxlan). */

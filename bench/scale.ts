@@ -46,6 +46,7 @@ import { parseArgs } from 'node:util';
 import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
 import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
 import { NetnsScope, ip, isRoot } from '../src/testbed/netns.js';
+import { markdownTable } from './report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const WEFT_BIN = join(ROOT, 'bin', 'weft');
@@ -659,14 +660,7 @@ function table(rows: readonly Row[]): string {
           fmt(r.idleCpuPct, 2),
         ],
   );
-  const all = [head, ...body];
-  const w = head.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
-  const line = (r: string[]) => '| ' + r.map((c, i) => c.padEnd(w[i] ?? 0)).join(' | ') + ' |';
-  return [
-    line(head),
-    '|' + w.map((n) => '-'.repeat(n + 2)).join('|') + '|',
-    ...body.map(line),
-  ].join('\n');
+  return markdownTable(head, body).trimEnd();
 }
 
 async function main(): Promise<void> {

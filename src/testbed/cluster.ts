@@ -253,6 +253,16 @@ function logTail(file: string): string {
   return `${why ? `: ${why}` : ''}\n${lines.slice(-8).join('\n')}`;
 }
 
+/** Ends a process: SIGTERM, SIGKILL after 5 s; resolves once it has exited. */
+async function terminate(p: ChildProcess): Promise<void> {
+  if (p.exitCode !== null || p.signalCode !== null) return;
+  const exited = new Promise((r) => p.once('exit', r));
+  p.kill('SIGTERM');
+  const t = setTimeout(() => p.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(t);
+}
+
 /** Polls `http://<host>:<port>/readyz` (argv) until it answers 200, then exits 0. */
 const READYZ_PROBE = `
 const [host, port] = process.argv.slice(1);
@@ -465,6 +475,20 @@ export class Cluster {
     }
   }
 
+  /** Stops the underlay's etcd (store 'etcd'): SIGTERM, SIGKILL after 5 s. `startEtcd` again. */
+  async stopEtcd(): Promise<void> {
+    const p = this.#storeProc;
+    if (this.store !== 'etcd' || !p) throw new Error('stopEtcd: the cluster runs no etcd');
+    this.#storeProc = null;
+    await terminate(p);
+  }
+
+  /** Starts the underlay's etcd again after `stopEtcd` (same data dir: every key kept). */
+  async startEtcd(): Promise<void> {
+    if (this.store !== 'etcd' || this.#storeProc) throw new Error('startEtcd: etcd is running');
+    await this.#startEtcd();
+  }
+
   async #startEtcd(): Promise<void> {
     const peer = `http://${UNDERLAY_V4}.254:2380`;
     const p = this.#spawnLogged(this.underlay, join(this.dir, 'etcd.log'), 'etcd', [
@@ -576,8 +600,15 @@ export class Cluster {
     for (const n of this.nodes) await this.startDaemon(n.index);
   }
 
-  /** Starts node i's daemon and waits for its /readyz (lease held, subnet.env written). */
-  async startDaemon(i: number, extra: readonly string[] = []): Promise<void> {
+  /**
+   * Starts node i's daemon and waits for its /readyz (lease held, subnet.env written). `env` adds
+   * to the daemon's environment for this start only; `waitReady: false` returns once it is spawned.
+   */
+  async startDaemon(
+    i: number,
+    extra: readonly string[] = [],
+    start: { readonly env?: Readonly<Record<string, string>>; readonly waitReady?: boolean } = {},
+  ): Promise<void> {
     const node = this.nodes[i]!;
     const o = this.options;
     const flags = [...(o.flags ?? []), ...extra];
@@ -596,11 +627,18 @@ export class Cluster {
       ...(o.ipMasq ? ['--ip-masq'] : []),
       ...flags,
     ];
-    const env = { ...process.env, WEFT_LOG_LEVEL: 'info', NODE_NAME: node.name, ...o.env };
+    const env = {
+      ...process.env,
+      WEFT_LOG_LEVEL: 'info',
+      NODE_NAME: node.name,
+      ...o.env,
+      ...start.env,
+    };
     const p = this.#spawnLogged(node.ns, node.logFile, process.execPath, args, env);
     node.daemon = p;
     node.logs = [];
     if (!o.detached) captureLogs(p, node.logs, node.logFile);
+    if (start.waitReady === false) return;
     await this.#waitReady(node, p, host, port);
     node.env = readEnvFile(node.subnetFile);
   }
@@ -626,12 +664,7 @@ export class Cluster {
     const node = this.nodes[i]!;
     const p = node.daemon;
     node.daemon = null;
-    if (!p || p.exitCode !== null || p.signalCode !== null) return;
-    const exited = new Promise((r) => p.once('exit', r));
-    p.kill('SIGTERM');
-    const t = setTimeout(() => p.kill('SIGKILL'), 5000);
-    await exited;
-    clearTimeout(t);
+    if (p) await terminate(p);
   }
 
   async stopDaemons(): Promise<void> {

@@ -123,3 +123,79 @@ export async function iperf(
     if (srv.exitCode === null) srv.kill('SIGKILL');
   }
 }
+
+export interface PingGaps {
+  /**
+   * The blackout, ms: the largest gap between two consecutive replies with a ping lost between
+   * them (with a window given, also from its start to the first reply and from the last reply to
+   * its end, when pings were lost there; no reply at all: the whole window). A gap with no ping
+   * lost inside it is the pinger itself not sending (a loaded machine), not the path.
+   */
+  readonly blackoutMs: number;
+  /** The largest gap between two consecutive replies, ms, lost pings between them or not. */
+  readonly maxGapMs: number;
+  /** Echo replies (a duplicate counts once more). */
+  readonly replies: number;
+  /** "Destination ... Unreachable" answers. */
+  readonly unreachable: number;
+  /** Echo requests sent: the summary's "N packets transmitted", else the highest icmp_seq. */
+  readonly sent: number;
+}
+
+/**
+ * Reads the output of `ping -D` (each line prefixed with `[<epoch seconds>.<µs>]`): when the
+ * replies came and which were lost. `window` (ms since the epoch, the clock ping's timestamps
+ * use) bounds the measurement at either end.
+ */
+export function pingGaps(
+  out: string,
+  window: { readonly startMs?: number; readonly endMs?: number } = {},
+): PingGaps {
+  const replies: Array<{ t: number; seq: number }> = [];
+  let unreachable = 0;
+  let maxSeq = 0;
+  for (const line of out.split('\n')) {
+    const m = /^\[(\d+(?:\.\d+)?)\] (.*)$/.exec(line);
+    if (!m) continue;
+    const seq = Number(/icmp_seq=(\d+)/.exec(m[2]!)?.[1] ?? NaN);
+    if (seq > maxSeq) maxSeq = seq;
+    if (/unreachable/i.test(m[2]!)) unreachable++;
+    else if (/ bytes from /.test(m[2]!)) replies.push({ t: Number(m[1]) * 1000, seq });
+  }
+  const sentLine = /(\d+) packets transmitted/.exec(out);
+  const sent = sentLine ? Number(sentLine[1]) : maxSeq;
+  // The window's edges as replies: seq 0 before the first ping, sent + 1 after the last.
+  const marks = [
+    ...(window.startMs === undefined ? [] : [{ t: window.startMs, seq: 0 }]),
+    ...replies,
+    ...(window.endMs === undefined ? [] : [{ t: window.endMs, seq: sent + 1 }]),
+  ];
+  let blackoutMs = 0;
+  let maxGapMs = 0;
+  for (let i = 1; i < marks.length; i++) {
+    const gap = marks[i]!.t - marks[i - 1]!.t;
+    maxGapMs = Math.max(maxGapMs, gap);
+    if (marks[i]!.seq - marks[i - 1]!.seq > 1) blackoutMs = Math.max(blackoutMs, gap);
+  }
+  return { blackoutMs, maxGapMs, replies: replies.length, unreachable, sent };
+}
+
+/**
+ * A `node -e` script (argv: PORT N): opens N connections to 127.0.0.1:PORT, prints "held K" once
+ * each has connected (K of them) or failed, and keeps them open until its stdin closes.
+ */
+export const HOLD_CONNECTIONS = `
+const net = require('node:net');
+const [port, n] = process.argv.slice(1).map(Number);
+let connected = 0, settled = 0;
+const settle = () => { if (++settled === n) process.stdout.write('held ' + connected + '\\n'); };
+for (let i = 0; i < n; i++) {
+  const s = net.connect(port, '127.0.0.1');
+  let once = false;
+  const done = (ok) => { if (once) return; once = true; if (ok) connected++; settle(); };
+  s.on('connect', () => done(true));
+  s.on('error', () => done(false));
+}
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
+`;

@@ -37,13 +37,18 @@ export function droppedByReason(metrics: string): Record<string, number> {
   return out;
 }
 
-/** The kernel's UDP `InErrors` in namespace `ns` (/proc/net/snmp; includes RcvbufErrors). */
-export async function kernelUdpRecvErrors(ns: string): Promise<number> {
+/** One counter of namespace `ns`'s /proc/net/snmp, e.g. `('Ip', 'InReceives')`. */
+export async function snmpCounter(ns: string, group: string, name: string): Promise<number> {
   const snmp = await nsExecAsync(ns, 'cat', ['/proc/net/snmp']);
-  const [head, values] = snmp.split('\n').filter((l) => l.startsWith('Udp: '));
+  const [head, values] = snmp.split('\n').filter((l) => l.startsWith(`${group}: `));
   const names = head!.split(' ');
   const vals = values!.split(' ');
-  return Number(vals[names.indexOf('InErrors')]);
+  return Number(vals[names.indexOf(name)]);
+}
+
+/** The kernel's UDP `InErrors` in namespace `ns` (/proc/net/snmp; includes RcvbufErrors). */
+export function kernelUdpRecvErrors(ns: string): Promise<number> {
+  return snmpCounter(ns, 'Udp', 'InErrors');
 }
 
 /**
@@ -51,7 +56,8 @@ export async function kernelUdpRecvErrors(ns: string): Promise<number> {
  * namespace `from` to `target:port`, then waits (≤ 15 s: counters are read per scrape) until weft's
  * receive-side drop counters, read through `scrape`, and the kernel's receive errors in `targetNs` account for
  * every datagram sent, and asserts it: 400 sent (100 empty) = weft's drops + the kernel's, the
- * kernel's fewer than half. On timeout it throws with the per-reason drops.
+ * kernel's fewer than half, and returns the three figures. On timeout it throws with the
+ * per-reason drops.
  */
 export async function assertEveryDatagramCounted(o: {
   from: string;
@@ -60,7 +66,7 @@ export async function assertEveryDatagramCounted(o: {
   port: number;
   scrape: () => Promise<string>;
   count?: number;
-}): Promise<void> {
+}): Promise<{ sent: number; counted: number; kernel: number }> {
   const before = receiveDrops(await o.scrape());
   const kernelBefore = await kernelUdpRecvErrors(o.targetNs);
   const args = { mode: 'mixed', target: o.target, port: o.port, count: o.count ?? 400 };
@@ -80,7 +86,7 @@ export async function assertEveryDatagramCounted(o: {
       assert.deepEqual([sent, empty], [o.count ?? 400, (o.count ?? 400) / 4]);
       assert.equal(counted + kernel, sent);
       assert.ok(kernel < sent / 2, `the kernel dropped ${kernel} of ${sent}`);
-      return;
+      return { sent, counted, kernel };
     }
     if (Date.now() > deadline) {
       throw new Error(

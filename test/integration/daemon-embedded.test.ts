@@ -29,6 +29,7 @@ import {
   waitReady,
 } from '../helpers/daemon.js';
 import { NetnsScope, isRoot } from '../../src/testbed/netns.js';
+import { HOLD_CONNECTIONS } from '../../src/testbed/probes.js';
 
 const skip = isRoot() ? false : 'needs root (the daemons run in a network namespace)';
 const test = (name: string, fn: () => Promise<void>) => nodeTest(name, { skip }, fn);
@@ -289,24 +290,6 @@ test('out of fds under a connection flood, the daemon lives on: it serves again 
   await a.p.waitForLog((l) => l.msg === 'peer lease added' && l.key === rb.key);
   assert.equal(a.p.proc.exitCode, null);
 });
-
-/** `node -e` script: opens N connections to 127.0.0.1:PORT, prints "held K" once each has
- * connected or failed, and keeps them until stdin closes. */
-const HOLD_CONNECTIONS = `
-const net = require('node:net');
-const [port, n] = process.argv.slice(1).map(Number);
-let connected = 0, settled = 0;
-const settle = () => { if (++settled === n) process.stdout.write('held ' + connected + '\\n'); };
-for (let i = 0; i < n; i++) {
-  const s = net.connect(port, '127.0.0.1');
-  let once = false;
-  const done = (ok) => { if (once) return; once = true; if (ok) connected++; settle(); };
-  s.on('connect', () => done(true));
-  s.on('error', () => done(false));
-}
-process.stdin.on('end', () => process.exit(0));
-process.stdin.resume();
-`;
 
 test('/metrics passes promtool check metrics', async () => {
   const store = await freshStore();

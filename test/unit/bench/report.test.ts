@@ -7,7 +7,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { isFullRun, saveResults } from '../../../bench/run.js';
+import { isFullRun, markdownTable, saveResults } from '../../../bench/report.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'weft-bench-results-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -39,4 +39,17 @@ test('a full run replaces latest.json, latest.svg and latest.md', () => {
   assert.equal(readFileSync(join(tmp, 'latest.json'), 'utf8'), out.json);
   assert.equal(readFileSync(join(tmp, 'latest.svg'), 'utf8'), out.svg);
   assert.equal(readFileSync(join(tmp, 'latest.md'), 'utf8'), out.table);
+});
+
+test('markdownTable pads every column to its widest cell and fills missing cells', () => {
+  assert.equal(
+    markdownTable(['a', 'long head'], [['wide cell', 'x'], ['y']]),
+    [
+      '| a         | long head |',
+      '|-----------|-----------|',
+      '| wide cell | x         |',
+      '| y         |           |',
+      '',
+    ].join('\n'),
+  );
 });

@@ -1,0 +1,191 @@
+/**
+ * The fault suite (`npm run faults`, root; never part of `npm test`): issue #17's fault campaign
+ * against the real daemon and a real etcd, every row on every backend — kernel vxlan, host-gw,
+ * udp, vxlan "Dataplane":"userspace" — one testbed per backend (bed.ts draws it), the rows in
+ * rows.ts. Prints a table (row, backend, figure, goal, verdict) and writes JSON to
+ * bench/results/faults/<time>.json; a full run (every row and backend, not --short) also
+ * replaces bench/results/faults/latest.{json,md}, which the README's table comes from.
+ *
+ * Everything it makes (namespaces, processes, the testbed dirs) is removed on success, failure
+ * and Ctrl-C. A row that fails says so in the table; the exit status is 1 when any row did.
+ */
+import { execFileSync } from 'node:child_process';
+import { cpus } from 'node:os';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { bool, int, list, parseFlags, usage } from '../../src/control/config/flags.js';
+import { Progress } from '../../src/control/demo/progress.js';
+import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
+import { isRoot } from '../../src/testbed/netns.js';
+import { saveResults } from '../report.js';
+import { PATHS } from '../run.js';
+import { Bed, type FaultBackend } from './bed.js';
+import { type FaultResult, exitStatus, faultTable, resultOf, tally } from './report.js';
+import { ROWS, type RowOptions } from './rows.js';
+
+/** The four backends, as the bench names and configures them. */
+export const BACKENDS: readonly FaultBackend[] = ['vxlan', 'host-gw', 'udp', 'vxlan-userspace'].map(
+  (name) => {
+    const p = PATHS.find((x) => x.name === name)!;
+    const type = String(p.backend!.Type);
+    return {
+      name,
+      label: p.label,
+      backend: p.backend!,
+      userspace: p.userspace,
+      dev: type === 'udp' ? 'flannel0' : type === 'vxlan' ? 'flannel.1' : null,
+      port: type === 'udp' ? 8285 : type === 'vxlan' ? 8472 : null,
+      leaseType: type === 'udp' ? '' : type,
+    };
+  },
+);
+
+const FLAGS = {
+  rows: list(`rows, comma-separated (default: all: ${ROWS.map((r) => r.id).join(',')})`, {
+    valueName: 'LIST',
+  }),
+  backends: list(`backends, comma-separated (default: ${BACKENDS.map((b) => b.name).join(',')})`, {
+    valueName: 'LIST',
+  }),
+  short: bool(false, 'a short run: etcd down 10 s (unless --etcd-down), shorter floods and holds'),
+  'etcd-down': int(60, 'seconds etcd stays stopped in the etcd-down row', { min: 1, max: 600 }),
+  help: bool(false, 'print this message'),
+} as const;
+
+const RESULTS = fileURLToPath(new URL('../results/faults/', import.meta.url));
+
+/** `a,b` `c` → [a, b, c]; unknown names are an error naming them. */
+export function pick<T extends { readonly name?: string; readonly id?: string }>(
+  flag: string,
+  given: readonly string[],
+  all: readonly T[],
+): T[] {
+  const names = given
+    .flatMap((g) => g.split(','))
+    .map((g) => g.trim())
+    .filter(Boolean);
+  if (names.length === 0) return [...all];
+  const key = (x: T) => x.name ?? x.id!;
+  const unknown = names.filter((n) => !all.some((x) => key(x) === n));
+  if (unknown.length)
+    throw new Error(`--${flag}: unknown ${unknown.join(', ')} (known: ${all.map(key).join(', ')})`);
+  return all.filter((x) => names.includes(key(x)));
+}
+
+function commit(): string {
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
+      cwd: PACKAGE_ROOT,
+      encoding: 'utf8',
+    }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], {
+      cwd: PACKAGE_ROOT,
+      encoding: 'utf8',
+    }).trim();
+    return dirty ? `${head}+changes` : head;
+  } catch {
+    return 'unknown';
+  }
+}
+
+export async function main(argv: readonly string[]): Promise<number> {
+  let o;
+  let rows;
+  let backends;
+  try {
+    o = parseFlags(FLAGS, argv, {}).values;
+    rows = pick('rows', o.rows, ROWS);
+    backends = pick('backends', o.backends, BACKENDS);
+  } catch (err) {
+    process.stderr.write(`weft faults: ${(err as Error).message}\n`);
+    return 2;
+  }
+  if (o.help) {
+    process.stdout.write(
+      usage(FLAGS, 'npm run faults --', "issue #17's fault campaign, every backend"),
+    );
+    return 0;
+  }
+  if (!isRoot()) {
+    process.stderr.write('weft faults: must run as root (it creates network namespaces)\n');
+    return 1;
+  }
+  const ro: RowOptions = {
+    short: o.short,
+    etcdDownS: o.short && !argv.some((a) => a.startsWith('--etcd-down')) ? 10 : o.etcdDown,
+  };
+  const progress = new Progress();
+  const results: FaultResult[] = [];
+  // the testbed of the backend under test (one at a time), for the Ctrl-C handler too
+  const now: { bed: Bed | null } = { bed: null };
+  let stopping = false;
+  const onSignal = () => {
+    if (stopping) return;
+    stopping = true;
+    process.stderr.write('\nweft faults: interrupted; removing the testbed\n');
+    void (now.bed?.destroy() ?? Promise.resolve()).finally(() => process.exit(130));
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const started = new Date();
+  try {
+    for (const b of backends) {
+      for (const row of rows) {
+        if (stopping) break;
+        const na = row.notApplicable(b);
+        if (na) {
+          results.push(resultOf(row, b.name, { notApplicable: na }));
+          continue;
+        }
+        const result = await progress
+          .step(
+            `${b.name}: ${row.title}`,
+            async () => {
+              if (now.bed) {
+                // a row left the bed sick: heal it, else build a new one
+                const sick = now.bed;
+                await sick.restore().catch(async (err: Error) => {
+                  progress.note(`testbed: ${err.message.split('\n')[0]}; building a new one`);
+                  now.bed = null;
+                  await sick.destroy();
+                });
+              }
+              now.bed ??= await Bed.build(b);
+              return resultOf(row, b.name, { outcome: await row.run(now.bed, ro) });
+            },
+            (r) => `${r.verdict}: ${r.figure}`,
+          )
+          .catch((error: unknown) => resultOf(row, b.name, { error }));
+        results.push(result);
+      }
+      await now.bed?.destroy();
+      now.bed = null;
+    }
+  } finally {
+    await now.bed?.destroy();
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+  const table = faultTable(results);
+  const meta = {
+    started: started.toISOString(),
+    commit: commit(),
+    kernel: readFileSync('/proc/sys/kernel/osrelease', 'utf8').trim(),
+    cpus: cpus().length,
+    command: `npm run faults -- ${argv.join(' ')}`.trim(),
+    short: ro.short,
+    etcdDownS: ro.etcdDownS,
+  };
+  const json = JSON.stringify({ meta, results }, null, 2) + '\n';
+  const full = !o.short && o.rows.length === 0 && o.backends.length === 0;
+  const header = `Fault suite, ${meta.started.slice(0, 10)}, commit ${meta.commit}, ${meta.cpus} CPUs, kernel ${meta.kernel}${ro.short ? ' (short)' : ''}: ${tally(results)}\n\n`;
+  const saved = saveResults(RESULTS, started, { json, table: header + table }, full);
+  process.stdout.write(`\n${header}${table}\nresults: bench/results/faults/${saved[0]}\n`);
+  if (!full)
+    process.stdout.write('(not a full run: bench/results/faults/latest.* left as they were)\n');
+  return exitStatus(results);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  main(process.argv.slice(2)).then((code) => (process.exitCode = code));
+}

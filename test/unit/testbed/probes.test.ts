@@ -1,0 +1,57 @@
+/**
+ * pingGaps reads `ping -D` output: the blackout is the largest gap between replies with a ping
+ * lost inside it; a gap with every ping answered is the pinger stalling, not the path.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { pingGaps } from '../../../src/testbed/probes.js';
+
+/** A `ping -D` reply line at `t` seconds after an epoch second. */
+const reply = (t: number, seq: number) =>
+  `[${(1_700_000_000 + t).toFixed(6)}] 64 bytes from 10.5.1.2: icmp_seq=${seq} ttl=62 time=0.31 ms`;
+const unreach = (t: number, seq: number) =>
+  `[${(1_700_000_000 + t).toFixed(6)}] From 10.5.1.1 icmp_seq=${seq} Destination Net Unreachable`;
+const T0 = 1_700_000_000_000;
+
+test('the blackout is the largest gap between replies with pings lost inside it', () => {
+  const out = [
+    'PING 10.5.1.2 (10.5.1.2) 56(84) bytes of data.',
+    reply(0.0, 1),
+    reply(0.01, 2),
+    unreach(0.02, 3),
+    // seqs 3..40 lost: 0.01 s → 0.4 s
+    reply(0.4, 41),
+    reply(0.41, 42),
+    '',
+    '--- 10.5.1.2 ping statistics ---',
+    '42 packets transmitted, 4 received, +1 errors, 90.4762% packet loss, time 410ms',
+  ].join('\n');
+  const g = pingGaps(out);
+  assert.equal(Math.round(g.blackoutMs), 390);
+  assert.equal(Math.round(g.maxGapMs), 390);
+  assert.deepEqual([g.replies, g.unreachable, g.sent], [4, 1, 42]);
+});
+
+test('a gap with every ping answered is a stalled pinger: not a blackout', () => {
+  const out = [reply(0, 1), reply(0.01, 2), reply(2.5, 3), reply(2.51, 4), reply(2.6, 6)].join(
+    '\n',
+  );
+  const g = pingGaps(out);
+  assert.equal(Math.round(g.maxGapMs), 2490);
+  assert.equal(Math.round(g.blackoutMs), 90, 'only the gap over the lost seq 5');
+  assert.equal(g.sent, 6, 'no summary: the highest icmp_seq');
+});
+
+test('the window bounds it: pings lost at the end, or no reply at all', () => {
+  const out = [reply(0, 1), reply(0.01, 2)].join('\n');
+  // 100 pings sent, the last 98 never answered until the window closed at 3 s
+  const g = pingGaps(`${out}\n100 packets transmitted, 2 received, 98% packet loss`, {
+    endMs: T0 + 3000,
+  });
+  assert.equal(Math.round(g.blackoutMs), 2990);
+  const none = pingGaps('5 packets transmitted, 0 received, 100% packet loss', {
+    startMs: T0,
+    endMs: T0 + 1500,
+  });
+  assert.deepEqual([none.blackoutMs, none.replies, none.sent], [1500, 0, 5]);
+});
