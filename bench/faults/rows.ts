@@ -137,7 +137,9 @@ function stateRow(
     goal: 'restored ≤ 10 s, /readyz 200 after, pods ping',
     notApplicable,
     async run(bed) {
-      const p = piece(bed);
+      const made = piece(bed);
+      // a check that fails (the device it reads is gone) finds the piece missing
+      const p = { ...made, present: () => made.present().catch(() => false) };
       if (!(await p.present())) throw new Error(`${p.what} not in place before the fault`);
       const samples: Array<{ at: number; status: number }> = [];
       let sampling = true;
@@ -419,19 +421,35 @@ const badLeases: RowDef = {
         bed.leaseValue(`${UNDERLAY_V4}.96`, { mac: '01:00:5e:00:00:01' }),
       ]);
     }
-    const counted = async () =>
-      (await metric(bed, 'weft_lease_malformed_total')) +
-      (await metric(bed, 'weft_lease_conflicts_total'));
-    const before = await counted();
+    /** What node 0 counted: malformed, and each conflict reason. */
+    const tallies = async () => {
+      const m = await bed.metrics(0);
+      const out: Record<string, number> = {
+        malformed: metricSum(m, 'weft_lease_malformed_total'),
+      };
+      for (const x of m.matchAll(/^weft_lease_conflicts_total\{reason="(\w+)"\} (\S+)$/gm))
+        out[x[1]!] = Number(x[2]);
+      return out;
+    };
+    const sum = (t: Record<string, number>) => Object.values(t).reduce((a, b) => a + b, 0);
+    const before = await tallies();
     try {
       for (const [key, value] of bad) bed.putLease(key, value);
-      await timeUntil(async () => (await counted()) - before >= bad.length, 10_000);
+      await timeUntil(async () => sum(await tallies()) - sum(before) >= bad.length, 10_000);
       await sleep(1000); // anything counted twice shows now
-      const n = (await counted()) - before;
+      const after = await tallies();
+      const n = sum(after) - sum(before);
+      const by = Object.entries(after)
+        .map(([k, v]) => [k, v - (before[k] ?? 0)] as const)
+        .filter(([, v]) => v > 0)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ');
       const silent = await waitForMesh(bed.cluster.pods, 10_000);
       const alive = bed.cluster.nodes.every((x) => bed.alive(x.index));
       return {
-        figure: `${n} of ${bad.length} counted by node 0${silent ? `; ${silent} pod pair(s) cut off` : '; pods ping'}${alive ? '' : '; a daemon exited'}`,
+        figure:
+          `${n} of ${bad.length} counted by node 0 (${by})` +
+          `${silent ? `; ${silent} pod pair(s) cut off` : '; pods ping'}${alive ? '' : '; a daemon exited'}`,
         met: n === bad.length && silent === 0 && alive,
         values: { injected: bad.length, counted: n, silentPairs: silent, alive },
       };
@@ -467,14 +485,16 @@ const garbage: RowDef = {
     const victim = bed.victim;
     const m0 = await bed.metrics(0);
     const k0 = await kernelUdpRecvErrors(victim.ns);
-    // From node 1, a source that holds a lease: the datagrams get decoded, not just refused.
-    const sent = await flood(bed.cluster.nodes[1]!.ns, {
-      mode: 'random',
-      target: victim.ip,
-      port,
-      bindIp: bed.cluster.nodes[1]!.ip,
-      seconds,
-    });
+    // From nodes 1 and 2 at once, sources that hold a lease: the datagrams get decoded, not
+    // just refused.
+    const senders = bed.cluster.nodes.slice(1);
+    const sent = (
+      await Promise.all(
+        senders.map((n) =>
+          flood(n.ns, { mode: 'random', target: victim.ip, port, bindIp: n.ip, seconds }),
+        ),
+      )
+    ).reduce((a, b) => a + b, 0);
     await sleep(1000);
     const m1 = await bed.metrics(0);
     const counted = receiveDrops(m1) - receiveDrops(m0);
@@ -664,8 +684,10 @@ const fdExhaustion: RowDef = {
       .trim()
       .split(/\s+/);
     const fds = () => readdirSync(`/proc/${pid}/fd`).length;
+    // 16 fds more than it holds (the soft limit: raising a hard one back needs more than root
+    // may have in a container)
     const limit = fds() + 16;
-    execFileSync('prlimit', ['--pid', String(pid), `--nofile=${limit}:${limit}`]);
+    execFileSync('prlimit', ['--pid', String(pid), `--nofile=${limit}:${limits[1]}`]);
     const holdS = o.short ? 3 : 12;
     const ping = bed.ping(bed.prober, bed.target.ip, 0.05);
     const holder = bed.cluster.scope.spawn(

@@ -52,6 +52,7 @@ const TOOLS: Record<string, string | null> = {
   'apt-get': 'apt',
   systemctl: null, // setup.mjs disables services only where systemd runs
   kubectl: null, // the fake API server's kubectl test skips without it
+  git: null, // the fault suite names the commit it ran at ("unknown" without git)
 };
 
 /** Packages every Debian system has (Essential: yes, or apt itself). */
