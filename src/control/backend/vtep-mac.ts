@@ -56,6 +56,9 @@ export function peerVtepMAC(data: unknown): { mac: string } | { reason: string }
   if (!isMacText(mac)) {
     return { reason: `VtepMAC ${JSON.stringify(mac)} is not a MAC address` };
   }
+  if (!usableVtepMAC(mac.toLowerCase())) {
+    return { reason: `VtepMAC ${JSON.stringify(mac)} is not a unicast address` };
+  }
   return { mac: mac.toLowerCase() };
 }
 

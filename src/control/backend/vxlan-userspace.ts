@@ -32,6 +32,8 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
   };
   return {
     type: VXLAN,
+    // the TUN's state: false while the re-check cannot restore it (userspace.ts)
+    isReady: () => inner?.isReady?.() ?? true,
     async prepare(): Promise<PreparedBackend> {
       const mac = await vtepMACFor(ctx, dev, 4, null);
       inner = createUserspaceBackend(ctx, {

@@ -264,6 +264,7 @@ export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): B
   let impl: Backend = kernel;
   return {
     type: VXLAN,
+    isReady: () => impl.isReady?.() ?? true,
     async prepare() {
       try {
         return await kernel.prepare();

@@ -99,6 +99,18 @@ describe('checkPeers: one rule per row', () => {
       rejected: [[0, 'backend_data']],
     },
     {
+      name: 'a multicast or all-zero VtepMAC',
+      leases: () => [
+        peer('10.5.2.0/24', { backendData: { VNI: 1, VtepMAC: '01:00:5e:00:00:01' } }),
+        peer('10.5.3.0/24', { backendData: { VNI: 1, VtepMAC: '00:00:00:00:00:00' } }),
+      ],
+      accepted: [],
+      rejected: [
+        [0, 'backend_data'],
+        [1, 'backend_data'],
+      ],
+    },
+    {
       name: 'a VtepMAC equal to ours',
       leases: () => [peer('10.5.2.0/24', { backendData: { VNI: 1, VtepMAC: OWN_MAC } })],
       accepted: [],

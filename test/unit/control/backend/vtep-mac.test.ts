@@ -132,5 +132,12 @@ describe('VtepMAC values', () => {
       ['aa:bb:cc:dd:ee:09'],
     );
     assert.deepEqual(peerVtepMAC({ VtepMAC: 7 }), { reason: 'VtepMAC 7 is not a MAC address' });
+    // a group address cannot be a VTEP: the kernel would flood to it, the engine never match it
+    assert.deepEqual(peerVtepMAC({ VtepMAC: '01:00:5E:00:00:01' }), {
+      reason: 'VtepMAC "01:00:5E:00:00:01" is not a unicast address',
+    });
+    assert.deepEqual(peerVtepMAC({ VtepMAC: '00:00:00:00:00:00' }), {
+      reason: 'VtepMAC "00:00:00:00:00:00" is not a unicast address',
+    });
   });
 });

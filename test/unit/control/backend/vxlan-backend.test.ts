@@ -233,6 +233,27 @@ describe('vxlan backend options', () => {
     assert.equal(handedOptions[AUTO_PREFERS_BPF], true);
   });
 
+  test('Dataplane auto is ready when the implementation it handed over to is', async () => {
+    const nl = fakeWithExt();
+    nl.failWith((op) => op.op === 'addVxlan', constants.errno.EOPNOTSUPP);
+    let tunOk = true;
+    const b = createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'auto' }), {
+      openNetlink: () => nl,
+      userspace: () => ({
+        type: 'vxlan',
+        isReady: () => tunOk,
+        prepare: async () => ({ attrs: { backendType: 'vxlan' }, mtu: 1450 }),
+        start: async () => {},
+        run: async () => {},
+        close: async () => {},
+      }),
+    });
+    await b.prepare();
+    assert.equal(b.isReady?.(), true);
+    tunOk = false; // its TUN cannot be restored
+    assert.equal(b.isReady?.(), false);
+  });
+
   test('Dataplane auto keeps the kernel device when it works', async () => {
     const nl = fakeWithExt();
     const b = createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'auto' }), {
