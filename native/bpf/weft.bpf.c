@@ -9,6 +9,8 @@
 //   weft_rx  ingress of the underlay (Ethernet): UDP to our port on our IPv4 address from a peer's
 //            public address → VNI, inner MAC, anti-spoofing (and TTL for flannel-udp) →
 //            adjust_room decap → TC_ACT_OK into the stack.
+//   weft_bridge  egress of the pods' bridge (cni0): a GSO packet for a pod → straight to the
+//            bridge port behind its MAC (the bridge would segment it in software).
 //
 // Anything either program does not handle exactly as the reference would (no peer, a peer behind
 // an IPv6 underlay, trailing bytes, TTL expiring, a bad header, an unknown sender, ...) leaves
@@ -17,7 +19,7 @@
 // counted in one place, the userspace engine; this file counts what it moved and what it passed.
 //
 // Only stable helpers: map lookups, skb_load_bytes/store_bytes, skb_adjust_room, redirect_neigh,
-// get_prandom_u32.
+// redirect, get_prandom_u32.
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
@@ -52,6 +54,7 @@ enum {
   C_TX_PASSED,  // left to the userspace engine (TUN side)
   C_RX_PASSED,  // ours (our port, our address) but left to the userspace socket
   C_TX_REDIRECT_ERROR,
+  C_BRIDGE_BYPASS,  // GSO packets weft_bridge handed straight to a bridge port
   C_COUNT,
 };
 
@@ -116,6 +119,15 @@ struct {
   __type(key, __u32);
   __type(value, __u32);
 } weft_sources SEC(".maps");
+
+// The bridge's ports by the MAC behind them (its FDB, learnt entries only): MAC in the low six
+// bytes of the key, the port's ifindex as the value.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 4096);
+  __type(key, __u64);
+  __type(value, __u32);
+} weft_ports SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -416,6 +428,25 @@ int weft_rx(struct __sk_buff *skb) {
 pass:
   count(C_RX_PASSED, 1);
   return TC_ACT_OK;
+}
+
+// weft_bridge: egress of the pods' bridge (cni0). weft_rx's decapsulation cannot clear the GSO
+// super-packet's tunnel state (skb->encapsulation, SKB_GSO_UDP_TUNNEL: kernel 6.18 has no flag
+// for it), and a bridge has no tunnel offloads, so the bridge would segment it in software with a
+// checksum per segment. The node's IP stack (netfilter, routing, the neighbour entry that wrote
+// the destination MAC) has already run here; this hands such packets to the bridge port that
+// owns the destination MAC (a veth, which carries tunnel GSO to the pod whole). Everything else,
+// and any MAC the port map does not hold, goes through the bridge as before.
+SEC("tc")
+int weft_bridge(struct __sk_buff *skb) {
+  if (skb->gso_size == 0) return TC_ACT_OK;
+  __u64 mac = 0;
+  if (bpf_skb_load_bytes(skb, 0, &mac, 6) < 0) return TC_ACT_OK;
+  if (mac & 1) return TC_ACT_OK;  // group address (the first byte's low bit)
+  __u32 *port = bpf_map_lookup_elem(&weft_ports, &mac);
+  if (!port) return TC_ACT_OK;
+  count(C_BRIDGE_BYPASS, 1);
+  return bpf_redirect(*port, 0);
 }
 
 // No GPL-only helper is used.

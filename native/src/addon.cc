@@ -796,6 +796,25 @@ Napi::Value Attach(const Napi::CallbackInfo& info) {
   return Napi::String::New(env, got == BpfAttachMode::kTcx ? "tcx" : "clsact");
 }
 
+// bpfSetPorts(id, records): the bridge's ports by MAC (12-byte records, bpf_loader.h SetPorts).
+Napi::Value SetPorts(const Napi::CallbackInfo& info) {
+  std::shared_ptr<BpfEngine> e = Arg(info);
+  if (info.Length() < 2 || !info[1].IsBuffer()) throw Napi::TypeError::New(info.Env(), "bpfSetPorts(id, records)");
+  Napi::Buffer<uint8_t> b = info[1].As<Napi::Buffer<uint8_t>>();
+  std::string error;
+  if (!e->SetPorts(b.Data(), b.Length(), &error)) throw Napi::RangeError::New(info.Env(), "bpf: " + error);
+  return info.Env().Undefined();
+}
+
+// bpfAttachBridge(id, ifindex): weft_bridge on that device's egress (tcx); 0 detaches it.
+Napi::Value AttachBridge(const Napi::CallbackInfo& info) {
+  std::shared_ptr<BpfEngine> e = Arg(info);
+  if (info.Length() < 2 || !info[1].IsNumber()) throw Napi::TypeError::New(info.Env(), "bpfAttachBridge(id, ifindex)");
+  int rc = e->AttachBridge(info[1].As<Napi::Number>().Uint32Value());
+  if (rc < 0) throw Napi::Error::New(info.Env(), std::string("bpf: bridge tcx link: ") + std::strerror(-rc));
+  return info.Env().Undefined();
+}
+
 Napi::Value Counters(const Napi::CallbackInfo& info) {
   std::vector<uint64_t> c = Arg(info)->Counters();
   Napi::Float64Array out = Napi::Float64Array::New(info.Env(), c.size());
@@ -831,6 +850,8 @@ void Define(Napi::Env env, Napi::Object exports) {
   exports.Set("bpfSetPeers", Napi::Function::New(env, SetPeers));
   exports.Set("bpfTestRun", Napi::Function::New(env, TestRun));
   exports.Set("bpfAttach", Napi::Function::New(env, Attach));
+  exports.Set("bpfSetPorts", Napi::Function::New(env, SetPorts));
+  exports.Set("bpfAttachBridge", Napi::Function::New(env, AttachBridge));
   exports.Set("bpfCounters", Napi::Function::New(env, Counters));
   exports.Set("bpfObjectIds", Napi::Function::New(env, ObjectIds));
   exports.Set("bpfClose", Napi::Function::New(env, Close));

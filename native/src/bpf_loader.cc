@@ -87,8 +87,8 @@ std::unique_ptr<BpfEngine> BpfEngine::Load(const std::string& object_path, std::
     *error = Errno("load (verifier)", rc) + (log.empty() ? "" : "\n" + log);
     return nullptr;
   }
-  const char* progs[2] = {"weft_tx", "weft_rx"};
-  for (int i = 0; i < 2; i++) {
+  const char* progs[3] = {"weft_tx", "weft_rx", "weft_bridge"};
+  for (int i = 0; i < 3; i++) {
     bpf_program* p = bpf_object__find_program_by_name(e->obj_, progs[i]);
     e->prog_fd_[i] = p ? bpf_program__fd(p) : -1;
     if (e->prog_fd_[i] < 0) {
@@ -101,7 +101,7 @@ std::unique_ptr<BpfEngine> BpfEngine::Load(const std::string& object_path, std::
     int* fd;
   } maps[] = {{"weft_config", &e->config_fd_},   {"weft_peers4", &e->peers4_fd_},
               {"weft_peers6", &e->peers6_fd_},   {"weft_sources", &e->sources_fd_},
-              {"weft_counters", &e->counters_fd_}};
+              {"weft_counters", &e->counters_fd_}, {"weft_ports", &e->ports_fd_}};
   for (auto& m : maps) {
     *m.fd = bpf_object__find_map_fd_by_name(e->obj_, m.name);
     if (*m.fd < 0) {
@@ -219,6 +219,57 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
   return true;
 }
 
+bool BpfEngine::SetPorts(const uint8_t* records, size_t len, std::string* error) {
+  constexpr size_t kRecord = 12;
+  if (len % kRecord != 0) {
+    *error = "port records: length " + std::to_string(len) + " is not a multiple of 12";
+    return false;
+  }
+  std::map<uint64_t, uint32_t> want;
+  for (size_t off = 0; off < len; off += kRecord) {
+    uint64_t mac = 0;
+    std::memcpy(&mac, records + off, 6);
+    uint32_t ifindex;
+    std::memcpy(&ifindex, records + off + 8, 4);
+    want[mac] = ifindex;
+  }
+  for (auto& [mac, ifindex] : want) {
+    auto it = ports_.find(mac);
+    if (it != ports_.end() && it->second == ifindex) continue;
+    if (bpf_map_update_elem(ports_fd_, &mac, &ifindex, BPF_ANY) < 0) {
+      *error = Errno("port map update", errno);
+      return false;
+    }
+    ports_[mac] = ifindex;
+  }
+  for (auto it = ports_.begin(); it != ports_.end();) {
+    if (want.count(it->first)) {
+      ++it;
+      continue;
+    }
+    uint64_t mac = it->first;
+    if (bpf_map_delete_elem(ports_fd_, &mac) < 0 && errno != ENOENT) {
+      *error = Errno("port map delete", errno);
+      return false;
+    }
+    it = ports_.erase(it);
+  }
+  return true;
+}
+
+int BpfEngine::AttachBridge(uint32_t ifindex) {
+  if (ifindex == bridge_ifindex_ && (ifindex == 0 || bridge_link_fd_ >= 0)) return 0;
+  CloseFd(&bridge_link_fd_);
+  bridge_ifindex_ = 0;
+  if (ifindex == 0) return 0;
+  int fd = bpf_link_create(prog_fd_[2], static_cast<int>(ifindex),
+                           static_cast<enum bpf_attach_type>(kBpfTcxEgress), nullptr);
+  if (fd < 0) return -errno;
+  bridge_link_fd_ = fd;
+  bridge_ifindex_ = ifindex;
+  return 0;
+}
+
 int BpfEngine::TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t gso_size,
                        uint32_t gso_segs, int* retval, std::vector<uint8_t>* out) {
   out->assign(len + 256, 0);
@@ -298,6 +349,7 @@ BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
 }
 
 void BpfEngine::Detach() {
+  AttachBridge(0);
   if (mode_ == BpfAttachMode::kTcx) {
     CloseFd(&link_fd_[0]);
     CloseFd(&link_fd_[1]);
@@ -345,8 +397,8 @@ std::vector<uint32_t> BpfEngine::ObjectIds() const {
     uint32_t len = sizeof(info);
     if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) ids.push_back(info.id);
   };
-  for (int fd : {prog_fd_[0], prog_fd_[1], config_fd_, peers4_fd_, peers6_fd_, sources_fd_,
-                 counters_fd_, link_fd_[0], link_fd_[1]})
+  for (int fd : {prog_fd_[0], prog_fd_[1], prog_fd_[2], config_fd_, peers4_fd_, peers6_fd_,
+                 sources_fd_, counters_fd_, ports_fd_, link_fd_[0], link_fd_[1], bridge_link_fd_})
     add(fd);
   return ids;
 }

@@ -36,7 +36,7 @@ struct BpfConfig {
 };
 
 // Counter slots of the programs (weft.bpf.c enum; src/dataplane/bpf-engine.ts BPF_COUNTERS).
-constexpr size_t kBpfCounterCount = 7;
+constexpr size_t kBpfCounterCount = 8;
 
 class BpfEngine {
  public:
@@ -66,7 +66,14 @@ class BpfEngine {
   // `error`.
   BpfAttachMode Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex, BpfAttachMode want,
                        std::string* error);
-  // Detaches what Attach attached (idempotent).
+  // Makes the port map hold exactly `records` (12 bytes each: MAC, 2 bytes padding, ifindex in
+  // host order); new and changed entries first, then removals. False and `error` on a bad length
+  // or a map write that failed.
+  bool SetPorts(const uint8_t* records, size_t len, std::string* error);
+  // Attaches weft_bridge to the egress of `ifindex` with a tcx link (replacing an earlier one);
+  // 0 detaches it. 0 or -errno.
+  int AttachBridge(uint32_t ifindex);
+  // Detaches what Attach and AttachBridge attached (idempotent).
   void Detach();
 
   // The counters summed over CPUs, kBpfCounterCount of them.
@@ -80,13 +87,18 @@ class BpfEngine {
   bool WritePeer(int family, const uint8_t* key, const uint8_t* value, std::string* error);
 
   bpf_object* obj_ = nullptr;
-  int prog_fd_[2] = {-1, -1};
+  int prog_fd_[3] = {-1, -1, -1};  // weft_tx, weft_rx, weft_bridge
   int config_fd_ = -1;
   int peers4_fd_ = -1;
   int peers6_fd_ = -1;
   int sources_fd_ = -1;
   int counters_fd_ = -1;
+  int ports_fd_ = -1;
   int link_fd_[2] = {-1, -1};
+  int bridge_link_fd_ = -1;
+  uint32_t bridge_ifindex_ = 0;
+  // What the port map holds: MAC (low six bytes) → ifindex.
+  std::map<uint64_t, uint32_t> ports_;
   BpfAttachMode mode_ = BpfAttachMode::kNone;
   uint32_t attached_ifindex_[2] = {0, 0};
   bool created_hook_[2] = {false, false};

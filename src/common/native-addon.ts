@@ -218,6 +218,10 @@ export interface NativeAddon {
     underlay: string | number,
     mode?: 'auto' | BpfAttachMode,
   ): BpfAttachMode;
+  /** The port map becomes exactly these 12-byte records (MAC, 2 pad bytes, ifindex u32 LE). */
+  bpfSetPorts(id: number, records: Buffer): void;
+  /** weft_bridge on the egress of device `ifindex` (a tcx link, replacing one); 0 detaches. */
+  bpfAttachBridge(id: number, ifindex: number): void;
   /** BPF_COUNTERS, summed over CPUs. */
   bpfCounters(id: number): Float64Array;
   /** Ids of the programs, maps and links this id holds (tests check none outlives close). */
@@ -260,6 +264,8 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   bpfSetPeers: true,
   bpfTestRun: true,
   bpfAttach: true,
+  bpfSetPorts: true,
+  bpfAttachBridge: true,
   bpfCounters: true,
   bpfObjectIds: true,
   bpfClose: true,

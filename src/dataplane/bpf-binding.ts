@@ -21,6 +21,8 @@ export type NativeBpf = Pick<
   | 'bpfSetPeers'
   | 'bpfTestRun'
   | 'bpfAttach'
+  | 'bpfSetPorts'
+  | 'bpfAttachBridge'
   | 'bpfCounters'
   | 'bpfObjectIds'
   | 'bpfClose'
@@ -40,6 +42,7 @@ export const BPF_COUNTERS = [
   'tx_passed',
   'rx_passed',
   'tx_error',
+  'bridge_bypass',
 ] as const;
 export type BpfCounterName = (typeof BPF_COUNTERS)[number];
 

@@ -15,10 +15,11 @@
  * detaches and frees every program, map and link, then stops the native engine.
  */
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { WeftError, errorMessage } from '../common/errors.js';
 import { ipToBytes, parseIP } from '../common/ip.js';
-import { logger } from '../common/log.js';
+import { type Logger, logger } from '../common/log.js';
 import {
   BPF_COUNTERS,
   TC_ACT_OK,
@@ -243,6 +244,7 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     throw unavailable('attach', err);
   }
   log.info({ tun: native.tunName, underlay: opts.underlay, attach: mode }, 'bpf programs attached');
+  const bridge = watchPodBridge(bpf, id, log);
   let closed: Promise<void> | null = null;
   return {
     engine: 'bpf',
@@ -267,6 +269,7 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     },
     close() {
       closed ??= (async () => {
+        bridge.stop();
         bpf.bpfClose(id);
         await native.close();
         log.debug({ tun: native.tunName }, 'bpf programs detached');
@@ -274,6 +277,87 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
       return closed;
     },
   };
+}
+
+/** The pods' bridge (flannel's CNI config names it cni0). */
+export const POD_BRIDGE = 'cni0';
+/** How often the port map follows the bridge's FDB (and weft_bridge follows the bridge). */
+const BRIDGE_REFRESH_MS = 1000;
+
+/**
+ * The bridge `bridge`'s learnt ports as bpfSetPorts records (MAC, 2 pad bytes, the port's
+ * ifindex), read from sysfs (`brforward`: 16-byte `struct __fdb_entry`s; `brif/<port>/port_no`);
+ * null while the bridge does not exist. Local entries (the bridge's and ports' own MACs) are left
+ * out: frames to them are not for a pod.
+ */
+export function bridgePortRecords(
+  bridge = POD_BRIDGE,
+  sysNet = '/sys/class/net',
+): { ifindex: number; records: Buffer } | null {
+  const dir = join(sysNet, bridge);
+  let ifindex: number;
+  let fdb: Buffer;
+  let names: string[];
+  try {
+    ifindex = Number(readFileSync(join(dir, 'ifindex'), 'utf8'));
+    names = readdirSync(join(dir, 'brif'));
+    fdb = readFileSync(join(dir, 'brforward'));
+  } catch {
+    return null;
+  }
+  const portIfindex = new Map<number, number>();
+  for (const name of names) {
+    try {
+      const no = Number(readFileSync(join(dir, 'brif', name, 'port_no'), 'utf8').trim());
+      portIfindex.set(no, Number(readFileSync(join(sysNet, name, 'ifindex'), 'utf8')));
+    } catch {
+      // the port left between the listing and now
+    }
+  }
+  const records: Buffer[] = [];
+  for (let off = 0; off + 16 <= fdb.length; off += 16) {
+    if (fdb[off + 7]) continue; // is_local
+    const port = portIfindex.get((fdb[off + 12]! << 8) | fdb[off + 6]!);
+    if (!port) continue;
+    const r = Buffer.alloc(12);
+    fdb.copy(r, 0, off, off + 6);
+    r.writeUInt32LE(port, 8);
+    records.push(r);
+  }
+  return { ifindex, records: Buffer.concat(records) };
+}
+
+/**
+ * Keeps weft_bridge on the pods' bridge (attached when it appears, moved when it is recreated)
+ * and the port map equal to its FDB, every BRIDGE_REFRESH_MS. Until both are there, GSO packets
+ * take the bridge (segmented in software: slower, never lost). An attach failure (no tcx) is
+ * logged once.
+ */
+function watchPodBridge(bpf: NativeBpf, id: number, log: Logger): { stop(): void } {
+  let attached = 0;
+  let failed = '';
+  const tick = () => {
+    const found = bridgePortRecords();
+    const want = found?.ifindex ?? 0;
+    try {
+      if (want !== attached) {
+        bpf.bpfAttachBridge(id, want);
+        attached = want;
+        if (want) log.info({ bridge: POD_BRIDGE }, 'bpf bridge bypass attached');
+      }
+      bpf.bpfSetPorts(id, attached && found ? found.records : Buffer.alloc(0));
+      failed = '';
+    } catch (err) {
+      const why = errorMessage(err);
+      if (why !== failed)
+        log.warn({ bridge: POD_BRIDGE, err: why }, 'bpf bridge bypass unavailable');
+      failed = why;
+    }
+  };
+  tick();
+  const timer = setInterval(tick, BRIDGE_REFRESH_MS);
+  timer.unref();
+  return { stop: () => clearInterval(timer) };
 }
 
 /** WEFT_BPF_ATTACH = tcx | clsact forces one attach mode (default: tcx, else clsact). */

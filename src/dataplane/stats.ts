@@ -265,6 +265,16 @@ export function registerDataplaneMetrics(
       this.inc({ direction: 'rx' }, s?.bpf?.rx_passed ?? 0);
     },
   });
+  new Counter({
+    name: 'weft_dataplane_bpf_bridge_bypass_packets_total',
+    help: "GSO packets the bpf engine handed from the pods' bridge (cni0) straight to the pod's port, which the bridge would have segmented in software.",
+    registers: [registry],
+    collect() {
+      const s = read();
+      this.reset();
+      this.inc(s?.bpf?.bridge_bypass ?? 0);
+    },
+  });
   new Gauge({
     name: 'weft_dataplane_workers',
     help: 'Dataplane worker threads (TUN queues) running.',

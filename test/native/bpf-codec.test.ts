@@ -275,7 +275,7 @@ describe(
     it('close releases every program and map this process held', () => {
       const id = bpf!.bpfLoad(bpfObjectPath());
       const held = bpf!.bpfObjectIds(id);
-      assert.equal(held.length, 7, 'two programs and five maps');
+      assert.equal(held.length, 9, 'three programs and six maps');
       const open = heldBpfIds();
       for (const x of held) assert.ok(open.includes(x), `id ${x} held through an fd`);
       bpf!.bpfClose(id);

@@ -58,7 +58,7 @@ async function pingBoth(a: Side, b: Side): Promise<void> {
 function leftovers(ns: string, dev: string): string[] {
   const progs = JSON.parse(nsExec(ns, 'bpftool', ['-j', 'prog', 'show'])) as { name?: string }[];
   const ours = progs
-    .filter((p) => p.name === 'weft_tx' || p.name === 'weft_rx')
+    .filter((p) => p.name === 'weft_tx' || p.name === 'weft_rx' || p.name === 'weft_bridge')
     .map((p) => p.name!);
   const filters = nsExec(ns, 'tc', ['filter', 'show', 'dev', dev, 'ingress']).trim();
   return filters ? [...ours, filters] : ours;
