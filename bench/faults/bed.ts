@@ -38,6 +38,8 @@ export interface FaultBackend {
 }
 
 export const ETCD_PREFIX = '/coreos.com/network';
+/** The testbeds' namespaces and dirs are named `<BED_PREFIX>-…`. */
+export const BED_PREFIX = `weft-faults-${process.pid}`;
 
 /** Reads one line-delimited JSON answer per request from an agent in a node namespace. */
 const HTTP_AGENT = `
@@ -127,7 +129,7 @@ export class Bed {
       backend: backend.backend,
       store: 'etcd',
       launcher: 'dist',
-      prefix: `weft-faults-${process.pid}`,
+      prefix: BED_PREFIX,
       ipMasq: true,
       // the daemon's own re-check periods (iptables every 5 s), as production runs it
       iptablesResync: null,

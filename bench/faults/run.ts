@@ -10,16 +10,17 @@
  * and Ctrl-C. A row that fails says so in the table; the exit status is 1 when any row did.
  */
 import { execFileSync } from 'node:child_process';
-import { cpus } from 'node:os';
-import { readFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { readFileSync, readdirSync, rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../../src/control/config/flags.js';
 import { Progress } from '../../src/control/demo/progress.js';
 import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
-import { isRoot } from '../../src/testbed/netns.js';
+import { deleteNamespace, isRoot } from '../../src/testbed/netns.js';
 import { saveResults } from '../report.js';
 import { PATHS } from '../run.js';
-import { Bed, type FaultBackend } from './bed.js';
+import { BED_PREFIX, Bed, type FaultBackend } from './bed.js';
 import { type FaultResult, exitStatus, faultTable, resultOf, tally } from './report.js';
 import { ROWS, type RowOptions } from './rows.js';
 
@@ -88,6 +89,21 @@ function commit(): string {
   }
 }
 
+/**
+ * What a testbed being built (or torn down) when Ctrl-C came leaves: this process's namespaces
+ * and testbed dirs, found by their names (`weft-faults-<pid>-…`).
+ */
+async function sweep(): Promise<void> {
+  const mine = `${BED_PREFIX}-`;
+  const names = execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })
+    .split('\n')
+    .map((l) => l.split(' ')[0]!)
+    .filter((n) => n.startsWith(mine));
+  await Promise.all(names.map((n) => deleteNamespace(n)));
+  for (const d of readdirSync(tmpdir()))
+    if (d.startsWith(mine)) rmSync(join(tmpdir(), d), { recursive: true, force: true });
+}
+
 export async function main(argv: readonly string[]): Promise<number> {
   let o;
   let rows;
@@ -123,7 +139,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (stopping) return;
     stopping = true;
     process.stderr.write('\nweft faults: interrupted; removing the testbed\n');
-    void (now.bed?.destroy() ?? Promise.resolve()).finally(() => process.exit(130));
+    void (now.bed?.destroy() ?? Promise.resolve())
+      .then(sweep, sweep)
+      .finally(() => process.exit(130));
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
