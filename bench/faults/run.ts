@@ -105,17 +105,18 @@ async function sweep(): Promise<void> {
 }
 
 export async function main(argv: readonly string[]): Promise<number> {
-  let o;
+  let parsed;
   let rows;
   let backends;
   try {
-    o = parseFlags(FLAGS, argv, {}).values;
-    rows = pick('rows', o.rows, ROWS);
-    backends = pick('backends', o.backends, BACKENDS);
+    parsed = parseFlags(FLAGS, argv, process.env);
+    rows = pick('rows', parsed.values.rows, ROWS);
+    backends = pick('backends', parsed.values.backends, BACKENDS);
   } catch (err) {
     process.stderr.write(`weft faults: ${(err as Error).message}\n`);
     return 2;
   }
+  const o = parsed.values;
   if (o.help) {
     process.stdout.write(
       usage(FLAGS, 'npm run faults --', "issue #17's fault campaign, every backend"),
@@ -128,7 +129,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
   const ro: RowOptions = {
     short: o.short,
-    etcdDownS: o.short && !argv.some((a) => a.startsWith('--etcd-down')) ? 10 : o.etcdDown,
+    etcdDownS: o.short && !parsed.explicit.has('etcd-down') ? 10 : o.etcdDown,
   };
   const progress = new Progress();
   const results: FaultResult[] = [];
