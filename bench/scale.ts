@@ -26,7 +26,8 @@
  *   idle     daemon CPU over --idle-seconds with nothing changing (includes its 10 s re-check)
  * The machine is shared: every figure is one run, under whatever else runs. Output: a table,
  * and JSON (bench/results/scale.json, or --json PATH). `--flanneld PATH` adds flanneld rows for
- * the etcd store (vxlan, host-gw, udp) measured through the same harness.
+ * the etcd store (vxlan, host-gw, udp) measured through the same harness. `--node-args '…'`
+ * passes Node flags to the weft daemon (a CPU profile: `--cpu-prof --cpu-prof-dir=DIR`).
  */
 import type { ChildProcess } from 'node:child_process';
 import {
@@ -93,6 +94,8 @@ const { values: opt } = parseArgs({
     'churn-seconds': { type: 'string', default: '20' },
     'idle-seconds': { type: 'string', default: '15' },
     flanneld: { type: 'string' },
+    /** Extra Node flags for the weft daemon (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`). */
+    'node-args': { type: 'string', default: '' },
     json: { type: 'string', default: join(ROOT, 'bench', 'results', 'scale.json') },
   },
 });
@@ -101,6 +104,7 @@ const EVENTS = Number(opt.events);
 const CHURN_RATE = Number(opt['churn-rate']);
 const CHURN_S = Number(opt['churn-seconds']);
 const IDLE_S = Number(opt['idle-seconds']);
+const nodeArgs = opt['node-args'].split(' ').filter((a) => a !== '');
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const pct = (xs: number[], p: number): number | null => {
@@ -457,7 +461,7 @@ async function measure(
     const lines: Array<{ time: number; msg: string; peers?: number }> = [];
     const args =
       daemon === 'weft'
-        ? [WEFT_BIN, 'daemon', ...driver.daemonArgs, '--iface=eth0']
+        ? [...nodeArgs, WEFT_BIN, 'daemon', ...driver.daemonArgs, '--iface=eth0']
         : [...driver.daemonArgs, '--iface=eth0'];
     args.push(`--subnet-file=${join(dir, 'subnet.env')}`, '--iptables-forward-rules=false');
     if (daemon === 'weft' && backend === 'udp') args.push('--log-level=debug');

@@ -108,14 +108,33 @@ class Spans {
   add(net: IPNet, lease: Lease): void {
     const span = { ...spanOf(net), lease };
     const s = this.#spans;
+    const i = this.#lowerBound(span.start);
+    s.splice(i, 0, span);
+  }
+
+  /** Forgets the span of `net` that `key` holds. */
+  remove(net: IPNet, key: string): void {
+    const { start } = spanOf(net);
+    const s = this.#spans;
+    for (let i = this.#lowerBound(start); i < s.length && s[i]!.start === start; i++) {
+      if (s[i]!.lease.key === key) {
+        s.splice(i, 1);
+        return;
+      }
+    }
+  }
+
+  /** The first index whose span starts at or after `start`. */
+  #lowerBound(start: bigint): number {
+    const s = this.#spans;
     let lo = 0;
     let hi = s.length;
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      if (s[mid]!.start < span.start) lo = mid + 1;
+      if (s[mid]!.start < start) lo = mid + 1;
       else hi = mid;
     }
-    s.splice(lo, 0, span);
+    return lo;
   }
 }
 
@@ -135,71 +154,119 @@ function vxlanDataProblem(lease: Lease, family: Family, vni: number): string | n
 }
 
 /**
- * Pure: which of `leases` (oldest first; ours excluded) may be programmed, and why the others
- * may not. The first rule a lease breaks names its rejection.
+ * One check in progress: the config, our lease, and the peers accepted so far (their subnets per
+ * family, their VtepMACs). `consider` takes leases oldest first; a lease considered after every
+ * other (a newcomer) is checked exactly as `checkPeers` would check it at the end of the list.
  */
-export function checkPeers(leases: Iterable<Lease>, cfg: PeerCheckConfig): PeerCheck {
-  const families = enabledFamilies(cfg.netConfig);
-  const spans = new Map<Family, Spans>(families.map((f) => [f, new Spans()]));
-  const ownMacs = new Set(cfg.vni === null ? [] : leaseVtepMACs(cfg.own));
-  const macOwner = new Map<string, Lease>();
-  const accepted: Lease[] = [];
-  const rejected: Rejection[] = [];
-  for (const lease of leases) {
-    const reject = (reason: ConflictReason, detail: string, other: Lease | null = null) =>
-      rejected.push({ lease, reason, detail, other });
-    const nets = families.flatMap((f) => {
+class CheckState {
+  readonly #cfg: PeerCheckConfig;
+  readonly #families: Family[];
+  readonly #spans: Map<Family, Spans>;
+  readonly #ownMacs: Set<string>;
+  readonly #macOwner = new Map<string, Lease>();
+
+  constructor(cfg: PeerCheckConfig) {
+    this.#cfg = cfg;
+    this.#families = enabledFamilies(cfg.netConfig);
+    this.#spans = new Map(this.#families.map((f) => [f, new Spans()]));
+    this.#ownMacs = new Set(cfg.vni === null ? [] : leaseVtepMACs(cfg.own));
+  }
+
+  #nets(lease: Lease): Array<{ f: Family; n: IPNet }> {
+    const out: Array<{ f: Family; n: IPNet }> = [];
+    for (const f of this.#families) {
       const n = leaseSubnet(lease, f);
-      return n ? [{ f, n }] : [];
+      if (n) out.push({ f, n });
+    }
+    return out;
+  }
+
+  #macs(lease: Lease): string[] {
+    return this.#cfg.vni !== null && lease.attrs.backendType === VXLAN ? leaseVtepMACs(lease) : [];
+  }
+
+  /** Accepts `lease` (recording its subnets and MACs) or says why not; the first rule broken names it. */
+  consider(lease: Lease): Rejection | null {
+    const cfg = this.#cfg;
+    const reject = (reason: ConflictReason, detail: string, other: Lease | null = null) => ({
+      lease,
+      reason,
+      detail,
+      other,
     });
+    const nets = this.#nets(lease);
     const outside = nets.find(({ f, n }) => !containsNet(clusterNetwork(cfg.netConfig, f)!, n));
     if (outside) {
-      reject('outside_network', `subnet ${fmt(outside.n)} is outside the cluster network`);
-      continue;
+      return reject('outside_network', `subnet ${fmt(outside.n)} is outside the cluster network`);
     }
     const ownClash = nets.find(({ f, n }) => {
       const own = leaseSubnet(cfg.own, f);
       return own !== null && overlapsSpan(own, n);
     });
-    if (ownClash) {
-      reject('overlaps_own', `subnet ${fmt(ownClash.n)} overlaps ours`, cfg.own);
-      continue;
-    }
-    const vxlanPeer = cfg.vni !== null && lease.attrs.backendType === 'vxlan';
+    if (ownClash) return reject('overlaps_own', `subnet ${fmt(ownClash.n)} overlaps ours`, cfg.own);
+    const vxlanPeer = cfg.vni !== null && lease.attrs.backendType === VXLAN;
     if (vxlanPeer) {
       const problem = nets
         .map(({ f }) => vxlanDataProblem(lease, f, cfg.vni!))
         .find((p) => p !== null);
-      if (problem) {
-        reject('backend_data', problem);
-        continue;
-      }
+      if (problem) return reject('backend_data', problem);
     }
-    const macs = vxlanPeer ? leaseVtepMACs(lease) : [];
-    const ours = macs.find((m) => ownMacs.has(m));
-    if (ours) {
-      reject('vtep_mac', `VtepMAC ${ours} is ours`, cfg.own);
-      continue;
-    }
-    const taken = macs.find((m) => macOwner.has(m));
+    const macs = this.#macs(lease);
+    const ours = macs.find((m) => this.#ownMacs.has(m));
+    if (ours) return reject('vtep_mac', `VtepMAC ${ours} is ours`, cfg.own);
+    const taken = macs.find((m) => this.#macOwner.has(m));
     if (taken) {
-      reject('vtep_mac', `VtepMAC ${taken} is an older peer's`, macOwner.get(taken)!);
-      continue;
+      return reject('vtep_mac', `VtepMAC ${taken} is an older peer's`, this.#macOwner.get(taken)!);
     }
-    const peerClash = nets
-      .map(({ f, n }) => ({ n, other: spans.get(f)!.clash(n) }))
-      .find((c) => c.other !== null);
-    if (peerClash) {
-      reject(
-        'overlaps_peer',
-        `subnet ${fmt(peerClash.n)} overlaps an older peer's`,
-        peerClash.other,
-      );
-      continue;
+    for (const { f, n } of nets) {
+      const other = this.#spans.get(f)!.clash(n);
+      if (other) return reject('overlaps_peer', `subnet ${fmt(n)} overlaps an older peer's`, other);
     }
-    for (const { f, n } of nets) spans.get(f)!.add(n, lease);
-    for (const m of macs) macOwner.set(m, lease);
-    accepted.push(lease);
+    this.#record(lease, nets, macs);
+    return null;
+  }
+
+  #record(lease: Lease, nets: Array<{ f: Family; n: IPNet }>, macs: readonly string[]): void {
+    for (const { f, n } of nets) this.#spans.get(f)!.add(n, lease);
+    for (const m of macs) this.#macOwner.set(m, lease);
+  }
+
+  /** Forgets an accepted lease: its subnets and MACs are free again. */
+  forget(lease: Lease): void {
+    for (const { f, n } of this.#nets(lease)) this.#spans.get(f)!.remove(n, lease.key);
+    for (const m of this.#macs(lease)) {
+      if (this.#macOwner.get(m)?.key === lease.key) this.#macOwner.delete(m);
+    }
+  }
+
+  /** An accepted lease's new version with the same `checkSignature`: kept, as the newer object. */
+  replace(old: Lease, lease: Lease): void {
+    this.forget(old);
+    this.#record(lease, this.#nets(lease), this.#macs(lease));
+  }
+}
+
+/**
+ * What the checks read of a lease besides its key (which fixes its subnets): two versions with
+ * the same signature get the same verdict in the same place.
+ */
+function checkSignature(l: Lease): string {
+  const a = l.attrs;
+  return `${a.backendType}|${JSON.stringify(a.backendData ?? null)}|${JSON.stringify(a.backendV6Data ?? null)}`;
+}
+
+/**
+ * Pure: which of `leases` (oldest first; ours excluded) may be programmed, and why the others
+ * may not. The first rule a lease breaks names its rejection.
+ */
+export function checkPeers(leases: Iterable<Lease>, cfg: PeerCheckConfig): PeerCheck {
+  const state = new CheckState(cfg);
+  const accepted: Lease[] = [];
+  const rejected: Rejection[] = [];
+  for (const lease of leases) {
+    const r = state.consider(lease);
+    if (r) rejected.push(r);
+    else accepted.push(lease);
   }
   return { accepted, rejected };
 }
@@ -256,67 +323,177 @@ function describe(l: Lease): Record<string, unknown> {
 }
 
 /**
+ * The checks kept up to date as peer leases come and go, at a cost proportional to what changed:
+ * a newcomer is checked against the accepted peers (it is the newest), a removal or an update that
+ * cannot change anyone else's verdict is applied in place. Only what may change other leases'
+ * verdicts runs `checkPeers` over every lease again: an accepted lease leaving while a lease it
+ * blocked waits, or a known lease changing what the checks read (`checkSignature`).
+ */
+export class PeerChecker {
+  readonly #cfg: PeerCheckConfig;
+  /** Every peer lease, oldest first (Map order: an update keeps its place). */
+  readonly #all = new Map<string, Lease>();
+  #state: CheckState;
+  #accepted = new Map<string, Lease>();
+  #rejected = new Map<string, Rejection>();
+  /** Whole re-checks run (tests: the incremental path at work). */
+  fullChecks = 0;
+
+  constructor(cfg: PeerCheckConfig) {
+    this.#cfg = cfg;
+    this.#state = new CheckState(cfg);
+  }
+
+  get accepted(): ReadonlyMap<string, Lease> {
+    return this.#accepted;
+  }
+
+  get rejected(): ReadonlyMap<string, Rejection> {
+    return this.#rejected;
+  }
+
+  /**
+   * Applies one batch; returns the keys whose verdict may have changed, or null when every lease
+   * was checked again. `snapshot`: the batch is the full set (oldest-first order by `byAge`).
+   */
+  apply(batch: readonly LeaseEvent[], snapshot: boolean): Set<string> | null {
+    if (snapshot) {
+      this.#all.clear();
+      for (const l of byAge(batch.filter((e) => e.type === 'added').map((e) => e.lease)))
+        this.#all.set(l.key, l);
+      this.#full();
+      return null;
+    }
+    const touched = new Set<string>();
+    let full = false;
+    for (const e of batch) {
+      const key = e.lease.key;
+      const old = this.#all.get(key);
+      if (e.type === 'removed') {
+        if (!old) continue;
+        this.#all.delete(key);
+        if (full) continue;
+        touched.add(key);
+        if (this.#rejected.delete(key)) continue;
+        this.#accepted.delete(key);
+        this.#state.forget(old);
+        // A lease it blocked may be accepted now (and may then block newer ones): check all.
+        for (const r of this.#rejected.values()) {
+          if (r.other !== null && r.other.key === key) {
+            full = true;
+            break;
+          }
+        }
+        continue;
+      }
+      const lease = e.lease;
+      this.#all.set(key, lease);
+      if (full) continue;
+      touched.add(key);
+      if (!old) {
+        const r = this.#state.consider(lease);
+        if (r) this.#rejected.set(key, r);
+        else this.#accepted.set(key, lease);
+        continue;
+      }
+      if (checkSignature(old) !== checkSignature(lease)) {
+        full = true;
+        continue;
+      }
+      const r = this.#rejected.get(key);
+      if (r) {
+        this.#rejected.set(key, { ...r, lease });
+      } else {
+        this.#state.replace(old, lease);
+        this.#accepted.set(key, lease);
+      }
+    }
+    if (!full) return touched;
+    this.#full();
+    return null;
+  }
+
+  #full(): void {
+    this.fullChecks++;
+    this.#state = new CheckState(this.#cfg);
+    this.#accepted = new Map();
+    this.#rejected = new Map();
+    for (const lease of this.#all.values()) {
+      const r = this.#state.consider(lease);
+      if (r) this.#rejected.set(lease.key, r);
+      else this.#accepted.set(lease.key, lease);
+    }
+  }
+}
+
+/**
  * Passes peer lease batches through, keeping back the leases `checkPeers` rejects: downstream
  * sees `added` for a lease that became acceptable (or changed while acceptable) and `removed` for
  * one it had that is gone or now rejected (removals first, so a freed subnet is cleared before
- * its new holder is programmed).
+ * its new holder is programmed). The verdicts are kept by a `PeerChecker`: a batch costs what it
+ * changes, not the number of peers.
  */
 export async function* checkedPeerEvents(
   batches: AsyncIterable<LeaseEvent[]>,
   cfg: PeerCheckConfig,
   hooks: PeerCheckHooks,
+  checker: PeerChecker = new PeerChecker(cfg),
 ): AsyncIterable<LeaseEvent[]> {
   const counter = leaseConflictCounter(hooks.metrics);
   const once = new LogOnce();
-  /** Every peer lease, oldest first (Map order: an update keeps its place). */
-  const all = new Map<string, Lease>();
   /** What downstream holds. */
-  let given = new Map<string, Lease>();
+  const given = new Map<string, Lease>();
   /** Current rejection reason per key (a conflict is counted when it starts). */
-  let skipped = new Map<string, ConflictReason>();
+  const skipped = new Map<string, ConflictReason>();
   let first = true;
   for await (const batch of batches) {
     const startup = first;
-    if (first) {
-      for (const l of byAge(batch.filter((e) => e.type === 'added').map((e) => e.lease)))
-        all.set(l.key, l);
-      first = false;
-    } else {
-      for (const e of batch) {
-        if (e.type === 'added') all.set(e.lease.key, e.lease);
-        else all.delete(e.lease.key);
+    first = false;
+    const touched = checker.apply(batch, startup);
+    // After a whole re-check every key is looked at: adds in age order, removals in given order.
+    const keys: Iterable<string> =
+      touched ??
+      new Set([
+        ...checker.accepted.keys(),
+        ...given.keys(),
+        ...checker.rejected.keys(),
+        ...skipped.keys(),
+      ]);
+    const removed: LeaseEvent[] = [];
+    const added: LeaseEvent[] = [];
+    for (const key of keys) {
+      const r = checker.rejected.get(key);
+      if (r) {
+        if (skipped.get(key) !== r.reason) counter.inc({ reason: r.reason });
+        skipped.set(key, r.reason);
+        if (once.first(`${key}|${r.reason}|${r.detail}`)) {
+          hooks.log.warn(
+            {
+              reason: r.reason,
+              detail: r.detail,
+              lease: describe(r.lease),
+              ...(r.other ? { conflictsWith: describe(r.other) } : {}),
+            },
+            'peer lease skipped: conflict',
+          );
+        }
+        if (startup && r.reason === 'vtep_mac' && r.other === cfg.own) {
+          hooks.onOwnVtepMACTaken?.(r.lease);
+        }
+      } else {
+        skipped.delete(key);
+      }
+      const was = given.get(key);
+      const now = checker.accepted.get(key);
+      if (was && !now) {
+        removed.push({ type: 'removed', lease: was });
+        given.delete(key);
+      } else if (now && was !== now) {
+        added.push({ type: 'added', lease: now });
+        given.set(key, now);
       }
     }
-    const result = checkPeers(all.values(), cfg);
-    const nextSkipped = new Map<string, ConflictReason>();
-    for (const r of result.rejected) {
-      nextSkipped.set(r.lease.key, r.reason);
-      if (skipped.get(r.lease.key) !== r.reason) counter.inc({ reason: r.reason });
-      if (once.first(`${r.lease.key}|${r.reason}|${r.detail}`)) {
-        hooks.log.warn(
-          {
-            reason: r.reason,
-            detail: r.detail,
-            lease: describe(r.lease),
-            ...(r.other ? { conflictsWith: describe(r.other) } : {}),
-          },
-          'peer lease skipped: conflict',
-        );
-      }
-      if (startup && r.reason === 'vtep_mac' && r.other === cfg.own) {
-        hooks.onOwnVtepMACTaken?.(r.lease);
-      }
-    }
-    skipped = nextSkipped;
-    const next = new Map(result.accepted.map((l) => [l.key, l]));
-    const out: LeaseEvent[] = [];
-    for (const [key, lease] of given) {
-      if (!next.has(key)) out.push({ type: 'removed', lease });
-    }
-    for (const [key, lease] of next) {
-      if (given.get(key) !== lease) out.push({ type: 'added', lease });
-    }
-    given = next;
+    const out = removed.length === 0 ? added : [...removed, ...added];
     // The first batch is the snapshot: it is passed on even when empty (backends resync on it).
     if (out.length > 0 || startup) yield out;
   }

@@ -5,6 +5,7 @@ import { Registry } from 'prom-client';
 import { logger } from '../../../../src/common/log.js';
 import {
   type PeerCheckConfig,
+  PeerChecker,
   byAge,
   checkPeers,
   checkedPeerEvents,
@@ -284,5 +285,100 @@ describe('checkedPeerEvents', () => {
     assert.deepEqual(told, []);
     assert.deepEqual(out, [[]]);
     assert.equal((await conflicts(metrics)).vtep_mac, 1);
+  });
+});
+
+describe('PeerChecker: verdicts kept at the cost of what changed', () => {
+  /** A small deterministic PRNG (mulberry32): the same sequence on every run. */
+  function rng(seed: number): () => number {
+    let a = seed;
+    return () => {
+      a = (a + 0x6d2b79f5) | 0;
+      let t = Math.imul(a ^ (a >>> 15), 1 | a);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+  }
+
+  test('after every batch of random adds, updates and removals it agrees with checkPeers over all leases', () => {
+    const cfg = config();
+    for (let seed = 1; seed <= 20; seed++) {
+      const r = rng(seed);
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+      const v4s = ['10.5.2.0/24', '10.5.3.0/24', '10.5.2.0/23', '10.5.8.0/22', '10.5.9.0/24'];
+      const v4s2 = [...v4s, '10.6.0.0/24', '10.5.1.0/25', '10.5.4.0/24', '10.5.5.0/24'];
+      const macs = ['0a:00:00:00:00:01', '0a:00:00:00:00:02', '0a:00:00:00:00:03', OWN_MAC];
+      const data = () => ({ VNI: r() < 0.9 ? 1 : 2, VtepMAC: pick(macs) });
+      const fresh = () => peer(pick(v4s2), { backendData: data() });
+      const checker = new PeerChecker(cfg);
+      /** The reference: every lease, oldest first, as checkedPeerEvents keeps them. */
+      const all = new Map<string, Lease>();
+      const first = Array.from({ length: 4 }, fresh);
+      checker.apply(first.map(add), true);
+      for (const l of byAge(first)) all.set(l.key, l);
+      for (let step = 0; step < 60; step++) {
+        const batch: LeaseEvent[] = [];
+        for (let k = 1 + Math.floor(r() * 3); k > 0; k--) {
+          const known = [...all.values()];
+          const x = r();
+          if (x < 0.45 || known.length === 0) {
+            const l = fresh();
+            batch.push(add(l));
+            all.delete(l.key); // (a re-added key is newer than every other)
+            all.set(l.key, l);
+          } else if (x < 0.75) {
+            const l = pick(known);
+            batch.push(del(l));
+            all.delete(l.key);
+          } else {
+            const l = pick(known);
+            // half of the updates change only the public IP (no check reads it)
+            const attrs =
+              r() < 0.5
+                ? { ...l.attrs, publicIP: `192.168.9.${step}` }
+                : { ...l.attrs, backendData: data() };
+            const u = { ...l, attrs };
+            batch.push(add(u));
+            all.set(l.key, u);
+          }
+        }
+        checker.apply(batch, false);
+        const want = checkPeers(all.values(), cfg);
+        const where = `seed ${seed} step ${step}`;
+        assert.deepEqual([...checker.accepted.values()], want.accepted, where);
+        assert.deepEqual(
+          [...checker.rejected.values()].map((x) => [x.lease.key, x.reason, x.lease]),
+          want.rejected.map((x) => [x.lease.key, x.reason, x.lease]),
+          where,
+        );
+      }
+    }
+  });
+
+  test('newcomers, removals and updates that change no verdict run no whole re-check', () => {
+    const checker = new PeerChecker(config());
+    const mac = (i: number) => `0a:00:00:01:00:${i.toString(16).padStart(2, '0')}`;
+    const own = (v4: string, i: number) =>
+      peer(v4, {
+        backendData: { VNI: 1, VtepMAC: mac(i) },
+        backendV6Data: { VNI: 1, VtepMAC: mac(100 + i) },
+      });
+    const leases = Array.from({ length: 50 }, (_, i) => own(`10.5.${10 + i}.0/24`, i));
+    checker.apply(leases.slice(0, 25).map(add), true);
+    assert.equal(checker.fullChecks, 1);
+    for (const l of leases.slice(25)) checker.apply([add(l)], false);
+    for (const l of leases.slice(0, 10)) checker.apply([del(l)], false);
+    const l = leases[20]!;
+    checker.apply([add({ ...l, attrs: { ...l.attrs, publicIP: '192.168.7.7' } })], false);
+    // a newer lease blocked by an older one, and the older one staying
+    const blocked = own('10.5.30.0/24', 99);
+    checker.apply([add(blocked)], false);
+    assert.equal(checker.rejected.get(blocked.key)?.reason, 'overlaps_peer');
+    assert.equal(checker.fullChecks, 1);
+    assert.equal(checker.accepted.size, 40);
+    // its blocker leaving is what may change other verdicts: then every lease is checked again
+    checker.apply([del(leases[20]!)], false);
+    assert.equal(checker.fullChecks, 2);
+    assert.ok(checker.accepted.has(blocked.key));
   });
 });
