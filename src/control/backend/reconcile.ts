@@ -17,11 +17,16 @@
  *   (its device, the device's address and route); when it throws, the resync stops there.
  *
  * One writer: every kernel change goes through the internal queue, so flush, retries and
- * resyncs never interleave.
+ * resyncs never interleave their changes. A resync holds the queue only to run `ensureBase` and
+ * to apply what it found; its dumps and comparison run outside it, letting the event loop go
+ * between dumps and every few thousand entries, so a lease event that arrives meanwhile is
+ * applied at once instead of waiting behind a re-check of every peer. What such a flush touched
+ * after the dumps began is left out of the comparison (the dumps are older than it).
  */
 import type { Logger } from '../../common/log.js';
 import { LogOnce } from '../../common/log.js';
 import { type Family, type IPNet, containsNet, parseCIDR } from '../../common/ip.js';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { backoffDelay, sleep } from '../../common/lifecycle.js';
 import { errorMessage } from '../../common/errors.js';
 import {
@@ -123,7 +128,12 @@ interface PeerState {
   pending: Op[] | null;
   attempt: number;
   retryAt: number;
+  /** The flush that last applied this peer's ops (`Reconciler.#flushes` then). */
+  flushed: number;
 }
+
+/** Entries compared per event-loop turn by a resync. */
+const COMPARE_PER_TURN = 2048;
 
 export class Reconciler {
   readonly #nl: Netlink;
@@ -140,6 +150,10 @@ export class Reconciler {
   readonly #once = new LogOnce();
   #queue: Promise<unknown> = Promise.resolve();
   #retryTimer: NodeJS.Timeout | undefined;
+  /** Flushes started (each stamps the peers it applies). */
+  #flushes = 0;
+  /** While a resync reads the kernel: the identities flushes deleted since its dumps began. */
+  #deletedDuringResync: Set<string> | null = null;
 
   constructor(o: ReconcilerOptions) {
     this.#nl = o.netlink;
@@ -170,7 +184,7 @@ export class Reconciler {
       this.#dirty.delete(key);
       return;
     }
-    this.#peers.set(key, { desired, pending, attempt: 0, retryAt: 0 });
+    this.#peers.set(key, { desired, pending, attempt: 0, retryAt: 0, flushed: prev?.flushed ?? 0 });
     this.#dirty.add(key);
   }
 
@@ -191,10 +205,28 @@ export class Reconciler {
     return this.#serial(() => this.#flush(false));
   }
 
-  /** Re-checks the kernel against the desired state and repairs it. */
-  resync(): Promise<void> {
-    return this.#serial(() => this.#resync());
+  /**
+   * Re-checks the kernel against the desired state and repairs it. Only `ensureBase` and the
+   * repairs hold the queue; the dumps and the comparison do not (flushes go on meanwhile).
+   */
+  async resync(): Promise<void> {
+    const base = await this.#serial(async () => (this.#ensureBase ? await this.#ensureBase() : 0));
+    if (base > 0) this.#onRepaired?.(base);
+    // One resync at a time (run() never overlaps them; a caller's own resync waits for it).
+    const prev = this.#resyncing;
+    let done!: () => void;
+    this.#resyncing = new Promise<void>((r) => (done = r));
+    try {
+      await prev;
+      const found = await this.#compare();
+      await this.#serial(() => this.#repair(found));
+    } finally {
+      this.#deletedDuringResync = null;
+      done();
+    }
   }
+
+  #resyncing: Promise<void> = Promise.resolve();
 
   /** Periodic resync until `signal` fires. */
   async run(signal: AbortSignal): Promise<void> {
@@ -228,6 +260,7 @@ export class Reconciler {
 
   async #flush(retriesOnly: boolean): Promise<void> {
     const now = Date.now();
+    const flush = ++this.#flushes;
     const groups: Array<{ key: string; peer: PeerState; ops: Op[]; start: number }> = [];
     const batch: Op[] = [];
     for (const key of this.#dirty) {
@@ -239,7 +272,12 @@ export class Reconciler {
       if (retriesOnly && peer.retryAt > now) continue;
       groups.push({ key, peer, ops: peer.pending, start: batch.length });
       for (const op of peer.pending) batch.push(op);
+      if (this.#deletedDuringResync) {
+        for (const op of peer.pending)
+          if (!isAddOp(op)) this.#deletedDuringResync.add(identity(op));
+      }
       peer.pending = null;
+      peer.flushed = flush;
       this.#dirty.delete(key);
     }
     if (batch.length === 0) return;
@@ -308,67 +346,101 @@ export class Reconciler {
     this.#retryTimer.unref();
   }
 
-  async #resync(): Promise<void> {
-    const base = this.#ensureBase ? await this.#ensureBase() : 0;
-    if (base > 0) this.#onRepaired?.(base);
-    // What every peer wants, by identity.
-    const want = new Map<string, { key: string; op: AddOp }>();
-    for (const [key, p] of this.#peers)
-      for (const op of p.desired) want.set(identity(op), { key, op });
-    const seen = new Set<string>();
-    const dirty = new Set<string>();
-    const dels: Op[] = [];
-    const check = (id: string, matches: (op: AddOp) => boolean, del: Op) => {
-      const w = want.get(id);
-      if (!w) {
-        dels.push(del);
-        return;
-      }
-      seen.add(id);
-      if (!matches(w.op)) dirty.add(w.key);
-    };
+  /**
+   * Dumps the owned kernel entries and compares them with what the peers want, outside the
+   * queue. Peers a flush applied after the dumps began, or with ops pending, are left out: the
+   * dumps may predate their entries.
+   */
+  async #compare(): Promise<{ dels: Op[]; dirty: Set<string>; since: number }> {
+    const since = this.#flushes;
+    this.#deletedDuringResync = new Set();
+    const dumps: Array<{ id: string; matches: (op: AddOp) => boolean; del: Op }> = [];
     for (const own of this.#ownership) {
       for (const scope of own.routes) {
+        await nextTurn();
         for (const r of await this.#nl.listRoutes({ family: own.family, dev: scope.dev })) {
           const net = parseCIDR(r.dst);
           if (!net || !containsNet(scope.within, net)) continue;
           if (scope.viaGateway && r.gw === null) continue;
-          const id = `route|${r.table}|${r.dst}`;
-          check(
-            id,
-            (op) =>
+          dumps.push({
+            id: `route|${r.table}|${r.dst}`,
+            matches: (op) =>
               op.op === 'replaceRoute' && (op.gw ?? null) === r.gw && (op.dev ?? null) === r.dev,
-            { op: 'delRoute', dst: r.dst, dev: scope.dev, ...(r.gw ? { gw: r.gw } : {}) },
-          );
+            del: { op: 'delRoute', dst: r.dst, dev: scope.dev, ...(r.gw ? { gw: r.gw } : {}) },
+          });
         }
       }
       if (own.neighDev) {
+        await nextTurn();
         for (const n of await this.#nl.listNeighs(own.family, own.neighDev)) {
           if ((n.state & NUD_PERMANENT) === 0) continue;
-          check(`neigh|${n.dev}|${n.dst}`, (op) => op.op === 'replaceNeigh' && op.mac === n.mac, {
-            op: 'delNeigh',
-            dst: n.dst,
-            dev: n.dev,
+          dumps.push({
+            id: `neigh|${n.dev}|${n.dst}`,
+            matches: (op) => op.op === 'replaceNeigh' && op.mac === n.mac,
+            del: { op: 'delNeigh', dst: n.dst, dev: n.dev },
           });
         }
       }
       if (own.fdbDev) {
+        await nextTurn();
         for (const f of await this.#nl.listFdb(own.fdbDev)) {
           if (f.dst === null) continue;
-          check(`fdb|${f.dev}|${f.mac}|${f.dst}`, () => true, {
-            op: 'delFdb',
-            mac: f.mac,
-            dst: f.dst,
-            dev: f.dev,
+          dumps.push({
+            id: `fdb|${f.dev}|${f.mac}|${f.dst}`,
+            matches: () => true,
+            del: { op: 'delFdb', mac: f.mac, dst: f.dst, dev: f.dev },
           });
         }
       }
     }
+    await nextTurn();
+    // What every peer wants now, by identity; `settled`: the dumps show its current state.
+    const want = new Map<string, { key: string; op: AddOp; settled: boolean }>();
+    let n = 0;
+    for (const [key, p] of this.#peers) {
+      if (++n % COMPARE_PER_TURN === 0) await nextTurn();
+      const settled = p.pending === null && p.flushed <= since;
+      for (const op of p.desired) want.set(identity(op), { key, op, settled });
+    }
+    const seen = new Set<string>();
+    const dirty = new Set<string>();
+    const dels: Op[] = [];
+    for (const d of dumps) {
+      if (++n % COMPARE_PER_TURN === 0) await nextTurn();
+      const w = want.get(d.id);
+      if (!w) {
+        dels.push(d.del);
+        continue;
+      }
+      seen.add(d.id);
+      if (w.settled && !d.matches(w.op)) dirty.add(w.key);
+    }
     // Wanted but absent (only kinds that ownership scopes cover are checked).
     for (const [id, w] of want) {
-      if (!seen.has(id) && this.#covers(w.op)) dirty.add(w.key);
+      if (++n % COMPARE_PER_TURN === 0) await nextTurn();
+      if (w.settled && !seen.has(id) && this.#covers(w.op)) dirty.add(w.key);
     }
-    if (dels.length + dirty.size > 0) this.#onRepaired?.(dels.length + dirty.size);
+    return { dels, dirty, since };
+  }
+
+  /** Applies what a comparison found, minus what flushes changed since its dumps began. */
+  async #repair(found: { dels: Op[]; dirty: Set<string>; since: number }): Promise<void> {
+    const deleted = this.#deletedDuringResync ?? new Set<string>();
+    // An entry a peer wants now, one a flush deleted since the dumps, or one a pending op will
+    // change is not stale.
+    const claimed = new Set<string>();
+    for (const p of this.#peers.values()) {
+      for (const op of p.desired) claimed.add(identity(op));
+      for (const op of p.pending ?? []) claimed.add(identity(op));
+    }
+    const dels = found.dels.filter(
+      (op) => !claimed.has(identity(op)) && !deleted.has(identity(op)),
+    );
+    const dirty = [...found.dirty].filter((key) => {
+      const p = this.#peers.get(key);
+      return p !== undefined && p.pending === null && p.flushed <= found.since;
+    });
+    if (dels.length + dirty.length > 0) this.#onRepaired?.(dels.length + dirty.length);
     if (dels.length > 0) {
       this.#log.info({ count: dels.length }, 'removing stale entries');
       const res = await this.#nl.apply(dels);
@@ -378,14 +450,12 @@ export class Reconciler {
         }
       });
     }
-    if (dirty.size > 0) {
-      this.#log.info({ peers: dirty.size }, 'restoring missing entries');
+    if (dirty.length > 0) {
+      this.#log.info({ peers: dirty.length }, 'restoring missing entries');
       for (const key of dirty) {
-        const p = this.#peers.get(key);
-        if (p) {
-          p.pending = [...p.desired];
-          this.#dirty.add(key);
-        }
+        const p = this.#peers.get(key)!;
+        p.pending = [...p.desired];
+        this.#dirty.add(key);
       }
       await this.#flush(false);
     }

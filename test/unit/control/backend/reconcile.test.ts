@@ -305,3 +305,85 @@ describe('Reconciler ensureBase (the backend device re-check)', () => {
     assert.deepEqual(repaired, [2], 'nothing restored: no repair counted');
   });
 });
+
+describe('Reconciler resync: the re-check does not hold up lease events', () => {
+  const ctx = { dev: 'flannel.1', extDev: 'eth0', directRouting: false, extNets: [] };
+  const lease = (i: number) =>
+    peerLease(
+      {
+        publicIP: `192.168.0.${i}`,
+        backendData: { VNI: 1, VtepMAC: `aa:bb:cc:00:00:${i.toString(16).padStart(2, '0')}` },
+      },
+      { v4: `10.6.${i}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
+    );
+
+  test('events applied while a resync reads the kernel are neither repaired nor undone by it', async () => {
+    const nl = new FakeNetlink();
+    nl.addLink('flannel.1', { kind: 'vxlan' });
+    const repaired: number[] = [];
+    const rec = new Reconciler({
+      netlink: nl,
+      log,
+      ownership: [
+        {
+          family: 4,
+          routes: [{ dev: 'flannel.1', within: parseCIDR('10.0.0.0/8')! }],
+          neighDev: 'flannel.1',
+          fdbDev: 'flannel.1',
+        },
+      ],
+      onRepaired: (n) => repaired.push(n),
+    });
+    const plan = (i: number, type: 'added' | 'removed') =>
+      rec.update(`p${i}`, planVxlan({ type, lease: lease(i) }, 4, ctx));
+    for (let i = 0; i < 10; i++) plan(i, 'added');
+    await rec.flush();
+    // The resync's neighbour dump waits until the test lets it go.
+    let entered!: () => void;
+    const inDump = new Promise<void>((r) => (entered = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const listNeighs = nl.listNeighs.bind(nl);
+    nl.listNeighs = async (family, dev) => {
+      const out = await listNeighs(family, dev); // the dump is taken now ...
+      entered();
+      await gate; // ... and compared later
+      return out;
+    };
+    const resync = rec.resync();
+    await inDump;
+    plan(10, 'added');
+    plan(3, 'removed');
+    const flushed = await Promise.race([
+      rec.flush().then(() => 'flushed'),
+      new Promise((r) => setTimeout(r, 10_000, 'held behind the resync')), // hang guard
+    ]);
+    assert.equal(flushed, 'flushed');
+    assert.ok(nl.routes.has('254|10.6.10.0/24') && !nl.routes.has('254|10.6.3.0/24'));
+    const applied = nl.calls.length;
+    release();
+    await resync;
+    assert.deepEqual(repaired, [], 'nothing was missing or stale');
+    assert.equal(nl.calls.length, applied, 'the resync applied nothing');
+    assert.equal(nl.routes.size, 10);
+  });
+
+  test('an entry deleted behind its back is still restored', async () => {
+    const nl = new FakeNetlink();
+    nl.addLink('flannel.1', { kind: 'vxlan' });
+    const repaired: number[] = [];
+    const rec = new Reconciler({
+      netlink: nl,
+      log,
+      ownership: [{ family: 4, routes: [{ dev: 'flannel.1', within: parseCIDR('10.0.0.0/8')! }] }],
+      onRepaired: (n) => repaired.push(n),
+    });
+    for (let i = 0; i < 5; i++)
+      rec.update(`p${i}`, planVxlan({ type: 'added', lease: lease(i) }, 4, ctx));
+    await rec.flush();
+    nl.routes.delete('254|10.6.2.0/24');
+    await rec.resync();
+    assert.deepEqual(repaired, [1]);
+    assert.ok(nl.routes.has('254|10.6.2.0/24'));
+  });
+});
