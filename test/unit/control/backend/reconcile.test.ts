@@ -165,6 +165,26 @@ describe('Reconciler, updates during a flush', () => {
   });
 });
 
+/** A Reconciler owning flannel.1's routes (inside 10/8), neighbours and FDB entries. */
+function flannel1Reconciler(onRepaired?: (n: number) => void) {
+  const nl = new FakeNetlink();
+  nl.addLink('flannel.1', { kind: 'vxlan' });
+  const rec = new Reconciler({
+    netlink: nl,
+    log,
+    ownership: [
+      {
+        family: 4,
+        routes: [{ dev: 'flannel.1', within: parseCIDR('10.0.0.0/8')! }],
+        neighDev: 'flannel.1',
+        fdbDev: 'flannel.1',
+      },
+    ],
+    ...(onRepaired ? { onRepaired } : {}),
+  });
+  return { nl, rec };
+}
+
 /** An event stream the test pushes batches into. */
 function channel<T>() {
   const items: T[] = [];
@@ -204,20 +224,7 @@ describe('runPlanned: cost follows what changed', () => {
       { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
     );
   const setup = () => {
-    const nl = new FakeNetlink();
-    nl.addLink('flannel.1', { kind: 'vxlan' });
-    const rec = new Reconciler({
-      netlink: nl,
-      log,
-      ownership: [
-        {
-          family: 4,
-          routes: [{ dev: 'flannel.1', within: parseCIDR('10.0.0.0/8')! }],
-          neighDev: 'flannel.1',
-          fdbDev: 'flannel.1',
-        },
-      ],
-    });
+    const { nl, rec } = flannel1Reconciler();
     const planned: string[] = [];
     const events = channel<LeaseEvent[]>();
     const ac = new AbortController();
@@ -318,22 +325,8 @@ describe('Reconciler resync: the re-check does not hold up lease events', () => 
     );
 
   test('events applied while a resync reads the kernel are neither repaired nor undone by it', async () => {
-    const nl = new FakeNetlink();
-    nl.addLink('flannel.1', { kind: 'vxlan' });
     const repaired: number[] = [];
-    const rec = new Reconciler({
-      netlink: nl,
-      log,
-      ownership: [
-        {
-          family: 4,
-          routes: [{ dev: 'flannel.1', within: parseCIDR('10.0.0.0/8')! }],
-          neighDev: 'flannel.1',
-          fdbDev: 'flannel.1',
-        },
-      ],
-      onRepaired: (n) => repaired.push(n),
-    });
+    const { nl, rec } = flannel1Reconciler((n) => repaired.push(n));
     const plan = (i: number, type: 'added' | 'removed') =>
       rec.update(`p${i}`, planVxlan({ type, lease: lease(i) }, 4, ctx));
     for (let i = 0; i < 10; i++) plan(i, 'added');
