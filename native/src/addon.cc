@@ -556,6 +556,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.tun_name = o.Get("tunName").ToString().Utf8Value();
   cfg.workers = o.Get("workers").ToNumber().Int32Value();
   cfg.bind_ip = o.Get("bindIp").ToString().Utf8Value();
+  if (o.Get("bindIp6").IsString()) cfg.bind_ip6 = o.Get("bindIp6").ToString().Utf8Value();
   cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
   cfg.offloads = OffloadsArg(env, o.Get("offloads"));

@@ -111,8 +111,8 @@ class Engine::Loop {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) return errno;
     struct epoll_event ev;
-    int fds[3] = {w_->event_fd, w_->tun_fd, w_->udp_fd};
-    if (dir_ == Direction::kTx) fds[2] = -1;
+    int fds[4] = {w_->event_fd, w_->tun_fd, w_->udp_fd, w_->udp6_fd};
+    if (dir_ == Direction::kTx) fds[2] = fds[3] = -1;
     if (dir_ == Direction::kRx) fds[1] = -1;
     for (int fd : fds) {
       if (fd < 0) continue;
@@ -126,11 +126,11 @@ class Engine::Loop {
       }
     }
     int rc = 0;
-    struct epoll_event events[3];
+    struct epoll_event events[4];
     const uint64_t spin_ns = static_cast<uint64_t>(e_->cfg_.busy_poll_us) * 1000;
     uint64_t spin_until = 0;  // while set, poll epoll without sleeping until this time
     while (!e_->stop_.load(std::memory_order_acquire)) {
-      int n = epoll_wait(ep, events, 3, spin_until != 0 ? 0 : -1);
+      int n = epoll_wait(ep, events, 4, spin_until != 0 ? 0 : -1);
       if (n < 0) {
         if (errno == EINTR) continue;
         rc = errno;
@@ -157,7 +157,8 @@ class Engine::Loop {
         bool udp_full = false;
         if (dir_ != Direction::kTx) {
           uint64_t rx0 = c_.v[kRxPackets].load(std::memory_order_relaxed);
-          udp_full = UdpToTun(*table);
+          udp_full = UdpToTun(*table, w_->udp_fd);
+          if (w_->udp6_fd >= 0) udp_full = UdpToTun(*table, w_->udp6_fd) || udp_full;
           if (dir_ == Direction::kRx && c_.v[kRxPackets].load(std::memory_order_relaxed) != rx0 &&
               w_->tun_read_mu.try_lock()) {
             TunToUdp(*table);
@@ -206,9 +207,18 @@ class Engine::Loop {
 
   // The socket an inner packet leaves by: for VXLAN one of the source-port sockets, by flow
   // hash (every segment of a flow leaves from the same port); else the bound one.
-  int SendFd(const uint8_t* pkt, const IpInfo& ip) const {
-    if (e_->src_count_ == 0) return w_->udp_fd;
-    return e_->src_fds_[VxlanSourcePort(pkt, ip) % static_cast<unsigned>(e_->src_count_)];
+  // Dual-stack: towards a peer's IPv6 address, the IPv6 set of sockets.
+  int SendFd(const uint8_t* pkt, const IpInfo& ip, uint8_t family) const {
+    const bool v6 = family == 6 && sock_family_ != 6;
+    const int n = v6 ? e_->src6_count_ : e_->src_count_;
+    if (n == 0) return v6 ? w_->udp6_fd : w_->udp_fd;
+    const int* fds = v6 ? e_->src6_fds_ : e_->src_fds_;
+    return fds[VxlanSourcePort(pkt, ip) % static_cast<unsigned>(n)];
+  }
+
+  // Whether a socket of the underlay `family` is open (both, on a dual-stack underlay).
+  bool Reaches(uint8_t family) const {
+    return family == sock_family_ || (family == 6 && w_->udp6_fd >= 0);
   }
 
   // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
@@ -221,7 +231,7 @@ class Engine::Loop {
       if (r.icmp_len > 0) WriteIcmp(r.icmp_len);
       return;
     }
-    if (r.peer->public_family != sock_family_) {
+    if (!Reaches(r.peer->public_family)) {
       c_.Drop(DropReason::kNoRoute);
       return;
     }
@@ -232,7 +242,7 @@ class Engine::Loop {
     socklen_t alen;
     FillSockaddr(*r.peer, &tx_addr_[o], &alen);
     SetMessage(o, &tx_addr_[o], alen, &tx_iov_[v], 1, 1, 0,
-               r.payload_len - Headroom(), SendFd(pkt, r.ip));
+               r.payload_len - Headroom(), SendFd(pkt, r.ip, r.peer->public_family));
   }
 
   // Fills queued message `m`: `iovlen` iovecs to `name`, leaving by socket `fd`, carrying `segs`
@@ -344,7 +354,7 @@ class Engine::Loop {
     IpInfo ip;
     if (ParseIp(pkt, len, &ip) != DropReason::kNone) return false;
     const PeerRecord* peer = table.Lookup(ip.addr_len, ip.dst);
-    if (peer == nullptr || peer->public_family != sock_family_) return false;
+    if (peer == nullptr || !Reaches(peer->public_family)) return false;
     switch (e_->cfg_.format) {
       case Format::kVxlan:
         if (!peer->has_vtep_mac()) return false;
@@ -385,7 +395,7 @@ class Engine::Loop {
     }
     used_ += static_cast<int>(segs);
     int first = out_;
-    int fd = SendFd(pkt, ip);
+    int fd = SendFd(pkt, ip, peer->public_family);
     socklen_t alen;
     FillSockaddr(*peer, &tx_addr_[first], &alen);
     // One message per segment: MergeRuns joins them (and the next TSO packet's) into UDP GSO
@@ -586,7 +596,7 @@ class Engine::Loop {
   // buffer) with one recvmmsg, decapsulates them and writes them to the TUN, coalescing TCP
   // (and UDP where the TUN took USO).
   // Returns whether the batch was full (more may be waiting).
-  bool UdpToTun(const PeerTable& table) {
+  bool UdpToTun(const PeerTable& table, int fd) {
     for (int i = 0; i < kBatch; i++) {
       std::memset(&rx_msgs_[i], 0, sizeof(rx_msgs_[i]));
       rx_msgs_[i].msg_hdr.msg_name = &rx_addr_[i];
@@ -597,7 +607,7 @@ class Engine::Loop {
       rx_msgs_[i].msg_hdr.msg_controllen = kRxCmsgSpace;
     }
     int batch = rx_batch_;
-    int n = recvmmsg(w_->udp_fd, rx_msgs_, batch, MSG_DONTWAIT, nullptr);
+    int n = recvmmsg(fd, rx_msgs_, batch, MSG_DONTWAIT, nullptr);
     if (n <= 0) return false;
     if (check_cpu_) {
       // The first datagrams after a wake-up: did the kernel take them in on another CPU (one
@@ -605,7 +615,7 @@ class Engine::Loop {
       check_cpu_ = false;
       int cpu = -1;
       socklen_t cl = sizeof(cpu);
-      if (getsockopt(w_->udp_fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &cl) == 0 && cpu >= 0 &&
+      if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &cl) == 0 && cpu >= 0 &&
           cpu != sched_getcpu()) {
         c_.Add(kRemoteWakeups, 1);
       }
@@ -785,22 +795,43 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     // The outer source of every IPIP packet (the raw sockets send IP_HDRINCL).
     std::memcpy(e->cfg_.codec.local_ip, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, 4);
   }
+  // Dual-stack underlay: the IPv6 address beside the IPv4 one.
+  sockaddr_storage addr6;
+  socklen_t alen6 = 0;
+  if (!cfg.bind_ip6.empty()) {
+    if (ipip || addr.ss_family != AF_INET || !MakeSockaddr(cfg.bind_ip6, cfg.port, &addr6, &alen6) ||
+        addr6.ss_family != AF_INET6) {
+      *error = "a dual-stack underlay needs udp or vxlan, an IPv4 bindIp and an IPv6 bindIp6 (" +
+               cfg.bind_ip + ", " + cfg.bind_ip6 + ")";
+      return nullptr;
+    }
+  }
   if (cfg.format == Format::kVxlan) {
     // Bound to the same address, port 0: the kernel gives each an ephemeral port. Nothing is
     // sent to them, so a minimal receive buffer.
-    sockaddr_storage src = addr;
-    if (src.ss_family == AF_INET) {
-      reinterpret_cast<sockaddr_in*>(&src)->sin_port = 0;
-    } else {
-      reinterpret_cast<sockaddr_in6*>(&src)->sin6_port = 0;
-    }
-    for (int k = 0; k < kSourcePorts; k++) {
-      e->src_fds_[k] = OpenUdpSocket(src, alen, cfg.sock_buf_bytes, error, 0);
-      if (e->src_fds_[k] < 0) {
-        *error = "udp " + cfg.bind_ip + ":0 (vxlan source port): " + *error;
-        return nullptr;  // ~Engine closes what is open
+    auto open_sources = [&](sockaddr_storage src, socklen_t len, const std::string& ip, int* fds,
+                            int* count) {
+      if (src.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(&src)->sin_port = 0;
+      } else {
+        reinterpret_cast<sockaddr_in6*>(&src)->sin6_port = 0;
       }
-      e->src_count_ = k + 1;
+      for (int k = 0; k < kSourcePorts; k++) {
+        fds[k] = OpenUdpSocket(src, len, cfg.sock_buf_bytes, error, 0);
+        if (fds[k] < 0) {
+          *error = "udp " + ip + ":0 (vxlan source port): " + *error;
+          return false;
+        }
+        *count = k + 1;
+      }
+      return true;
+    };
+    if (!open_sources(addr, alen, cfg.bind_ip, e->src_fds_, &e->src_count_)) {
+      return nullptr;  // ~Engine closes what is open
+    }
+    if (alen6 != 0 &&
+        !open_sources(addr6, alen6, cfg.bind_ip6, e->src6_fds_, &e->src6_count_)) {
+      return nullptr;
     }
   }
   bool udp_gro = (cfg.offloads & kOffloadUdpGro) != 0;
@@ -834,10 +865,18 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
         *error = "udp " + cfg.bind_ip + ":" + std::to_string(cfg.port) + ": " + *error;
         return nullptr;
       }
+      if (alen6 != 0) {
+        wp->udp6_fd = OpenUdpSocket(addr6, alen6, cfg.sock_buf_bytes, error);
+        if (wp->udp6_fd < 0) {
+          *error = "udp [" + cfg.bind_ip6 + "]:" + std::to_string(cfg.port) + ": " + *error;
+          return nullptr;
+        }
+      }
     }
-    if (!ipip && (cfg.offloads & kOffloadUdpGro) != 0) {
+    for (int fd : {wp->udp_fd, wp->udp6_fd}) {
+      if (ipip || fd < 0 || (cfg.offloads & kOffloadUdpGro) == 0) continue;
       int one = 1;
-      if (setsockopt(wp->udp_fd, IPPROTO_UDP, kUdpGro, &one, sizeof(one)) < 0) {
+      if (setsockopt(fd, IPPROTO_UDP, kUdpGro, &one, sizeof(one)) < 0) {
         udp_gro = false;  // an old kernel: receive datagram by datagram
       }
     }
@@ -870,9 +909,11 @@ Engine::~Engine() {
   for (auto& w : workers_) {
     if (w->tun_fd >= 0) close(w->tun_fd);
     if (w->udp_fd >= 0) close(w->udp_fd);
+    if (w->udp6_fd >= 0) close(w->udp6_fd);
     if (w->event_fd >= 0) close(w->event_fd);
   }
   for (int k = 0; k < src_count_; k++) close(src_fds_[k]);
+  for (int k = 0; k < src6_count_; k++) close(src6_fds_[k]);
   delete table_.load();
   for (const Retired& r : retired_) delete r.table;
 }
@@ -944,8 +985,10 @@ void Engine::SetUpSteering() {
     }
     for (int k = 0; k < n && affinity_note_.empty(); k++) {
       // Datagrams the kernel takes in on CPU k go to queue k's socket (reuseport group).
-      if (setsockopt(workers_[k]->udp_fd, SOL_SOCKET, SO_INCOMING_CPU, &k, sizeof(k)) != 0) {
-        affinity_note_ = std::string("SO_INCOMING_CPU: ") + std::strerror(errno);
+      for (int fd : {workers_[k]->udp_fd, workers_[k]->udp6_fd}) {
+        if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &k, sizeof(k)) != 0) {
+          affinity_note_ = std::string("SO_INCOMING_CPU: ") + std::strerror(errno);
+        }
       }
     }
     std::string error;
@@ -959,6 +1002,9 @@ void Engine::SetUpSteering() {
     for (int k = 0; k < n; k++) {  // unpinned queues: no CPU preference
       int none = -1;
       setsockopt(workers_[k]->udp_fd, SOL_SOCKET, SO_INCOMING_CPU, &none, sizeof(none));
+      if (workers_[k]->udp6_fd >= 0) {
+        setsockopt(workers_[k]->udp6_fd, SOL_SOCKET, SO_INCOMING_CPU, &none, sizeof(none));
+      }
     }
   }
   if (!cfg_.steering) return;

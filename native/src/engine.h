@@ -42,6 +42,10 @@ struct EngineConfig {
   std::string tun_name;
   int workers = 1;
   std::string bind_ip;
+  // Dual-stack underlay (flannel's flannel.<VNI> + flannel-v6.<VNI>): an IPv6 address to bind as
+  // well, with bind_ip then IPv4. Peers are reached in their public address's family; both
+  // families' sockets are read. "" = one family (bind_ip's).
+  std::string bind_ip6;
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
   // Offload bits wanted (offloads.h): the TUN_F_* ones are probed on the TUN; kOffloadGro
@@ -162,6 +166,7 @@ class Engine {
   struct Worker {
     int tun_fd = -1;
     int udp_fd = -1;
+    int udp6_fd = -1;  // dual-stack: the IPv6 socket (udp_fd is then the IPv4 one)
     int event_fd = -1;
     // Per direction thread (index: kTx 0, kRx 1; a kBoth loop uses 0 and claims both).
     std::atomic<bool> running[2] = {false, false};
@@ -194,6 +199,8 @@ class Engine {
   std::vector<std::unique_ptr<Worker>> workers_;
   int src_fds_[kSourcePorts] = {-1, -1, -1, -1, -1, -1, -1, -1};
   int src_count_ = 0;  // 0: send from udp_fd (flannel-udp sends from its port, as flannel)
+  int src6_fds_[kSourcePorts] = {-1, -1, -1, -1, -1, -1, -1, -1};  // dual-stack: IPv6 ones
+  int src6_count_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<const PeerTable*> table_{nullptr};
   std::atomic<uint64_t> gen_{1};

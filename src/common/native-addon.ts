@@ -84,6 +84,8 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly tunName: string;
   readonly workers: number;
   readonly bindIp: string;
+  /** Dual-stack underlay: an IPv6 address bound as well (bindIp is then IPv4). */
+  readonly bindIp6?: string;
   readonly port: number;
   readonly sockBufBytes?: number;
   /** Offload names (src/dataplane/offloads.ts); unknown names are refused. Default: none. */

@@ -209,6 +209,7 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   const log = opts.log ?? logger('dataplane-bpf');
   if (!opts.underlay) throw unavailable('no underlay device given');
   if (opts.format === 'ipip') throw unavailable('its programs have no IPIP framing');
+  if (opts.bindIp6) throw unavailable('its programs have one underlay family (IPv4)');
   let bpf: NativeBpf;
   let id: number;
   checkBpfObjectSource(bpfObjectPath());

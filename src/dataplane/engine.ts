@@ -23,6 +23,12 @@ export interface DataplaneOptions {
   readonly underlay?: string;
   /** The address the sockets bind (the external interface's address; IPIP: its IPv4 one). */
   readonly bindIp: string;
+  /**
+   * A dual-stack underlay (flannel's flannel.<VNI> and flannel-v6.<VNI> in one engine): the
+   * IPv6 address to bind as well (bindIp is then IPv4); each peer is reached in its public
+   * address's family. Absent: one family. Not with IPIP, nor the bpf engine's programs.
+   */
+  readonly bindIp6?: string;
   readonly port: number;
   readonly tunMtu: number;
   readonly vni: number;

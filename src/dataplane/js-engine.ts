@@ -103,7 +103,8 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
   const cfg: CodecConfig = { vni: opts.vni, vtepMac: opts.vtepMac, tunMtu: opts.tunMtu };
   let table = new JsPeerTable(Buffer.alloc(0));
   // Null until the UDP socket is bound (and after close): TUN packets are then dropped.
-  let sock: Socket | null = null;
+  // By underlay family (one, or both on a dual-stack underlay).
+  let socks: Map<number, Socket> | null = null;
   // Set once the TUN is open; the sink below only runs after that.
   let tun: TunPort | null = null;
 
@@ -122,11 +123,12 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
       if (r.icmp && writeTun(r.icmp)) count('icmp_sent');
       return;
     }
+    const peer = table.peers[r.peer]!;
+    const sock = socks?.get(peer.publicIP.family);
     if (!sock) {
-      drop('send_error');
+      drop(socks ? 'no_route' : 'send_error');
       return;
     }
-    const peer = table.peers[r.peer]!;
     const inner = opts.format === 'vxlan' ? r.payload.length - 22 : r.payload.length;
     sock.send(r.payload, peer.port, formatIP(peer.publicIP.family, peer.publicIP.addr), (err) => {
       if (err) drop('send_error');
@@ -167,27 +169,7 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
   }
   const port = tun;
 
-  const family = parseIP(opts.bindIp)?.family ?? 4;
-  const s: Socket = createSocket({ type: family === 4 ? 'udp4' : 'udp6', reuseAddr: false });
-  await new Promise<void>((resolve, reject) => {
-    s.once('error', reject);
-    s.bind(opts.port, opts.bindIp, () => {
-      s.off('error', reject);
-      resolve();
-    });
-  }).catch(async (err: unknown) => {
-    await port.close();
-    throw new WeftError(
-      'WEFT_ERR_DATAPLANE',
-      `udp ${opts.bindIp}:${opts.port}: ${errorMessage(err)}`,
-      { cause: err },
-    );
-  });
-  s.on('error', (err) => {
-    if (once.first('udp-error')) log.warn({ err: errorMessage(err) }, 'udp socket error');
-  });
-
-  s.on('message', (msg: Buffer, rinfo: RemoteInfo) => {
+  const onMessage = (msg: Buffer, rinfo: RemoteInfo) => {
     const src = parseIP(rinfo.address);
     if (!src) {
       drop('unknown_source');
@@ -211,8 +193,37 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
       count('rx_packets');
       count('rx_bytes', h.length - 10);
     }
-  });
-  sock = s;
+  };
+  const bound = new Map<number, Socket>();
+  const closeAll = () =>
+    Promise.all([...bound.values()].map((x) => new Promise<void>((r) => x.close(() => r()))));
+  for (const bindIp of [opts.bindIp, ...(opts.bindIp6 ? [opts.bindIp6] : [])]) {
+    const family = parseIP(bindIp)?.family ?? 4;
+    const s: Socket = createSocket({ type: family === 4 ? 'udp4' : 'udp6', reuseAddr: false });
+    await new Promise<void>((resolve, reject) => {
+      s.once('error', reject);
+      s.bind(opts.port, bindIp, () => {
+        s.off('error', reject);
+        resolve();
+      });
+    }).catch(async (err: unknown) => {
+      await closeAll();
+      await port.close();
+      throw new WeftError(
+        'WEFT_ERR_DATAPLANE',
+        `udp ${bindIp}:${opts.port}: ${errorMessage(err)}`,
+        {
+          cause: err,
+        },
+      );
+    });
+    s.on('error', (err) => {
+      if (once.first('udp-error')) log.warn({ err: errorMessage(err) }, 'udp socket error');
+    });
+    s.on('message', onMessage);
+    bound.set(family, s);
+  }
+  socks = bound;
   log.debug({ tun: port.name }, 'js dataplane started');
 
   return {
@@ -230,8 +241,8 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
     },
     close() {
       closed ??= (async () => {
-        sock = null;
-        await new Promise<void>((r) => s.close(() => r()));
+        socks = null;
+        await closeAll();
         await port.close();
         log.debug({ tun: port.name }, 'js dataplane stopped');
       })();

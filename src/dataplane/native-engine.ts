@@ -98,6 +98,7 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       tunName: opts.tunName,
       workers: opts.workers,
       bindIp: opts.bindIp,
+      ...(opts.bindIp6 ? { bindIp6: opts.bindIp6 } : {}),
       port: opts.port,
       tunMtu: opts.tunMtu,
       vni: opts.vni,

@@ -20,11 +20,10 @@ import { execFileSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { encodeLeaseAttrs } from '../../src/control/lease/lease-json.js';
-import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
 import { Cluster, type Pod, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
-import { ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+import { KERNEL_NODE, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
+import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const HEALTH_PORT = '9093';
@@ -208,92 +207,13 @@ describe('udp backend across 3 nodes', { skip }, () => {
 
 describe('vxlan userspace ⇄ kernel vxlan', { skip }, () => {
   let c: Cluster;
-  let kns = '';
   let kpod = '';
-  const KPOD_IP = '10.5.200.2';
-  const KMAC = '02:aa:00:00:00:09';
+  const KPOD_IP = KERNEL_NODE.pod;
   before(async () => {
     c = await Cluster.create({ nodes: 2, backend: { Type: 'vxlan', Dataplane: 'userspace' } });
     // The kernel node, configured by hand as DESIGN §5 describes (no weft on it).
-    kns = c.scope.add();
-    c.scope.vethBetween(c.underlay, 'u9', kns, 'eth0');
-    ip(c.underlay, 'link', 'set', 'u9', 'master', 'br0', 'up');
-    ip(kns, 'addr', 'add', '10.250.0.9/24', 'dev', 'eth0');
-    ip(kns, 'link', 'set', 'eth0', 'up');
-    nsExec(kns, 'sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
-    ip(
-      kns,
-      'link',
-      'add',
-      'flannel.1',
-      'address',
-      KMAC,
-      'type',
-      'vxlan',
-      'id',
-      '1',
-      'dstport',
-      '8472',
-      'local',
-      '10.250.0.9',
-      'dev',
-      'eth0',
-      'nolearning',
-    );
-    ip(kns, 'link', 'set', 'flannel.1', 'mtu', '1450', 'up');
-    ip(kns, 'addr', 'add', '10.5.200.0/32', 'dev', 'flannel.1');
-    ip(kns, 'link', 'add', 'cni0', 'type', 'bridge');
-    ip(kns, 'addr', 'add', '10.5.200.1/24', 'dev', 'cni0');
-    ip(kns, 'link', 'set', 'cni0', 'mtu', '1450', 'up');
-    kpod = c.scope.add();
-    c.scope.vethBetween(kns, 'p0', kpod, 'eth0');
-    ip(kns, 'link', 'set', 'p0', 'master', 'cni0', 'mtu', '1450', 'up');
-    ip(kpod, 'addr', 'add', `${KPOD_IP}/24`, 'dev', 'eth0');
-    ip(kpod, 'link', 'set', 'eth0', 'mtu', '1450', 'up');
-    ip(kpod, 'route', 'add', 'default', 'via', '10.5.200.1');
-    const store = new EmbeddedRegistry(c.storeDir);
-    try {
-      for (const s of (await store.listSubnets()).leases) {
-        const v = JSON.parse(s.value) as { PublicIP: string; BackendData: { VtepMAC: string } };
-        const net = s.key.split('-')[0]!;
-        ip(
-          kns,
-          'neigh',
-          'replace',
-          net,
-          'lladdr',
-          v.BackendData.VtepMAC,
-          'dev',
-          'flannel.1',
-          'nud',
-          'permanent',
-        );
-        nsExec(kns, 'bridge', [
-          'fdb',
-          'append',
-          v.BackendData.VtepMAC,
-          'dev',
-          'flannel.1',
-          'dst',
-          v.PublicIP,
-          'self',
-          'permanent',
-        ]);
-        ip(kns, 'route', 'replace', `${net}/24`, 'via', net, 'dev', 'flannel.1', 'onlink');
-      }
-      await store.createSubnet(
-        '10.5.200.0-24',
-        encodeLeaseAttrs({
-          publicIP: '10.250.0.9',
-          publicIPv6: null,
-          backendType: 'vxlan',
-          backendData: { VNI: 1, VtepMAC: KMAC },
-        }),
-        3_600_000,
-      );
-    } finally {
-      await store.close();
-    }
+    const k = await addKernelVxlanNode(c, false);
+    kpod = k.pod;
   });
   after(async () => {
     await c?.destroy();

@@ -13,6 +13,11 @@ export interface PeerPlanContext {
   readonly families: readonly Family[];
   /** The underlay family (the one the dataplane bound: IPv4 when the node has it). */
   readonly underlay: Family;
+  /**
+   * Each family rides its own underlay (vxlan, as flannel): a record of family F goes to the
+   * lease's public address of family F (PublicIP / PublicIPv6), and `underlay` is unused.
+   */
+  readonly perFamily?: boolean;
   /** Our own lease (never a peer). */
   readonly ownKey: string | null;
   /** The record for a lease and family, or why it cannot be one. */
@@ -41,9 +46,9 @@ export function planPeers(events: readonly LeaseEvent[], ctx: PeerPlanContext): 
     const skipped: string[] = [];
     for (const family of ctx.families) {
       if (!leaseSubnet(lease, family)) continue;
-      const pub = leasePublicIP(lease, ctx.underlay);
+      const pub = leasePublicIP(lease, ctx.perFamily ? family : ctx.underlay);
       if (!pub) {
-        skipped.push('no public address');
+        skipped.push(ctx.perFamily ? `no public IPv${family} address` : 'no public address');
         continue;
       }
       const p = ctx.peerFor(lease, family, pub);

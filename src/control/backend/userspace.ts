@@ -64,8 +64,16 @@ export interface UserspaceSpec {
   readonly format: DataplaneFormat;
   readonly tunName: string;
   readonly port: number;
-  /** Bytes the encapsulation adds (udp 28, vxlan 50). */
+  /** Bytes the encapsulation adds over an IPv4 underlay (udp 28, vxlan 50, ipip 20). */
   readonly overhead: number;
+  /** The same over an IPv6 underlay (vxlan 70); default overhead + 20. */
+  readonly overheadV6?: number;
+  /**
+   * Each pod family rides the underlay of its own family, as flannel's vxlan does (IPv4 pods to
+   * the peer's PublicIP, IPv6 pods to its PublicIPv6; a dual-stack node binds both addresses).
+   * Else (udp) every family rides one underlay: IPv4 when the node has an IPv4 address.
+   */
+  readonly underlayPerFamily?: boolean;
   readonly vni: number;
   /** Our VtepMAC (vxlan); null for udp. */
   readonly vtepMac: Buffer | null;
@@ -115,6 +123,22 @@ export function workersOption(ctx: BackendContext, cpus = availableParallelism()
   return w >= 1 ? w : Math.max(1, Math.min(cpus, 4));
 }
 
+/**
+ * The underlay addresses the engine binds: one (the interface's IPv4 address, else its IPv6
+ * one), or with `perFamily` one per enabled pod family (IPv4 first; bindIp6 when both).
+ */
+export function underlayBinds(
+  ext: BackendContext['extIface'],
+  families: readonly Family[],
+  perFamily: boolean,
+): { bindIp: string | null; bindIp6?: string } {
+  if (!perFamily) return { bindIp: ext.ifaceAddr ?? ext.ifaceAddrV6 };
+  const v4 = families.includes(4) ? ext.ifaceAddr : null;
+  const v6 = families.includes(6) ? ext.ifaceAddrV6 : null;
+  if ((families.includes(4) && !v4) || (families.includes(6) && !v6)) return { bindIp: null };
+  return v4 && v6 ? { bindIp: v4, bindIp6: v6 } : { bindIp: v4 ?? v6 };
+}
+
 export function createUserspaceBackend(
   ctx: BackendContext,
   spec: UserspaceSpec,
@@ -123,7 +147,10 @@ export function createUserspaceBackend(
   const log = ctx.log;
   const families = enabledFamilies(ctx.netConfig);
   const ext = ctx.extIface;
-  const mtu = ext.mtu - spec.overhead;
+  const binds = underlayBinds(ext, families, spec.underlayPerFamily ?? false);
+  // An IPv6 underlay in use: its larger outer header sets the TUN MTU (one TUN for both).
+  const v6Underlay = binds.bindIp6 !== undefined || (binds.bindIp?.includes(':') ?? false);
+  const mtu = ext.mtu - (v6Underlay ? (spec.overheadV6 ?? spec.overhead + 20) : spec.overhead);
   const skipped = new LogOnce();
   // Skipped peers are counted as the kernel backends count theirs (once per lease and reason).
   const skippedPeers = kernelMetrics(ctx.metrics).skipped;
@@ -139,9 +166,13 @@ export function createUserspaceBackend(
     type: spec.type,
     isReady: () => tunOk,
     async prepare(): Promise<PreparedBackend> {
-      const bindIp = ext.ifaceAddr ?? ext.ifaceAddrV6;
+      const { bindIp, bindIp6 } = binds;
       if (!bindIp) {
-        throw new WeftError('WEFT_ERR_BACKEND', `${spec.type}: ${ext.name} has no address to bind`);
+        throw new WeftError(
+          'WEFT_ERR_BACKEND',
+          `${spec.type}: ${ext.name} has no address to bind` +
+            (spec.underlayPerFamily ? ' for every enabled family (each rides its own)' : ''),
+        );
       }
       const engine = engineOption(ctx);
       checkEngine(spec.type, engine);
@@ -160,6 +191,7 @@ export function createUserspaceBackend(
         queueThreads: ctx.options.dataplaneQueueThreads,
         cpuAffine: ctx.options.dataplaneCpuAffine,
         bindIp,
+        ...(bindIp6 ? { bindIp6 } : {}),
         port: spec.port,
         tunMtu: mtu,
         vni: spec.vni,
@@ -169,7 +201,13 @@ export function createUserspaceBackend(
       const running = dp;
       registerDataplaneMetrics(ctx.metrics, () => running.stats());
       log.info(
-        { tun: dp.tunName, bind: `${bindIp}:${spec.port}`, engine: dp.engine, mtu },
+        {
+          tun: dp.tunName,
+          bind: `${bindIp}:${spec.port}`,
+          ...(bindIp6 ? { bind6: `[${bindIp6}]:${spec.port}` } : {}),
+          engine: dp.engine,
+          mtu,
+        },
         'userspace dataplane started',
       );
       return { attrs: spec.attrs, mtu };
@@ -233,6 +271,7 @@ export function createUserspaceBackend(
       const planCtx: PeerPlanContext = {
         families,
         underlay: ext.ifaceAddr ? 4 : 6,
+        perFamily: spec.underlayPerFamily ?? false,
         ownKey,
         peerFor: (lease, family, pub) => spec.peerFor(lease, family, pub),
       };

@@ -6,17 +6,23 @@
  * leases of type vxlan with a usable VtepMAC; on receive only our VNI and our VtepMAC pass, and
  * the inner source must be inside the sending peer's subnet. The VtepMAC is random, locally
  * administered and kept across restarts as the kernel backend's (backend/vtep-mac.ts).
- * IPv4 underlay; IPv6 inner subnets ride the same IPv4 tunnel.
+ * Each family rides its own underlay, as flannel's flannel.<VNI> and flannel-v6.<VNI> do: IPv4
+ * pods in IPv4 to the peer's PublicIP with its BackendData VtepMAC, IPv6 pods in IPv6 to its
+ * PublicIPv6 with its BackendV6Data VtepMAC; one engine binds both addresses on a dual-stack
+ * node (MTU then interface MTU − 70, the IPv6 outer header's), only the IPv6 one on an
+ * IPv6-only node. Our lease publishes the same VtepMAC in BackendData and BackendV6Data (one
+ * TUN receives both).
  */
 import { parseIP } from '../../common/ip.js';
 import { parseMac } from '../../dataplane/peer-table.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
-import { leaseSubnet } from './kernel-common.js';
+import { enabledFamilies, leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 import { peerVtepMAC } from './vtep-mac.js';
 import {
   VXLAN,
   VXLAN_OVERHEAD_V4,
+  VXLAN_OVERHEAD_V6,
   parseVxlanConfig,
   vtepMACFor,
   vxlanDeviceName,
@@ -25,6 +31,7 @@ import {
 export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
   const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
   const dev = vxlanDeviceName(4, cfg.vni);
+  const families = enabledFamilies(ctx.netConfig);
   let inner: Backend | null = null;
   const need = () => {
     if (!inner) throw new Error('vxlan-userspace: used before prepare');
@@ -42,9 +49,15 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
         tunName: dev,
         port: cfg.port,
         overhead: VXLAN_OVERHEAD_V4,
+        overheadV6: VXLAN_OVERHEAD_V6,
+        underlayPerFamily: true,
         vni: cfg.vni,
         vtepMac: parseMac(mac),
-        attrs: { backendType: VXLAN, backendData: { VNI: cfg.vni, VtepMAC: mac } },
+        attrs: {
+          backendType: VXLAN,
+          ...(families.includes(4) ? { backendData: { VNI: cfg.vni, VtepMAC: mac } } : {}),
+          ...(families.includes(6) ? { backendV6Data: { VNI: cfg.vni, VtepMAC: mac } } : {}),
+        },
         peerFor(lease, family, publicIP) {
           if (lease.attrs.backendType !== VXLAN)
             return { skip: `BackendType "${lease.attrs.backendType}" is not vxlan` };

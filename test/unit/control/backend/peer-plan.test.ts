@@ -2,9 +2,10 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseIP, type Family } from '../../../../src/common/ip.js';
 import { PeerRecords, planPeers } from '../../../../src/control/backend/peer-plan.js';
+import { underlayBinds } from '../../../../src/control/backend/userspace.js';
 import type { Lease, LeaseEvent } from '../../../../src/control/lease/types.js';
 import { JsPeerTable, encodePeerTable } from '../../../../src/dataplane/peer-table.js';
-import { peerLease } from './fixtures.js';
+import { EXT, peerLease } from './fixtures.js';
 
 const lease = (i: number): Lease =>
   peerLease(
@@ -98,5 +99,65 @@ describe('PeerRecords', () => {
     records.apply(changes);
     assert.equal(records.apply(planPeers([{ type: 'added', lease: lease(1) }], ctx)), false);
     assert.deepEqual(records.table(), encodePeerTable(changes.flatMap((c) => c.entries)));
+  });
+});
+
+describe('planPeers, each family on its own underlay (vxlan, as flannel)', () => {
+  const perFamily = () => {
+    const seen: string[] = [];
+    return {
+      seen,
+      ctx: {
+        families: [4, 6] as Family[],
+        underlay: 4 as Family,
+        perFamily: true,
+        ownKey: null,
+        peerFor(l: Lease, family: Family, publicIP: string) {
+          seen.push(`${family} ${publicIP}`);
+          return {
+            subnet: family === 4 ? l.subnet! : l.ipv6Subnet!,
+            publicIP: parseIP(publicIP)!,
+            port: 8472,
+            vtepMac: null,
+          };
+        },
+      },
+    };
+  };
+
+  test('IPv4 pods go to PublicIP, IPv6 pods to PublicIPv6', () => {
+    const { seen, ctx } = perFamily();
+    const l = peerLease({ publicIP: '192.168.1.7', publicIPv6: '2001:db8:1::7' });
+    const [c] = planPeers([{ type: 'added', lease: l }], ctx);
+    assert.deepEqual(seen, ['4 192.168.1.7', '6 2001:db8:1::7']);
+    assert.deepEqual(c!.skipped, []);
+  });
+
+  test('a lease without a PublicIPv6 gets no IPv6 record, and says why', () => {
+    const { ctx } = perFamily();
+    const l = peerLease({ publicIP: '192.168.1.7', publicIPv6: null });
+    const [c] = planPeers([{ type: 'added', lease: l }], ctx);
+    assert.equal(c!.entries.length, 1);
+    assert.equal(c!.entries[0]!.subnet.family, 4);
+    assert.deepEqual(c!.skipped, ['no public IPv6 address']);
+  });
+});
+
+describe('underlayBinds', () => {
+  const ext = EXT;
+  test('one family per underlay: dual-stack binds both, IPv6-only the IPv6 address', () => {
+    assert.deepEqual(underlayBinds(ext, [4, 6], true), {
+      bindIp: EXT.ifaceAddr,
+      bindIp6: EXT.ifaceAddrV6,
+    });
+    assert.deepEqual(underlayBinds(ext, [6], true), { bindIp: EXT.ifaceAddrV6 });
+    assert.deepEqual(underlayBinds(ext, [4], true), { bindIp: EXT.ifaceAddr });
+    assert.deepEqual(underlayBinds({ ...ext, ifaceAddrV6: null }, [4, 6], true), { bindIp: null });
+  });
+  test('one underlay for every family (udp): IPv4 when the node has it', () => {
+    assert.deepEqual(underlayBinds(ext, [4, 6], false), { bindIp: EXT.ifaceAddr });
+    assert.deepEqual(underlayBinds({ ...ext, ifaceAddr: null }, [4, 6], false), {
+      bindIp: EXT.ifaceAddrV6,
+    });
   });
 });
