@@ -18,10 +18,11 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
 import { Cluster, waitFor } from '../../src/testbed/cluster.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 import { iperf } from '../../src/testbed/probes.js';
-import { tcpdumpListening } from '../helpers/capture.js';
+import { captureText } from '../helpers/capture.js';
 import { KERNEL_NODE, type StoredLease, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
@@ -89,27 +90,8 @@ describe(
 
     test('IPv4 pods ride IPv4 VXLAN, IPv6 pods IPv6 VXLAN (captured on the kernel node)', async () => {
       const pod = c.pods[0]!;
-      const seen = async (filter: string, dst: string) => {
-        const cap = c.scope.spawn(kns, 'tcpdump', [
-          '-n',
-          '-l',
-          '--immediate-mode',
-          '-i',
-          'eth0',
-          '-c',
-          '2',
-          filter,
-        ]);
-        let out = '';
-        cap.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-        const done = new Promise((r) => cap.once('exit', r));
-        await tcpdumpListening(cap);
-        await ping(pod.ns, dst, 2);
-        const stop = setTimeout(() => cap.kill('SIGINT'), 3000);
-        await done;
-        clearTimeout(stop);
-        return out;
-      };
+      const seen = (filter: string, dst: string) =>
+        captureText(c.scope, kns, filter, 2, () => ping(pod.ns, dst, 2));
       const v6 = await seen('ip6 and udp dst port 8472', KPOD.ip6);
       assert.match(v6, /IP6 fd00:250::1\.\d+ > fd00:250::9\.8472: /, v6);
       const v4 = await seen('ip and udp dst port 8472', KPOD.ip);
@@ -130,3 +112,55 @@ describe(
     });
   },
 );
+
+describe('IPv6-only userspace vxlan: IPv6 pods in IPv6 VXLAN, BackendV6Data only', { skip }, () => {
+  let c: Cluster;
+  before(async () => {
+    c = await Cluster.create({
+      nodes: 2,
+      dualStack: true,
+      netConf: { EnableIPv4: false },
+      backend: { Type: 'vxlan', Dataplane: 'userspace' },
+      podWiring: 'cni',
+    });
+  });
+  after(async () => {
+    await c?.destroy();
+  });
+
+  test('the lease carries PublicIPv6 and BackendV6Data (no BackendData); MTU interface − 70', async () => {
+    const store = new EmbeddedRegistry(c.storeDir);
+    try {
+      const leases = (await store.listSubnets()).leases.map(
+        (s) => JSON.parse(s.value) as StoredLease,
+      );
+      assert.equal(leases.length, 2);
+      for (const l of leases) {
+        assert.match(l.PublicIPv6 ?? '', /^fd00:250::/);
+        assert.equal(l.BackendData, undefined);
+        assert.equal(l.BackendV6Data?.VNI, 1);
+      }
+    } finally {
+      await store.close();
+    }
+    assert.equal(c.nodes[0]!.env.FLANNEL_MTU, '1430');
+  });
+
+  test('pods ping each other both ways, in IPv6 VXLAN on the wire', async () => {
+    const [a, b] = [c.pods[0]!, c.pods[1]!];
+    await waitFor(
+      async () => {
+        await ping(a.ns, b.ip6!);
+        return true;
+      },
+      20_000,
+      'first ping',
+    );
+    const out = await captureText(c.scope, c.nodes[1]!.ns, 'udp dst port 8472', 2, async () => {
+      await ping(a.ns, b.ip6!, 2);
+      await ping(b.ns, a.ip6!, 2);
+    });
+    assert.match(out, /IP6 fd00:250::1\.\d+ > fd00:250::2\.8472: /, out);
+    assert.doesNotMatch(out, /IP 10\.250/, out);
+  });
+});
