@@ -28,7 +28,7 @@ import { iperf } from '../../src/testbed/probes.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 import { droppedByReason, receiveDrops } from '../helpers/drops.js';
 import { ipipMissing } from '../helpers/ipip.js';
-import { tcpdumpListening } from '../helpers/capture.js';
+import { captureText, tcpdumpListening } from '../helpers/capture.js';
 
 const missing = isRoot() ? ipipMissing() : null;
 const skip = isRoot() ? false : 'needs root (network namespaces)';
@@ -225,15 +225,20 @@ describe(`ipip backend, Dataplane "${dataplane}", userspace across 3 nodes`, { s
     const target = c.nodes[1]!;
     const before = droppedByReason(await metrics(target.ns));
     const other = c.nodes[2]!.env.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.77');
-    const sent = await send(c.nodes[0]!.ns, {
-      mode: 'spoof',
-      outerSrc: c.nodes[0]!.ip,
-      target: target.ip,
-      count: 300,
-      innerSrc: other,
-      innerDst: c.pods[1]!.ip,
+    let sent = 0;
+    // What reaches the pod meanwhile: nothing from the spoofed source.
+    const reached = await captureText(c.scope, c.pods[1]!.ns, `src host ${other}`, 1, async () => {
+      sent = await send(c.nodes[0]!.ns, {
+        mode: 'spoof',
+        outerSrc: c.nodes[0]!.ip,
+        target: target.ip,
+        count: 300,
+        innerSrc: other,
+        innerDst: c.pods[1]!.ip,
+      });
     });
     assert.equal(sent, 300);
+    assert.equal(reached.trim(), '', `a spoofed packet reached the pod: ${reached}`);
     await waitFor(
       async () => {
         const after = droppedByReason(await metrics(target.ns));
