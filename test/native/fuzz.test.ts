@@ -1,7 +1,7 @@
 /**
  * Builds the libFuzzer decap target (native/fuzz/decap_fuzzer.cc, clang with ASan + UBSan) and
  * runs it for a bounded time (WEFT_FUZZ_SECONDS, default 20) from a seed corpus of valid
- * flannel-udp and VXLAN datagrams. Without clang the test skips, except under CI=true where a
+ * flannel-udp, VXLAN and IPIP packets. Without clang the test skips, except under CI=true where a
  * missing clang is a failure (CI must fuzz).
  */
 import assert from 'node:assert/strict';
@@ -71,6 +71,10 @@ describe('decap fuzzing (libFuzzer)', () => {
           join(corpus, `seed${i}`),
           Buffer.concat([Buffer.from([vx ? 1 : 0]), src, frame]),
         );
+        // IPIP (selector bit 2): the whole outer IPv4 packet, protocol 4, around the packet
+        const outer = Buffer.from('45000000000040004004000000000000c0a80164', 'hex');
+        outer.writeUInt16BE(20 + p.length, 2);
+        writeFileSync(join(corpus, `ipip${i}`), Buffer.concat([Buffer.from([4]), src, outer, p]));
       }
       const run = spawnSync(
         bin,
