@@ -15,6 +15,7 @@
         "src/tun.cc",
         "src/udp_socket.cc",
         "src/engine.cc",
+        "src/tap_tx.cc",
         "src/steering.cc",
         "src/coalesce.cc",
         "src/harness.cc",

@@ -545,8 +545,9 @@ Napi::Value AllOffloadNames(const Napi::CallbackInfo& info) {
 }
 
 // engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, busyPollUs, vni,
-// vtepMac, tunMtu}) → {id, tunName, offloadsAccepted, offloadsEnabled}; offloads are names
-// (offloads.h) both ways.
+// vtepMac, tunMtu, cpuAffine, steering, tapName, tapProbeFail, fifoPriority}) → {id, tunName,
+// offloadsAccepted, offloadsEnabled, steering, affinityNote, tapName, tapNote, fifoNote};
+// offloads are names (offloads.h) both ways.
 Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "dataplane: engine config");
@@ -564,6 +565,10 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   if (o.Get("steering").IsBoolean()) cfg.steering = o.Get("steering").ToBoolean().Value();
   if (o.Get("busyPollUs").IsNumber())
     cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();
+  if (o.Get("tapName").IsString()) cfg.tap_name = o.Get("tapName").ToString().Utf8Value();
+  cfg.tap_probe_fail = o.Get("tapProbeFail").ToBoolean().Value();
+  if (o.Get("fifoPriority").IsNumber())
+    cfg.fifo_priority = o.Get("fifoPriority").ToNumber().Int32Value();
   cfg.codec = ConfigArg(info, 0);
   std::string error;
   std::unique_ptr<Engine> e = Engine::Create(cfg, &error);
@@ -574,6 +579,9 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   out.Set("offloadsEnabled", OffloadNames(env, e->offloads_enabled()));
   out.Set("steering", e->steering());
   out.Set("affinityNote", e->affinity_note());
+  out.Set("tapName", e->tap_name());
+  out.Set("tapNote", e->tap_note());
+  out.Set("fifoNote", e->fifo_note());
   std::lock_guard<std::mutex> lock(g_engines_mu);
   uint32_t id = g_next_engine++;
   g_engines[id] = std::shared_ptr<Engine>(e.release());

@@ -18,13 +18,16 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <net/if.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/eventfd.h>
 #include <sys/sysinfo.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -32,6 +35,7 @@
 #include "coalesce.h"
 #include "ipip.h"
 #include "steering.h"
+#include "tap_tx.h"
 #include "tun.h"
 #include "udp_socket.h"
 #include "vxlan.h"
@@ -100,6 +104,8 @@ class Engine::Loop {
     seg_len_.resize(kMaxSegs);
     if (dir != Direction::kTx) rx_.resize(kBatch * kBufSize);
     icmp_.resize(kVnetHdrLen + kIcmpReplyMax);
+    // A TAP frame's headers, then the inner headers of a GSO packet or a whole plain packet.
+    tap_buf_.resize(kTapVnetHdrLen + kTapTemplateMax + kTapInnerMax + e->cfg_.codec.tun_mtu);
     for (int i = 0; i < kBatch; i++) {
       rx_iov_[i].iov_base = &rx_[i * kBufSize + kRxData];
       rx_iov_[i].iov_len = kBufSize - kRxData;
@@ -343,6 +349,7 @@ class Engine::Loop {
     niov_ = 0;
     used_ = 0;
     rd_used_ = 0;
+    tcp_queued_ = false;
   }
 
   // Sends a TSO super-packet without copying its payload: each segment is [encapsulation and
@@ -408,6 +415,77 @@ class Engine::Loop {
     return true;
   }
 
+  // Sends a TCP packet through the egress TAP (tap_tx.h): a TSO super-packet as one frame, its
+  // inner headers copied after the outer ones and its payload read in place. All of a flow's TCP
+  // packets go this way, so none overtakes another by the sockets; packets that cannot (no
+  // frame for the peer, TTL, an outer length overflow) go by the sockets after what is queued
+  // there is sent first. Returns false (nothing sent; `h` may have lost NEEDS_CSUM, the checksum
+  // being complete) for the socket path. The TAP refusing a frame with EINVAL turns it off for
+  // the engine for good (counted once), and that packet goes by the sockets.
+  bool TapSend(VnetHdr* h, uint8_t* pkt, size_t len, const PeerTable& table) {
+    IpInfo ip;
+    if (ParseIp(pkt, len, &ip) != DropReason::kNone || ip.proto != kProtoTcp) return false;
+    // From here on a packet not sent by the TAP is queued for the sockets: later ones of its
+    // flow may not overtake it by the TAP.
+    const bool queued = tcp_queued_;
+    tcp_queued_ = true;
+    const PeerRecord* peer = table.Lookup(ip.addr_len, ip.dst);
+    const uint8_t* aux = peer != nullptr ? table.Aux(peer) : nullptr;
+    if (aux == nullptr) return false;
+    const TapTemplate& t = *reinterpret_cast<const TapTemplate*>(aux);
+    if (t.len == 0) return false;
+    const bool gso = h->gso_type != kVnetGsoNone;
+    size_t inner_hdrs = 0;
+    size_t segs = 1;
+    if (gso) {
+      if (h->gso_type != (ip.version == 4 ? kVnetGsoTcpV4 : kVnetGsoTcpV6) || h->gso_size == 0)
+        return false;
+      size_t l4 = h->csum_start;
+      if (l4 < ip.l4_off || l4 + 20 > ip.len || h->csum_offset != 16) return false;
+      inner_hdrs = l4 + (pkt[l4 + 12] >> 4) * 4u;
+      if (inner_hdrs > ip.len || inner_hdrs > kTapInnerMax) return false;
+      size_t payload = ip.len - inner_hdrs;
+      segs = payload == 0 ? 1 : (payload + h->gso_size - 1) / h->gso_size;
+    } else {
+      if (ip.len > e_->cfg_.codec.tun_mtu) return false;
+      if ((h->flags & kVnetFlagNeedsCsum) != 0) {
+        size_t start = h->csum_start;
+        if (start + h->csum_offset + 2u > ip.len) return false;
+        StoreBe16(pkt + start + h->csum_offset, Checksum(pkt + start, ip.len - start));
+        h->flags = 0;
+      }
+    }
+    uint8_t* b = tap_buf_.data();
+    uint16_t sport = e_->src_count_ == 0
+                         ? e_->cfg_.port
+                         : e_->src_ports_[VxlanSourcePort(pkt, ip) %
+                                          static_cast<unsigned>(e_->src_count_)];
+    size_t n = WriteTapHeaders(t, *h, ip.len, inner_hdrs, ip.version, sport, tap_ip_id_, b);
+    if (n == 0) return false;
+    size_t copy = gso ? inner_hdrs : ip.len;
+    std::memcpy(b + n, pkt, copy);
+    // flannel-udp forwards: one hop (one it would expire goes by the sockets, which drop it)
+    if (e_->cfg_.format == Format::kUdp && !DecrementTtl(b + n, ip)) return false;
+    if (queued) Flush();
+    tcp_queued_ = false;
+    iovec iov[2] = {{b, n + copy}, {pkt + copy, ip.len - copy}};
+    if (writev(e_->tap_fd_, iov, gso ? 2 : 1) < 0) {
+      if (errno != EINVAL) {
+        c_.Drop(DropReason::kSendError);
+        return true;
+      }
+      tcp_queued_ = true;
+      if (e_->tap_on_.exchange(false)) c_.Add(kTapDisabled, 1);
+      return false;
+    }
+    tap_ip_id_++;
+    c_.Add(kTapWrites, 1);
+    if (gso) c_.Add(kTsoSegments, segs);
+    c_.Add(kTxPackets, segs);
+    c_.Add(kTxBytes, ip.len);
+    return true;
+  }
+
   // Reads up to kBatch packets from the TUN (each may be a TSO super-packet, split here into
   // segments), encapsulates them into arena slots and sends them with sendmmsg, flushing when
   // the arena runs low. Returns how many reads returned a packet.
@@ -430,6 +508,7 @@ class Engine::Loop {
       uint8_t* pkt = rd + kVnetHdrLen;
       size_t len = static_cast<size_t>(n) - kVnetHdrLen;
       VnetHdr h = LoadVnetHdr(rd);
+      if (e_->tap_on_.load(std::memory_order_relaxed) && TapSend(&h, pkt, len, table)) continue;
       if (h.gso_type != kVnetGsoNone) {
         if (SendTsoInPlace(h, pkt, len, table)) continue;
         size_t segs =
@@ -727,6 +806,13 @@ class Engine::Loop {
   static constexpr int kGsoMaxSegs = 64;
   static constexpr size_t kCmsgSpace = CMSG_SPACE(sizeof(uint16_t));
   bool udp_gso_ = false;
+  // Egress TAP: one frame's headers (and a plain packet) are built here; the outer IPv4 id of
+  // the next frame; whether a TCP packet waits in the socket queue (a TAP frame of its flow
+  // must not overtake it: flush first).
+  static constexpr size_t kTapInnerMax = 256;  // inner IP + TCP headers of a GSO packet
+  std::vector<uint8_t> tap_buf_;
+  uint16_t tap_ip_id_ = 0;
+  bool tcp_queued_ = false;
   // Destinations whose path MTU refused a GSO message (EMSGSIZE): sent datagram by datagram
   // until `until` (CLOCK_MONOTONIC ns; 0 = a free slot).
   struct GsoPause {
@@ -829,6 +915,15 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     if (!open_sources(addr, alen, cfg.bind_ip, e->src_fds_, &e->src_count_)) {
       return nullptr;  // ~Engine closes what is open
     }
+    for (int k = 0; k < e->src_count_; k++) {  // what TAP frames of the flow carry (SendFd's)
+      sockaddr_storage got;
+      socklen_t glen = sizeof(got);
+      if (getsockname(e->src_fds_[k], reinterpret_cast<sockaddr*>(&got), &glen) == 0) {
+        e->src_ports_[k] = ntohs(got.ss_family == AF_INET
+                                     ? reinterpret_cast<sockaddr_in*>(&got)->sin_port
+                                     : reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
+      }
+    }
     if (alen6 != 0 &&
         !open_sources(addr6, alen6, cfg.bind_ip6, e->src6_fds_, &e->src6_count_)) {
       return nullptr;
@@ -898,10 +993,16 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       }
     }
   }
+  if (cfg.fifo_priority > 0) e->CheckFifo();
+  // TSO super-packets go whole through the TAP (UDP framings) only if the TUN hands them over.
+  if (!ipip && (cfg.offloads & kOffloadTapGso) != 0 && (e->offloads_enabled_ & kTunFTso4) != 0) {
+    e->SetUpTap(addr);
+  }
   // The engine's own offloads, reported beside the TUN bits (offloads.h). UDP GSO/GRO need a
   // UDP socket: not for IPIP.
   e->offloads_enabled_ |= cfg.offloads & (kOffloadGro | (ipip ? 0 : kOffloadUdpGso));
   if (udp_gro && !ipip) e->offloads_enabled_ |= kOffloadUdpGro;
+  if (e->tap_on_.load()) e->offloads_enabled_ |= kOffloadTapGso;
   return e;
 }
 
@@ -914,6 +1015,7 @@ Engine::~Engine() {
   }
   for (int k = 0; k < src_count_; k++) close(src_fds_[k]);
   for (int k = 0; k < src6_count_; k++) close(src6_fds_[k]);
+  if (tap_fd_ >= 0) close(tap_fd_);
   delete table_.load();
   for (const Retired& r : retired_) delete r.table;
 }
@@ -932,6 +1034,7 @@ const PeerTable* Engine::AcquireTable(std::atomic<uint64_t>* seen) {
 bool Engine::SetPeers(const uint8_t* buf, size_t len, std::string* error) {
   std::unique_ptr<PeerTable> t = PeerTable::Build(buf, len, error);
   if (!t) return false;
+  AttachTapTemplates(t.get());
   std::lock_guard<std::mutex> lock(control_mu_);
   const PeerTable* old = table_.exchange(t.release(), std::memory_order_seq_cst);
   uint64_t g = gen_.fetch_add(1, std::memory_order_seq_cst) + 1;
@@ -957,6 +1060,181 @@ void Engine::ReclaimLocked() {
     }
   }
   retired_.resize(keep);
+}
+
+void Engine::AttachTapTemplates(PeerTable* t) const {
+  if (tap_fd_ < 0 || t->size() == 0) return;
+  std::vector<uint8_t> aux(t->size() * sizeof(TapTemplate));
+  for (size_t i = 0; i < t->size(); i++) {
+    TapTemplate tpl;
+    BuildTapTemplate(t->records()[i], tap_cfg_, &tpl);
+    std::memcpy(&aux[i * sizeof(TapTemplate)], &tpl, sizeof(tpl));
+  }
+  t->SetAux(std::move(aux), sizeof(TapTemplate));
+}
+
+namespace {
+
+// Writes `value` to /proc/sys/<path>; false with `error` naming it.
+bool WriteSysctl(const std::string& path, const char* value, std::string* error) {
+  std::string file = "/proc/sys/" + path;
+  FILE* f = std::fopen(file.c_str(), "w");
+  bool ok = f != nullptr && std::fputs(value, f) >= 0;
+  if (f != nullptr && std::fclose(f) != 0) ok = false;
+  if (!ok) *error = file + ": " + std::strerror(errno);
+  return ok;
+}
+
+// The first character of /proc/sys/<path>, or 0.
+char ReadSysctl(const std::string& path) {
+  std::string file = "/proc/sys/" + path;
+  FILE* f = std::fopen(file.c_str(), "r");
+  if (f == nullptr) return 0;
+  int c = std::fgetc(f);
+  std::fclose(f);
+  return c == EOF ? 0 : static_cast<char>(c);
+}
+
+bool LinkUp(const std::string& name, std::string* error) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  std::memcpy(ifr.ifr_name, name.data(), name.size());
+  bool ok = ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
+  if (ok) {
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+    ok = ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+  }
+  if (!ok) *error = "set " + name + " up: " + std::strerror(errno);
+  close(s);
+  return ok;
+}
+
+}  // namespace
+
+// The TAP's frames arrive as its ingress with our own address as their source and leave
+// forwarded: accept_local, no strict reverse-path check (loose where the host's all/rp_filter
+// is strict: the effective value is the larger), forwarding. IPv6 underlay: forwarding (and
+// force_forwarding, kernel >= 6.17, where the host's all/forwarding is off), no addresses of its
+// own. These are the TAP's own settings: they go with it when the engine closes.
+void Engine::SetUpTap(const sockaddr_storage& bind) {
+  uint8_t mac[6];
+  std::string error;
+  int fd = OpenEgressTap(cfg_.tap_name, &tap_name_, mac, &error);
+  if (fd < 0) {
+    tap_note_ = error;
+    tap_name_.clear();
+    return;
+  }
+  tap_fd_ = fd;
+  tap_cfg_.vxlan = cfg_.format == Format::kVxlan;
+  tap_cfg_.codec = cfg_.codec;
+  std::memcpy(tap_cfg_.tap_mac, mac, 6);
+  std::memcpy(tap_cfg_.src_mac, mac, 6);
+  tap_cfg_.src_mac[5] ^= 1;  // any other unicast address
+  if (bind.ss_family == AF_INET) {
+    tap_cfg_.family = 4;
+    std::memcpy(tap_cfg_.src_ip, &reinterpret_cast<const sockaddr_in*>(&bind)->sin_addr, 4);
+  } else {
+    tap_cfg_.family = 6;
+    std::memcpy(tap_cfg_.src_ip, &reinterpret_cast<const sockaddr_in6*>(&bind)->sin6_addr, 16);
+  }
+  const std::string v4 = "net/ipv4/conf/" + tap_name_ + "/";
+  const std::string v6 = "net/ipv6/conf/" + tap_name_ + "/";
+  std::string ignored;
+  bool ok;
+  if (tap_cfg_.family == 4) {
+    WriteSysctl(v6 + "disable_ipv6", "1", &ignored);  // no router solicitations into the TAP
+    ok = WriteSysctl(v4 + "accept_local", "1", &error) &&
+         WriteSysctl(v4 + "rp_filter", ReadSysctl("net/ipv4/conf/all/rp_filter") == '1' ? "2" : "0",
+                     &error) &&
+         WriteSysctl(v4 + "forwarding", "1", &error);
+  } else {
+    WriteSysctl(v6 + "addr_gen_mode", "1", &ignored);
+    ok = WriteSysctl(v6 + "forwarding", "1", &error);
+    if (ok && ReadSysctl("net/ipv6/conf/all/forwarding") != '1') {
+      ok = WriteSysctl(v6 + "force_forwarding", "1", &error);
+    }
+  }
+  ok = ok && LinkUp(tap_name_, &error) && ProbeTap(&error);
+  if (!ok) {
+    tap_note_ = error;
+    close(tap_fd_);
+    tap_fd_ = -1;
+    tap_name_.clear();
+    return;
+  }
+  tap_on_.store(true);
+}
+
+// Whether this process may run threads SCHED_FIFO at cfg_.fifo_priority (tried on the calling
+// thread, then undone); if not, the loops run with the normal policy and fifo_note_ says why.
+void Engine::CheckFifo() {
+  int policy = SCHED_OTHER;
+  sched_param before = {};
+  int err = pthread_getschedparam(pthread_self(), &policy, &before);
+  if (err == 0) {
+    sched_param sp = {};
+    sp.sched_priority = cfg_.fifo_priority;
+    err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+    if (err == 0) pthread_setschedparam(pthread_self(), policy, &before);
+  }
+  if (err != 0) {
+    fifo_note_ = std::string("SCHED_FIFO ") + std::to_string(cfg_.fifo_priority) + ": " +
+                 std::strerror(err);
+    cfg_.fifo_priority = 0;
+  }
+}
+
+// One 2-segment TCP frame towards the loopback address (a martian destination on the TAP: the
+// kernel parses the tunnel header, then drops the frame). EINVAL: this kernel cannot take it.
+bool Engine::ProbeTap(std::string* error) {
+  PeerRecord p;
+  p.public_family = tap_cfg_.family;
+  p.flags = kPeerFlagVtepMac;
+  p.port = 9;
+  if (tap_cfg_.family == 4) {
+    p.public_ip[0] = 127;
+    p.public_ip[3] = 1;
+  } else {
+    p.public_ip[15] = 1;
+  }
+  TapTemplate t;
+  BuildTapTemplate(p, tap_cfg_, &t);
+  constexpr size_t kMss = 64;
+  uint8_t inner[20 + 20 + 2 * kMss] = {};
+  inner[0] = 0x45;
+  StoreBe16(inner + 2, sizeof(inner));
+  inner[8] = 64;
+  inner[9] = kProtoTcp;
+  inner[12] = 10;
+  inner[15] = 1;
+  inner[16] = 10;
+  inner[19] = 2;
+  StoreBe16(inner + 10, Checksum(inner, 20));
+  inner[20 + 12] = 5 << 4;
+  inner[20 + 13] = 0x10;  // ACK
+  StoreBe16(inner + 20 + 16, PseudoHeaderSum(4, inner + 12, inner + 16, kProtoTcp,
+                                             sizeof(inner) - 20));
+  VnetHdr h;
+  h.flags = kVnetFlagNeedsCsum;
+  h.gso_type = kVnetGsoTcpV4;
+  h.gso_size = kMss;
+  h.csum_start = 20;
+  h.csum_offset = 16;
+  uint8_t frame[kTapVnetHdrLen + kTapTemplateMax + sizeof(inner)];
+  size_t n = WriteTapHeaders(t, h, sizeof(inner), 40, 4, 9, 0, frame);
+  if (cfg_.tap_probe_fail) frame[20] = frame[21] = 0;  // outer_th_offset 0: refused
+  std::memcpy(frame + n, inner, sizeof(inner));
+  if (write(tap_fd_, frame, n + sizeof(inner)) < 0) {
+    *error = std::string("probe (a tunnel GSO frame): ") + std::strerror(errno);
+    return false;
+  }
+  return true;
 }
 
 size_t Engine::peer_count() const { return table_.load()->size(); }
@@ -1036,11 +1314,23 @@ int Engine::Run(int w, Direction dir) {
     CPU_SET(cpus_[w], &set);
     pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // allowed: checked at Create
   }
+  // The loop thread alone runs SCHED_FIFO (permitted: checked at Create); the pool thread goes
+  // back to its own policy after.
+  int policy = SCHED_OTHER;
+  sched_param before = {};
+  const bool fifo = cfg_.fifo_priority > 0 &&
+                    pthread_getschedparam(pthread_self(), &policy, &before) == 0;
+  if (fifo) {
+    sched_param sp = {};
+    sp.sched_priority = cfg_.fifo_priority;
+    pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+  }
   int rc;
   {
     std::unique_ptr<Loop> loop(new Loop(this, wp, dir));
     rc = loop->Run();
   }
+  if (fifo) pthread_setschedparam(pthread_self(), policy, &before);
   for (int i = first; i <= last; i++) wp->running[i].store(false);
   return rc;
 }

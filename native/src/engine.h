@@ -30,6 +30,7 @@
 #include "codec.h"
 #include "packet.h"
 #include "peer_table.h"
+#include "tap_tx.h"
 
 namespace weft {
 
@@ -62,6 +63,12 @@ struct EngineConfig {
   bool cpu_affine = false;
   // Attach a TUN steering program at all (tests turn it off to see the TUN's own choice).
   bool steering = true;
+  // With kOffloadTapGso: the egress TAP's name ("" lets the kernel pick) and a test knob that
+  // makes the start-up probe write a frame the kernel refuses.
+  std::string tap_name;
+  bool tap_probe_fail = false;
+  // Run the loop threads SCHED_FIFO at this priority (1..99; 0 = the normal policy).
+  int fifo_priority = 0;
   CodecConfig codec;
 };
 
@@ -87,6 +94,8 @@ enum Counter : uint32_t {
   kGsoFallbacks,   // UDP GSO messages refused with EMSGSIZE (path MTU below a segment), resent
                    // datagram by datagram (the kernel fragments them, as kernel vxlan does)
   kRemoteWakeups,  // wake-ups to receive datagrams the kernel took in on another CPU
+  kTapWrites,      // frames written to the egress TAP (a TSO super-packet whole, or one packet)
+  kTapDisabled,    // 1 once the TAP refused a frame with EINVAL and TCP went back to the sockets
   kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
@@ -96,6 +105,7 @@ inline constexpr const char* kCounterNames[] = {
     "tx_packets",   "tx_bytes",     "rx_packets", "rx_bytes",      "icmp_sent",      "tun_reads",
     "send_batches", "recv_batches", "wakeups",    "tso_segments",  "gro_writes",     "gso_sends",
     "gso_disabled", "gro_trains",   "busy_polls", "gso_fallbacks", "remote_wakeups",
+    "tap_writes",   "tap_disabled",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kDropBase,
               "kCounterNames out of step with enum Counter");
@@ -152,6 +162,12 @@ class Engine {
   // Why CPU-affine queues were asked for but not set up, or why no steering program is attached
   // ("" if neither).
   const std::string& affinity_note() const { return affinity_note_; }
+  // The egress TAP's name while TCP leaves through it ("" when it does not), and why it does
+  // not when it was asked for ("" otherwise).
+  const std::string& tap_name() const { return tap_name_; }
+  const std::string& tap_note() const { return tap_note_; }
+  // Why SCHED_FIFO was asked for and is not used ("" otherwise).
+  const std::string& fifo_note() const { return fifo_note_; }
 
  private:
   // VXLAN sends from kSourcePorts sockets bound to ephemeral ports, picked by the inner flow's
@@ -188,6 +204,13 @@ class Engine {
   const PeerTable* AcquireTable(std::atomic<uint64_t>* seen);
   void SetUpSteering();
   void ReclaimLocked();
+  // Opens the egress TAP, sets its sysctls, brings it up and probes it (tap_tx.h); on any
+  // failure closes it and leaves tap_note_ saying why (TCP then leaves by the sockets).
+  void SetUpTap(const sockaddr_storage& bind);
+  bool ProbeTap(std::string* error);
+  void CheckFifo();
+  // Attaches the TAP header templates to a table about to be published.
+  void AttachTapTemplates(PeerTable* t) const;
 
   EngineConfig cfg_;
   std::string tun_name_;
@@ -201,6 +224,14 @@ class Engine {
   int src_count_ = 0;  // 0: send from udp_fd (flannel-udp sends from its port, as flannel)
   int src6_fds_[kSourcePorts] = {-1, -1, -1, -1, -1, -1, -1, -1};  // dual-stack: IPv6 ones
   int src6_count_ = 0;
+  uint16_t src_ports_[kSourcePorts] = {};  // their ports, host order (TAP frames use them too)
+  // The egress TAP (one per engine, shared by the queues: each write is one frame).
+  int tap_fd_ = -1;
+  std::string tap_name_;
+  std::string tap_note_;
+  std::atomic<bool> tap_on_{false};  // false for good after a runtime EINVAL
+  TapFrameConfig tap_cfg_;
+  std::string fifo_note_;
   std::atomic<bool> stop_{false};
   std::atomic<const PeerTable*> table_{nullptr};
   std::atomic<uint64_t> gen_{1};

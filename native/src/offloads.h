@@ -23,6 +23,8 @@ constexpr unsigned kTunFAll = kTunFCsum | kTunFTso4 | kTunFTso6 | kTunFUso4 | kT
 constexpr unsigned kOffloadGro = 0x10000;  // received TCP (and UDP with USO) coalesced (coalesce.h)
 constexpr unsigned kOffloadUdpGso = 0x20000;  // UDP_SEGMENT on send
 constexpr unsigned kOffloadUdpGro = 0x40000;  // UDP_GRO on receive
+// TCP (TSO super-packets whole) sent through the egress TAP with tunnel GSO (tap_tx.h)
+constexpr unsigned kOffloadTapGso = 0x80000;
 
 struct OffloadName {
   const char* name;
@@ -32,7 +34,7 @@ struct OffloadName {
 inline constexpr OffloadName kOffloadNames[] = {
     {"csum", kTunFCsum},         {"tso4", kTunFTso4},         {"tso6", kTunFTso6},
     {"uso4", kTunFUso4},         {"uso6", kTunFUso6},         {"gro", kOffloadGro},
-    {"udp_gso", kOffloadUdpGso}, {"udp_gro", kOffloadUdpGro},
+    {"udp_gso", kOffloadUdpGso}, {"udp_gro", kOffloadUdpGro},   {"tap_gso", kOffloadTapGso},
 };
 inline constexpr size_t kOffloadCount = sizeof(kOffloadNames) / sizeof(kOffloadNames[0]);
 

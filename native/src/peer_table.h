@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace weft {
@@ -57,6 +58,18 @@ class PeerTable {
   size_t size() const { return records_.size(); }
   const PeerRecord* records() const { return records_.data(); }
 
+  // Bytes a sender derives per record (the engine's egress-TAP header templates), attached
+  // before the table is published: `stride` bytes per record, in record order. Aux(r) is null
+  // when none are attached.
+  void SetAux(std::vector<uint8_t> aux, size_t stride) {
+    aux_ = std::move(aux);
+    aux_stride_ = stride;
+  }
+  const uint8_t* Aux(const PeerRecord* r) const {
+    if (aux_.empty()) return nullptr;
+    return &aux_[static_cast<size_t>(r - records_.data()) * aux_stride_];
+  }
+
  private:
   struct Key {
     uint64_t hi = 0;
@@ -86,6 +99,8 @@ class PeerTable {
   std::vector<Level> levels_v4_;  // longest prefix first
   std::vector<Level> levels_v6_;
   Index public_index_;
+  std::vector<uint8_t> aux_;
+  size_t aux_stride_ = 0;
 };
 
 }  // namespace weft

@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "offloads.h"
 #include "packet.h"
+#include "tap_tx.h"
 
 namespace weft {
 
@@ -55,6 +57,35 @@ int OpenTunQueue(const std::string& name, std::string* actual_name, std::string*
 
 int OpenPlainTun(const std::string& name, std::string* actual_name, std::string* error) {
   return Open(name, IFF_TUN | IFF_NO_PI, actual_name, error);
+}
+
+int OpenEgressTap(const std::string& name, std::string* actual_name, uint8_t mac[6],
+                  std::string* error) {
+  int fd = Open(name, IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, actual_name, error);
+  if (fd < 0) return fd;
+  int hdr = static_cast<int>(kTapVnetHdrLen);
+  const unsigned offloads =
+      kTunFCsum | kTunFTso4 | kTunFTso6 | kTunFUdpTunnelGso | kTunFUdpTunnelGsoCsum;
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  const char* step = "TUNSETVNETHDRSZ 24";
+  int rc = ioctl(fd, TUNSETVNETHDRSZ, &hdr);
+  if (rc == 0) {
+    step = "TUNSETOFFLOAD (UDP tunnel GSO, kernel >= 6.17)";
+    rc = ioctl(fd, TUNSETOFFLOAD, static_cast<unsigned long>(offloads));
+  }
+  if (rc == 0) {
+    step = "SIOCGIFHWADDR";
+    rc = ioctl(fd, SIOCGIFHWADDR, &ifr);
+  }
+  if (rc != 0) {
+    int e = errno;
+    close(fd);
+    *error = std::string(step) + " " + *actual_name + ": " + std::strerror(e);
+    return -e;
+  }
+  std::memcpy(mac, ifr.ifr_hwaddr.sa_data, 6);
+  return fd;
 }
 
 unsigned ProbeTunOffloads(int fd, unsigned enable) {

@@ -19,6 +19,13 @@ int OpenTunQueue(const std::string& name, std::string* actual_name, std::string*
 // engine's device. Returns the fd or -errno with `error` set.
 int OpenPlainTun(const std::string& name, std::string* actual_name, std::string* error);
 
+// Opens the egress TAP `name` ("" lets the kernel pick; *actual_name gets it): IFF_TAP |
+// IFF_NO_PI | IFF_VNET_HDR with the 24-byte tunnel vnet header and TUNSETOFFLOAD CSUM, TSO4/6
+// and UDP tunnel GSO (+ CSUM), which kernels before 6.17 refuse; `mac` gets the TAP's MAC.
+// Returns the fd, or -errno with `error` naming the step that failed.
+int OpenEgressTap(const std::string& name, std::string* actual_name, uint8_t mac[6],
+                  std::string* error);
+
 // Tries each offload set in turn on `fd` (the device's offloads are shared by its queues) and
 // returns the TUN_F_* bits the kernel accepted; leaves the device with `enable` & accepted.
 unsigned ProbeTunOffloads(int fd, unsigned enable);

@@ -96,6 +96,12 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly cpuAffine?: boolean;
   /** Attach a TUN steering program (by flow, or by CPU when affine). Default true. */
   readonly steering?: boolean;
+  /** The egress TAP's name, with the tap_gso offload ('' lets the kernel pick). */
+  readonly tapName?: string;
+  /** Test knob: the TAP's start-up probe writes a frame the kernel refuses. */
+  readonly tapProbeFail?: boolean;
+  /** Run the loop threads SCHED_FIFO at this priority (1..99); 0 or absent: normal policy. */
+  readonly fifoPriority?: number;
 }
 
 export interface NativeEngine {
@@ -109,6 +115,12 @@ export interface NativeEngine {
   steering: 'flow' | 'cpu' | 'tun';
   /** Why CPU-affine queues or the steering program are not in use ('' when all is as asked). */
   affinityNote: string;
+  /** The egress TAP TCP leaves by ('' when it leaves by the sockets). */
+  tapName: string;
+  /** Why tap_gso was asked for and is not in use ('' otherwise). */
+  tapNote: string;
+  /** Why SCHED_FIFO was asked for and is not in use ('' otherwise). */
+  fifoNote: string;
 }
 
 // ---- bpf engine (src/dataplane/bpf-binding.ts, bpf-engine.ts; native/src/bpf_loader.h) ----

@@ -47,6 +47,11 @@ export interface DataplaneOptions {
   /** Busy-poll this many µs after a light drain before sleeping (native engine; 0 = never). */
   readonly busyPollUs?: number;
   /**
+   * Native engine: run the loop threads SCHED_FIFO at this priority (1..99; 0 = the normal
+   * policy, the default). Without the privilege: logged, normal policy.
+   */
+  readonly schedFifo?: number;
+  /**
    * Native engine: 1 thread per queue moving both directions (default), or 2, one per
    * direction, so a flow's data and its ACKs are moved by different threads (and CPUs). On the
    * 2-CPU bench machine the split measured no faster (bench/README), so it is opt-in.

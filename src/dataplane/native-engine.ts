@@ -10,7 +10,7 @@ import { logger } from '../common/log.js';
 import { loadDataplaneBinding } from './binding.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import type { Direction, WorkerMessage, WorkerResult, WorkerTask } from './messages.js';
-import { OFFLOAD_NAMES, offloadsFromEnv } from './offloads.js';
+import { OFFLOAD_NAMES, egressTapName, offloadsFromEnv } from './offloads.js';
 import type { OffloadName } from './offloads.js';
 import { encodePeerTable } from './peer-table.js';
 import { COUNTERS, DROP_REASONS, decodeCounters } from './stats.js';
@@ -107,6 +107,10 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       busyPollUs: opts.busyPollUs ?? 0,
       cpuAffine: opts.cpuAffine ?? false,
       steering: opts.steering ?? true,
+      tapName: egressTapName(opts.tunName),
+      // test knob: the egress TAP's probe is refused, so the engine starts on the fallback
+      tapProbeFail: process.env.WEFT_TEST_TAP_PROBE_FAIL === '1',
+      fifoPriority: opts.schedFifo ?? 0,
     });
   } catch (err) {
     throw new WeftError('WEFT_ERR_DATAPLANE', (err as Error).message, {
@@ -208,9 +212,20 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       opts.cpuAffine ? 'dataplane queues run unpinned' : 'dataplane TUN steering unavailable',
     );
   }
+  const wanted = opts.offloads ?? offloadsFromEnv();
+  if (created.tapNote !== '' && wanted.includes('tap_gso')) {
+    log.info(
+      { tun: created.tunName, reason: created.tapNote },
+      'egress TAP unavailable: TCP super-packets are split and sent with UDP GSO',
+    );
+  }
+  if (created.fifoNote !== '') {
+    log.warn({ tun: created.tunName, reason: created.fifoNote }, 'dataplane loops run unprioritised');
+  }
   log.debug(
     {
       tun: created.tunName,
+      tap: created.tapName,
       workers: opts.workers,
       threadIds,
       offloadsAccepted: created.offloadsAccepted,
@@ -222,6 +237,23 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
   const offloads = Object.fromEntries(
     OFFLOAD_NAMES.map((f) => [f, created.offloadsEnabled.includes(f)]),
   ) as Record<OffloadName, boolean>;
+  // A runtime EINVAL from the TAP switches the engine back to split + UDP GSO for good (the
+  // tap_disabled counter): said once.
+  let tapWatch: NodeJS.Timeout | undefined;
+  if (created.tapName !== '') {
+    tapWatch = setInterval(() => {
+      if (phase !== 'running') return;
+      const s = decodeCounters('native', native.engineCounters(id));
+      if (s.total.counters.tap_disabled > 0) {
+        clearInterval(tapWatch);
+        log.warn(
+          { tun: created.tunName, tap: created.tapName },
+          'egress TAP refused a frame (EINVAL): TCP super-packets are split and sent with UDP GSO from now on',
+        );
+      }
+    }, 1000);
+    tapWatch.unref();
+  }
   let closed: Promise<void> | null = null;
   return {
     engine: 'native',
@@ -247,6 +279,7 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
     close() {
       closed ??= (async () => {
         phase = 'closing';
+        clearInterval(tapWatch);
         await stopAll();
         log.debug({ tun: created.tunName }, 'dataplane stopped');
       })();

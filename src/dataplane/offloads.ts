@@ -9,6 +9,8 @@
  *   uso4, uso6         the same for UDP (kernel >= 6.2; the kernel takes them only as a pair)
  *   gro                received TCP (and UDP, with USO) coalesced into GSO TUN writes
  *   udp_gso, udp_gro   UDP_SEGMENT on send, UDP_GRO on receive
+ *   tap_gso            TCP sent through the egress TAP, a TSO super-packet whole per write
+ *                      (tunnel GSO, kernel >= 6.17; probed, else split + UDP_SEGMENT)
  */
 export const OFFLOAD_NAMES = [
   'csum',
@@ -19,6 +21,7 @@ export const OFFLOAD_NAMES = [
   'gro',
   'udp_gso',
   'udp_gro',
+  'tap_gso',
 ] as const;
 export type OffloadName = (typeof OFFLOAD_NAMES)[number];
 
@@ -45,4 +48,12 @@ export function offloadsFromEnv(
   if (value === 'none') return [];
   const want = new Set(value.split(',').map((n) => n.trim()));
   return OFFLOAD_NAMES.filter((n) => want.has(n));
+}
+
+/**
+ * The egress TAP of the engine whose TUN is `tun` (tap_gso): `<tun>-tx`, the TUN's name cut so
+ * the whole fits IFNAMSIZ (15 characters); '' (the kernel picks) for an unnamed TUN.
+ */
+export function egressTapName(tun: string): string {
+  return tun === '' ? '' : `${tun.slice(0, 12)}-tx`;
 }

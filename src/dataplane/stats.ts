@@ -45,6 +45,8 @@ export const COUNTERS = [
   'busy_polls',
   'gso_fallbacks',
   'remote_wakeups',
+  'tap_writes',
+  'tap_disabled',
 ] as const;
 export type CounterName = (typeof COUNTERS)[number];
 export const COUNTERS_PER_WORKER = COUNTERS.length + DROP_REASONS.length;
@@ -212,6 +214,11 @@ export function registerDataplaneMetrics(
     'Wake-ups to receive datagrams the kernel took in on another CPU (one more cross-CPU hop).',
     (s) => s.counters.remote_wakeups,
   );
+  counter(
+    'weft_dataplane_tap_writes_total',
+    'Frames written to the egress TAP (a TCP super-packet whole, or one packet).',
+    (s) => s.counters.tap_writes,
+  );
   new Counter({
     name: 'weft_dataplane_dropped_packets_total',
     help: 'Packets dropped by the dataplane, by reason (a fixed set).',
@@ -228,7 +235,7 @@ export function registerDataplaneMetrics(
   });
   new Gauge({
     name: 'weft_dataplane_offload_enabled',
-    help: 'Whether each dataplane offload is in use (probed at start; udp_gso turns 0 if the socket refuses it).',
+    help: 'Whether each dataplane offload is in use (probed at start; udp_gso turns 0 if the socket refuses it, tap_gso if the TAP refuses a frame).',
     labelNames: ['feature'],
     registers: [registry],
     collect() {
@@ -236,7 +243,9 @@ export function registerDataplaneMetrics(
       this.reset();
       for (const f of OFFLOAD_NAMES) {
         const on = s?.offloads?.[f] ?? false;
-        const off = f === 'udp_gso' && (s?.total.counters.gso_disabled ?? 0) > 0;
+        const off =
+          (f === 'udp_gso' && (s?.total.counters.gso_disabled ?? 0) > 0) ||
+          (f === 'tap_gso' && (s?.total.counters.tap_disabled ?? 0) > 0);
         this.set({ feature: f }, on && !off ? 1 : 0);
       }
     },

@@ -25,7 +25,8 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
-import { NetnsScope, ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
+import { offloadsFromEnv } from '../../src/dataplane/offloads.js';
+import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 import {
   type Node,
   type Side,
@@ -407,7 +408,10 @@ describe('dataplane engine between two namespaces', { skip }, () => {
 
   for (const format of ['udp', 'vxlan'] as const) {
     test(`${format}: a path MTU below the segment size under load: GSO messages go as datagrams (counted), and GSO resumes when it grows back`, async (t) => {
-      const nodes = await startPair(scope, [A, B], format, 'native');
+      // TCP by the sockets (split + UDP GSO): the egress TAP off.
+      const nodes = await startPair(scope, [A, B], format, 'native', {
+        offloads: offloadsFromEnv().filter((o) => o !== 'tap_gso'),
+      });
       type Full = Stats & { total: { drops: Record<string, number> } };
       const stats = async () => (await nodes[0].send({ cmd: 'stats' })).stats as Full;
       const iperf = async (args: string[], during?: () => void) => {
@@ -446,6 +450,58 @@ describe('dataplane engine between two namespaces', { skip }, () => {
         assert.ok(s2.total.counters.gso_sends! > s1.total.counters.gso_sends!);
         assert.equal(s2.total.counters.gso_fallbacks, s1.total.counters.gso_fallbacks);
         assert.equal(s2.total.drops.send_error, 0);
+      } finally {
+        try {
+          ip(A.ns, 'route', 'del', host);
+        } catch {
+          // already gone
+        }
+        await stopPair(nodes);
+      }
+    });
+  }
+
+  for (const format of ['udp', 'vxlan'] as const) {
+    test(`${format}: a path MTU below the segment size under load, TCP by the egress TAP: the kernel fragments (outer DF clear), nothing is lost`, async (t) => {
+      const nodes = await startPair(scope, [A, B], format, 'native');
+      type Full = Stats & { total: { drops: Record<string, number> } };
+      const stats = async () => (await nodes[0].send({ cmd: 'stats' })).stats as Full;
+      const host = `${B.under}/32`;
+      try {
+        if (!(await stats()).offloads.tap_gso) {
+          t.skip('tap_gso is off (WEFT_DATAPLANE_OFFLOADS or a kernel before 6.17)');
+          return;
+        }
+        /** Ip FragCreates in A's /proc/net/snmp. */
+        const fragCreates = () => {
+          const rows = nsExec(A.ns, 'cat', ['/proc/net/snmp'])
+            .split('\n')
+            .filter((l) => l.startsWith('Ip:'))
+            .map((l) => l.split(/\s+/));
+          return Number(rows[1]![rows[0]!.indexOf('FragCreates')]);
+        };
+        const frags0 = fragCreates();
+        const srv = nsExecAsync(B.ns, 'iperf3', ['-s', '-1', '-B', B.v4], 60_000);
+        await new Promise((r) => setTimeout(r, 300));
+        const client = nsExecAsync(
+          A.ns,
+          'iperf3',
+          ['-c', B.v4, '-B', A.v4, '-J', '-t', '3'],
+          60_000,
+        );
+        await new Promise((r) => setTimeout(r, 1000));
+        ip(A.ns, 'route', 'replace', host, 'dev', 'va', 'mtu', '1200');
+        const out = await client;
+        await srv;
+        const bytes = (JSON.parse(out) as { end: { sum_received: { bytes: number } } }).end
+          .sum_received.bytes;
+        assert.ok(bytes > 1e6, `${bytes} bytes`);
+        const s = await stats();
+        assert.ok(s.total.counters.tap_writes! > 0, JSON.stringify(s.total.counters));
+        assert.equal(s.total.counters.tap_disabled, 0);
+        assert.equal(s.total.drops.send_error, 0, JSON.stringify(s.total.drops));
+        // The kernel cut the forwarded outer packets into fragments on the way out.
+        assert.ok(fragCreates() > frags0, 'no fragment created');
       } finally {
         try {
           ip(A.ns, 'route', 'del', host);

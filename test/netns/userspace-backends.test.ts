@@ -139,7 +139,17 @@ describe('udp backend across 3 nodes', { skip }, () => {
     assert.match(m, /weft_dataplane_dropped_packets_total\{reason="spoofed_source"\} \d+/);
     const offload = (f: string) => metric(m, 'weft_dataplane_offload_enabled', `{feature="${f}"}`);
     const want = process.env.WEFT_DATAPLANE_OFFLOADS === 'none' ? 0 : 1;
-    for (const f of ['csum', 'tso4', 'tso6', 'uso4', 'uso6', 'gro', 'udp_gso', 'udp_gro'])
+    for (const f of [
+      'csum',
+      'tso4',
+      'tso6',
+      'uso4',
+      'uso6',
+      'gro',
+      'udp_gso',
+      'udp_gro',
+      'tap_gso',
+    ])
       assert.equal(offload(f), want, f);
     // The exposition passes Prometheus' own linter (throws with its complaints otherwise).
     execFileSync('promtool', ['check', 'metrics'], { input: m, encoding: 'utf8' });
