@@ -220,7 +220,10 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
     );
   }
   if (created.fifoNote !== '') {
-    log.warn({ tun: created.tunName, reason: created.fifoNote }, 'dataplane loops run unprioritised');
+    log.warn(
+      { tun: created.tunName, reason: created.fifoNote },
+      'dataplane loops run unprioritised',
+    );
   }
   log.debug(
     {

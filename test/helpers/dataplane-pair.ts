@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { DataplaneEngine } from '../../src/dataplane/index.js';
 import { PACKAGE_ROOT as ROOT } from '../../src/testbed/cluster.js';
-import { type NetnsScope, ip } from '../../src/testbed/netns.js';
+import { type NetnsScope, ip, nsExec } from '../../src/testbed/netns.js';
 
 /** One dataplane-node.ts process: its first line (ready) and one reply per command. */
 export class Node {
@@ -149,4 +149,47 @@ export function twoNodes(scope: NetnsScope): [Side, Side] {
     mac: `02:00:00:00:07:0${i}`,
   });
   return [side(a, 1), side(b, 2)];
+}
+
+/**
+ * A kernel vxlan device "vx" in `s`'s namespace on `dev`, programmed as flannel does for `peer`
+ * (VNI 1, port 8472, `s`'s VtepMAC; route, neighbour and fdb entry for the peer's subnets and
+ * VtepMAC). Deleted by `ip link del vx` (or with the namespace).
+ */
+export function addKernelVxlan(s: Side, dev: string, peer: Side): void {
+  ip(
+    s.ns,
+    'link',
+    'add',
+    'vx',
+    'type',
+    'vxlan',
+    'id',
+    '1',
+    'dstport',
+    String(PORT.vxlan),
+    'local',
+    s.under,
+    'dev',
+    dev,
+    'nolearning',
+  );
+  ip(s.ns, 'link', 'set', 'vx', 'address', s.mac, 'mtu', '1450', 'up');
+  ip(s.ns, 'addr', 'add', `${s.v4}/32`, 'dev', 'vx');
+  ip(s.ns, 'addr', 'add', `${s.v6}/128`, 'dev', 'vx', 'nodad');
+  ip(s.ns, 'route', 'add', peer.subnet, 'via', peer.v4, 'dev', 'vx', 'onlink');
+  ip(s.ns, 'route', 'add', peer.subnet6, 'via', peer.v6, 'dev', 'vx', 'onlink');
+  ip(s.ns, 'neigh', 'replace', peer.v4, 'lladdr', peer.mac, 'dev', 'vx', 'nud', 'permanent');
+  ip(s.ns, 'neigh', 'replace', peer.v6, 'lladdr', peer.mac, 'dev', 'vx', 'nud', 'permanent');
+  nsExec(s.ns, 'bridge', [
+    'fdb',
+    'append',
+    peer.mac,
+    'dev',
+    'vx',
+    'dst',
+    peer.under,
+    'self',
+    'permanent',
+  ]);
 }

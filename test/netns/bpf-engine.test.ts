@@ -16,6 +16,7 @@ import { PROBE_FAIL_ENV } from '../../src/dataplane/bpf-engine.js';
 import {
   type Node,
   type Side,
+  addKernelVxlan,
   peersOf,
   startNode,
   stopPair,
@@ -138,43 +139,8 @@ describe('bpf engine between two namespaces', { skip }, () => {
 
   test('vxlan: bpf ⇄ a hand-made kernel vxlan device, both ways', async () => {
     // B: a kernel vxlan device programmed as flannel does (neighbour + fdb for A's VtepMAC).
-    ip(
-      B.ns,
-      'link',
-      'add',
-      'vx',
-      'type',
-      'vxlan',
-      'id',
-      '1',
-      'dstport',
-      '8472',
-      'local',
-      B.under,
-      'dev',
-      'vb',
-      'nolearning',
-    );
     try {
-      ip(B.ns, 'link', 'set', 'vx', 'address', B.mac, 'mtu', '1450', 'up');
-      ip(B.ns, 'addr', 'add', `${B.v4}/32`, 'dev', 'vx');
-      ip(B.ns, 'addr', 'add', `${B.v6}/128`, 'dev', 'vx', 'nodad');
-      ip(B.ns, 'route', 'add', '10.7.1.0/24', 'via', A.v4, 'dev', 'vx', 'onlink');
-      ip(B.ns, 'route', 'add', 'fd07:0:0:1::/64', 'via', A.v6, 'dev', 'vx', 'onlink');
-      ip(B.ns, 'neigh', 'replace', A.v4, 'lladdr', A.mac, 'dev', 'vx', 'nud', 'permanent');
-      ip(B.ns, 'neigh', 'replace', A.v6, 'lladdr', A.mac, 'dev', 'vx', 'nud', 'permanent');
-      ip(B.ns, 'link', 'set', 'vx', 'type', 'vxlan', 'id', '1');
-      nsExec(B.ns, 'bridge', [
-        'fdb',
-        'append',
-        A.mac,
-        'dev',
-        'vx',
-        'dst',
-        A.under,
-        'self',
-        'permanent',
-      ]);
+      addKernelVxlan(B, 'vb', A);
       const a = await start(A, 'vxlan', 'bpf');
       try {
         await a.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });

@@ -19,7 +19,7 @@
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -576,6 +576,24 @@ describe('dataplane engine between two namespaces', { skip }, () => {
       const after = (await nodes[1].send({ cmd: 'stats' })).stats as Stats;
       assert.ok(after.total.counters.rx_packets! > 1000);
       assert.equal(typeof after.total.counters.remote_wakeups, 'number');
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('--dataplane-sched-fifo: the loop threads alone run SCHED_FIFO at that priority', async () => {
+    const nodes = await startPair(scope, [A, B], 'vxlan', 'native', { schedFifo: 7 });
+    try {
+      // /proc/PID/task/TID/stat: field 40 rt_priority, 41 policy (1 = SCHED_FIFO), counted
+      // after the ")" that ends the thread's name.
+      const pid = nodes[0].proc.pid!;
+      const fifo = readdirSync(`/proc/${pid}/task`).filter((tid) => {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+        const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        return f[41 - 3] === '1' && f[40 - 3] === '7';
+      });
+      assert.equal(fifo.length, 2, 'one loop thread per queue');
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
     } finally {
       await stopPair(nodes);
     }

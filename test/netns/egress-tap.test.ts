@@ -17,9 +17,9 @@ import { after, before, describe, test } from 'node:test';
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 import {
   type Node,
-  PORT,
   type Side,
   type Stats,
+  addKernelVxlan,
   peersOf,
   startNode,
   stopPair,
@@ -120,44 +120,9 @@ describe('egress-TAP TX between two namespaces', { skip }, () => {
   }
 
   test('vxlan: the TAP path against a kernel vxlan device, no checksum error there', async () => {
-    // B: a kernel vxlan device programmed as flannel does (neighbour + fdb for A's VtepMAC).
-    ip(
-      B.ns,
-      'link',
-      'add',
-      'vx',
-      'type',
-      'vxlan',
-      'id',
-      '1',
-      'dstport',
-      String(PORT.vxlan),
-      'local',
-      B.under,
-      'dev',
-      'vb',
-      'nolearning',
-    );
     let a: Node | undefined;
     try {
-      ip(B.ns, 'link', 'set', 'vx', 'address', B.mac, 'mtu', '1450', 'up');
-      ip(B.ns, 'addr', 'add', `${B.v4}/32`, 'dev', 'vx');
-      ip(B.ns, 'addr', 'add', `${B.v6}/128`, 'dev', 'vx', 'nodad');
-      ip(B.ns, 'route', 'add', '10.7.1.0/24', 'via', A.v4, 'dev', 'vx', 'onlink');
-      ip(B.ns, 'route', 'add', 'fd07:0:0:1::/64', 'via', A.v6, 'dev', 'vx', 'onlink');
-      ip(B.ns, 'neigh', 'replace', A.v4, 'lladdr', A.mac, 'dev', 'vx', 'nud', 'permanent');
-      ip(B.ns, 'neigh', 'replace', A.v6, 'lladdr', A.mac, 'dev', 'vx', 'nud', 'permanent');
-      nsExec(B.ns, 'bridge', [
-        'fdb',
-        'append',
-        A.mac,
-        'dev',
-        'vx',
-        'dst',
-        A.under,
-        'self',
-        'permanent',
-      ]);
+      addKernelVxlan(B, 'vb', A);
       a = await start(A, 'vxlan');
       await a.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
       const errs0 = csumErrors(B.ns);

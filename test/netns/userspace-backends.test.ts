@@ -20,6 +20,7 @@ import { execFileSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { OFFLOAD_NAMES } from '../../src/dataplane/offloads.js';
 import { Cluster, type Pod, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
 import { KERNEL_NODE, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
@@ -139,18 +140,7 @@ describe('udp backend across 3 nodes', { skip }, () => {
     assert.match(m, /weft_dataplane_dropped_packets_total\{reason="spoofed_source"\} \d+/);
     const offload = (f: string) => metric(m, 'weft_dataplane_offload_enabled', `{feature="${f}"}`);
     const want = process.env.WEFT_DATAPLANE_OFFLOADS === 'none' ? 0 : 1;
-    for (const f of [
-      'csum',
-      'tso4',
-      'tso6',
-      'uso4',
-      'uso6',
-      'gro',
-      'udp_gso',
-      'udp_gro',
-      'tap_gso',
-    ])
-      assert.equal(offload(f), want, f);
+    for (const f of OFFLOAD_NAMES) assert.equal(offload(f), want, f);
     // The exposition passes Prometheus' own linter (throws with its complaints otherwise).
     execFileSync('promtool', ['check', 'metrics'], { input: m, encoding: 'utf8' });
   });

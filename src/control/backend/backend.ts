@@ -55,6 +55,8 @@ export interface BackendOptions {
   readonly dataplaneQueueThreads: 1 | 2;
   /** --dataplane-cpu-affine: queue k pinned to CPU k. */
   readonly dataplaneCpuAffine: boolean;
+  /** --dataplane-sched-fifo: SCHED_FIFO priority of the loop threads; 0 = normal policy. */
+  readonly dataplaneSchedFifo: number;
   /** --subnet-file: vxlan keeps its VtepMAC beside it (vtep-mac.ts); null = not kept. */
   readonly subnetFile: string | null;
 }
@@ -67,6 +69,7 @@ export const DEFAULT_BACKEND_OPTIONS: BackendOptions = Object.freeze({
   dataplaneBusyPoll: 0,
   dataplaneQueueThreads: 1,
   dataplaneCpuAffine: true,
+  dataplaneSchedFifo: 0,
   subnetFile: null,
 });
 

@@ -190,6 +190,7 @@ export function createUserspaceBackend(
         busyPollUs: ctx.options.dataplaneBusyPoll,
         queueThreads: ctx.options.dataplaneQueueThreads,
         cpuAffine: ctx.options.dataplaneCpuAffine,
+        schedFifo: ctx.options.dataplaneSchedFifo,
         bindIp,
         ...(bindIp6 ? { bindIp6 } : {}),
         port: spec.port,

@@ -98,6 +98,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           // flags.ts allows 1..2
           dataplaneQueueThreads: o.dataplaneQueueThreads === 2 ? 2 : 1,
           dataplaneCpuAffine: o.dataplaneCpuAffine,
+          dataplaneSchedFifo: o.dataplaneSchedFifo,
           // vxlan keeps its VtepMAC in a file beside subnet.env (backend/vtep-mac.ts)
           subnetFile: o.subnetFile || null,
         }),

@@ -268,7 +268,7 @@ export const DAEMON_FLAGS = {
   'dataplane-offloads': {
     kind: 'string',
     default: '',
-    help: 'userspace dataplane offloads: all, none, or a comma list of csum,tso4,tso6,uso4,uso6,gro,udp_gso,udp_gro (default: $WEFT_DATAPLANE_OFFLOADS, else all)',
+    help: 'userspace dataplane offloads: all, none, or a comma list of csum,tso4,tso6,uso4,uso6,gro,udp_gso,udp_gro,tap_gso (default: $WEFT_DATAPLANE_OFFLOADS, else all)',
     envSplit: false,
     valueName: 'LIST',
     convert: (text: string) => {
@@ -284,6 +284,11 @@ export const DAEMON_FLAGS = {
   'dataplane-cpu-affine': bool(
     true,
     "pin userspace dataplane queue k to CPU k, steer TUN packets to the sending CPU's queue and receive on that CPU's socket (needs one queue per CPU; else logged and unpinned; =false: unpinned, the TUN steers by flow)",
+  ),
+  'dataplane-sched-fifo': int(
+    0,
+    'run the userspace dataplane loop threads SCHED_FIFO at this priority (1-99; needs CAP_SYS_NICE, else logged; 0: the normal policy)',
+    { min: 0, max: 99 },
   ),
   'dataplane-queue-threads': int(
     1,

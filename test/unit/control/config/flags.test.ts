@@ -72,6 +72,7 @@ describe('daemon flags: defaults (flannel names and values)', () => {
     dataplaneWorkers: 0,
     dataplaneBusyPoll: 0,
     dataplaneCpuAffine: true,
+    dataplaneSchedFifo: 0,
     dataplaneQueueThreads: 1,
   };
   for (const [key, value] of Object.entries(expected)) {
@@ -253,6 +254,11 @@ describe('parseFlags: errors', () => {
     usageFails(
       ['--dataplane-busy-poll=20000'],
       '--dataplane-busy-poll: must be between 0 and 10000, got 20000',
+    ));
+  it('rejects --dataplane-sched-fifo above priority 99', () =>
+    usageFails(
+      ['--dataplane-sched-fifo=100'],
+      '--dataplane-sched-fifo: must be between 0 and 99, got 100',
     ));
   it('rejects a bad boolean', () =>
     usageFails(['--ip-masq=yes'], '--ip-masq: must be true or false, got "yes"'));
