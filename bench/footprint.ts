@@ -26,9 +26,12 @@ import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NetnsScope, isRoot, nsExecAsync } from '../src/testbed/netns.js';
+import { launcherNodeFlags } from './launcher.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const WEFT = join(ROOT, 'bin', 'weft');
+/** bin/weft with its launcher's Node flags, as it runs when executed directly. */
+const WEFT_CMD = [...launcherNodeFlags(WEFT), WEFT];
 const BUNDLE = join(ROOT, 'dist', 'weft-cni.cjs');
 const CNI_PLUGINS = '/usr/lib/cni';
 const GNU_TIME = '/usr/bin/time';
@@ -120,7 +123,7 @@ async function idleDaemon(
     ns,
     process.execPath,
     [
-      WEFT,
+      ...WEFT_CMD,
       'daemon',
       ...storeFlags,
       '--iface=eth0',
@@ -224,7 +227,7 @@ async function main(): Promise<void> {
     // 1. a short command's start
     const start = compare(node, {
       'node -e 0': [process.execPath, '-e', '0'],
-      'weft version': [process.execPath, WEFT, 'version'],
+      'weft version': [process.execPath, ...WEFT_CMD, 'version'],
     });
     const base = start['node -e 0']!;
     const version = start['weft version']!;

@@ -27,7 +27,8 @@
  * The machine is shared: every figure is one run, under whatever else runs. Output: a table,
  * and JSON (bench/results/scale.json, or --json PATH). `--flanneld PATH` adds flanneld rows for
  * the etcd store (vxlan, host-gw, udp) measured through the same harness. `--node-args '…'`
- * passes Node flags to the weft daemon (a CPU profile: `--cpu-prof --cpu-prof-dir=DIR`).
+ * passes Node flags to the weft daemon (a CPU profile: `--cpu-prof --cpu-prof-dir=DIR`), after
+ * those of bin/weft's launcher line (the daemon runs as deployed).
  */
 import type { ChildProcess } from 'node:child_process';
 import {
@@ -47,6 +48,7 @@ import { parseArgs } from 'node:util';
 import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
 import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
 import { NetnsScope, ip, isRoot } from '../src/testbed/netns.js';
+import { launcherNodeFlags } from './launcher.js';
 import { markdownTable } from './report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -461,7 +463,14 @@ async function measure(
     const lines: Array<{ time: number; msg: string; peers?: number }> = [];
     const args =
       daemon === 'weft'
-        ? [...nodeArgs, WEFT_BIN, 'daemon', ...driver.daemonArgs, '--iface=eth0']
+        ? [
+            ...launcherNodeFlags(WEFT_BIN),
+            ...nodeArgs,
+            WEFT_BIN,
+            'daemon',
+            ...driver.daemonArgs,
+            '--iface=eth0',
+          ]
         : [...driver.daemonArgs, '--iface=eth0'];
     args.push(`--subnet-file=${join(dir, 'subnet.env')}`, '--iptables-forward-rules=false');
     if (daemon === 'weft' && backend === 'udp') args.push('--log-level=debug');
