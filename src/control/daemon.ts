@@ -19,6 +19,7 @@ import type {
 } from './backend/backend.js';
 import { unsupportedBackendOptions } from './backend/options.js';
 import { checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
+import { logPeerEvents } from './peer-log.js';
 import { backendFactory } from './backend/registry.js';
 import { leaseVtepMACs } from './backend/vtep-mac.js';
 import type { NetConfig } from './config/net-config.js';
@@ -205,7 +206,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
           },
         );
         try {
-          await be.run(logPeerEvents(events), round.signal);
+          await be.run(logPeerEvents(events, log), round.signal);
         } catch (err) {
           if (!(taken && isWeftError(err, 'WEFT_ERR_ABORTED'))) throw err;
         } finally {
@@ -274,32 +275,6 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
     stop.abort(new WeftError('WEFT_ERR_ABORTED', 'daemon stopping'));
     signal.removeEventListener('abort', onOuterAbort);
     await shutdown({ backend, manager, lease, health, release: cfg.releaseLeaseOnExit });
-  }
-}
-
-/** Batches larger than this are logged as one summary line (a 5,000-peer snapshot would
- * otherwise spend more time logging than programming the kernel). */
-const LOG_EACH_PEER_UP_TO = 16;
-
-/** Passes peer lease batches through, logging them (flannel logs every subnet change). */
-async function* logPeerEvents(batches: AsyncIterable<LeaseEvent[]>): AsyncIterable<LeaseEvent[]> {
-  for await (const batch of batches) {
-    if (batch.length <= LOG_EACH_PEER_UP_TO) {
-      for (const e of batch) {
-        log.info(
-          {
-            key: e.lease.key,
-            publicIP: e.lease.attrs.publicIP,
-            backendType: e.lease.attrs.backendType,
-          },
-          e.type === 'added' ? 'peer lease added' : 'peer lease removed',
-        );
-      }
-    } else {
-      const added = batch.filter((e) => e.type === 'added').length;
-      log.info({ added, removed: batch.length - added }, 'peer leases changed');
-    }
-    yield batch;
   }
 }
 

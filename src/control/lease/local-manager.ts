@@ -302,7 +302,11 @@ export class LocalManager implements SubnetManager {
   }
 
   #count(events: readonly LeaseEvent[], snapshot: LeaseSnapshot): void {
-    for (const e of events) this.#metrics.events.inc({ type: e.type });
+    let added = 0;
+    for (const e of events) if (e.type === 'added') added++;
+    // one labelled increment per type and batch (a 5,000-lease snapshot: not 5,000)
+    if (added > 0) this.#metrics.events.inc({ type: 'added' }, added);
+    if (added < events.length) this.#metrics.events.inc({ type: 'removed' }, events.length - added);
     this.#metrics.peers.set(snapshot.size);
   }
 

@@ -505,6 +505,8 @@ export class EmbeddedRegistry implements Registry {
     const next = fromRevision;
     let state: Snapshot | null = null;
     let lastScan = 0;
+    /** The earliest expiration among the leases read (or earlier: a lease renewed since). */
+    let soonest = Infinity;
     log.debug({ from: fromRevision, inotify }, 'embedded watch started');
     try {
       while (!stop.aborted) {
@@ -514,6 +516,7 @@ export class EmbeddedRegistry implements Registry {
         const first = state === null;
         const before = state;
         let events: RegistryEvent[] = [];
+        let keys: string[] = [];
         try {
           if (full) {
             rescan = false;
@@ -522,7 +525,7 @@ export class EmbeddedRegistry implements Registry {
             this.#fullScans++;
             lastScan = Date.now();
           } else {
-            const keys = [...changed];
+            keys = [...changed];
             changed.clear();
             events = await this.#refresh(state!, keys);
           }
@@ -559,13 +562,21 @@ export class EmbeddedRegistry implements Registry {
           yield { kind: 'events', events, revision: Math.max(top, last) };
         }
         if (stop.aborted) return;
-        // Lapsed keys are deleted (with a revision) by whoever notices first.
-        let soonest = Infinity;
+        // Lapsed keys are deleted (with a revision) by whoever notices first. The soonest expiry
+        // follows the files read; every lease is looked at only once that time has come.
+        if (full) soonest = 0;
+        for (const key of keys) {
+          const exp = snap.live.get(key)?.expiration?.getTime();
+          if (exp !== undefined) soonest = Math.min(soonest, exp);
+        }
         let anyLapsed = false;
-        for (const l of snap.live.values()) {
-          if (!l.expiration) continue;
-          if (l.expiration.getTime() <= now) anyLapsed = true;
-          else soonest = Math.min(soonest, l.expiration.getTime());
+        if (soonest <= now) {
+          soonest = Infinity;
+          for (const l of snap.live.values()) {
+            if (!l.expiration) continue;
+            if (l.expiration.getTime() <= now) anyLapsed = true;
+            else soonest = Math.min(soonest, l.expiration.getTime());
+          }
         }
         if (anyLapsed) {
           await this.#mutate(undefined, async () => {}).catch((err: unknown) => {
