@@ -26,7 +26,7 @@ import type { NetConfig } from './config/net-config.js';
 import { startHealthServer, type HealthServer } from './http.js';
 import type { SubnetManager } from './lease/manager.js';
 import { runRenewer } from './lease/renewer.js';
-import type { Lease, LeaseAttrs, LeaseEvent } from './lease/types.js';
+import type { Lease, LeaseAttrs } from './lease/types.js';
 import { createDaemonMetrics, type DaemonMetrics, type LeaseMetrics } from './metrics/metrics.js';
 import { readSubnetEnv, writeSubnetEnv } from './subnet-env.js';
 
