@@ -270,7 +270,7 @@ async function main(): Promise<void> {
       d.target = d.what.includes('userspace')
         ? '≤ 80 MB'
         : d.what.includes('Kubernetes')
-          ? 'none (the Kubernetes client loads here)'
+          ? 'none (kube mode)'
           : '≤ 60 MB';
     rows.push(...daemons);
 

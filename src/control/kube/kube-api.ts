@@ -1,18 +1,23 @@
 /**
  * The slice of the Kubernetes API the kube subnet manager uses, over plain HTTP(S): get a node
  * or a pod, list nodes, watch nodes (the chunked stream of newline-delimited JSON events), patch
- * a node's status. `@kubernetes/client-node` supplies only the connection: the kubeconfig file,
- * the in-cluster service account, TLS material and auth headers (`applyToHTTPSOptions`). The
- * requests themselves are ours, so a watch is one readable stream we parse and cancel.
+ * a node's status, and the connection itself: a kubeconfig file (its current context: server, CA,
+ * client certificate, token, token file or basic auth; exec and auth-provider plugins are
+ * refused, naming them), the in-cluster service account, or a bare `--kube-api-url`. The requests
+ * are ours (node:http/https), so a watch is one readable stream we parse and cancel, and the
+ * Kubernetes client library (~56 MB of a daemon's memory) is not loaded.
  *
  * Errors: every call rejects with a WeftError carrying the HTTP status and the Status reason in
  * `details`: 404 → WEFT_ERR_STORE_NOT_FOUND, 410 (a too-old resourceVersion, as an HTTP status
  * or as a watch ERROR event) → WEFT_ERR_STORE_COMPACTED, anything else (401/403/5xx, refused,
  * reset, a torn stream) → WEFT_ERR_STORE_UNAVAILABLE, `signal` fired → WEFT_ERR_ABORTED.
  */
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
-import { KubeConfig } from '@kubernetes/client-node';
+import { dirname, join, resolve } from 'node:path';
+import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
 
 /** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
@@ -68,48 +73,147 @@ export interface KubeConnectionOptions {
   readonly env?: Readonly<Record<string, string | undefined>>;
 }
 
+/** Where the in-cluster service account's files are (a pod's mount). */
+export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+
+/**
+ * How to reach the API server: its URL, the TLS material, and the auth header of each request
+ * (a token file is read again per request: a pod's bound token rotates).
+ */
+export interface KubeConnection {
+  readonly server: URL;
+  readonly tls: {
+    readonly ca?: Buffer;
+    readonly cert?: Buffer;
+    readonly key?: Buffer;
+    readonly servername?: string;
+    readonly rejectUnauthorized: boolean;
+  };
+  readonly token?: string;
+  readonly tokenFile?: string;
+  readonly basic?: { readonly username: string; readonly password: string };
+}
+
+type Named<T> = { name?: unknown } & T;
+interface KubeconfigFile {
+  'current-context'?: unknown;
+  clusters?: Array<Named<{ cluster?: Record<string, unknown> }>>;
+  users?: Array<Named<{ user?: Record<string, unknown> }>>;
+  contexts?: Array<Named<{ context?: { cluster?: unknown; user?: unknown } }>>;
+}
+
+/** A kubeconfig file's current context → a connection (paths relative to the file's folder). */
+function fromKubeconfig(file: string): KubeConnection {
+  const doc = yamlLoad(readFileSync(file, 'utf8')) as KubeconfigFile | null;
+  if (!doc || typeof doc !== 'object') throw new Error(`${file}: not a kubeconfig`);
+  const byName = <T>(list: Array<Named<T>> | undefined, name: unknown, what: string): T => {
+    const e = (list ?? []).find((x) => x.name === name);
+    if (!e) throw new Error(`${file}: no ${what} named ${JSON.stringify(name)}`);
+    return e;
+  };
+  const current = doc['current-context'];
+  if (typeof current !== 'string' || current === '') throw new Error(`${file}: no current-context`);
+  const context = byName(doc.contexts, current, 'context').context ?? {};
+  const cluster = byName(doc.clusters, context.cluster, 'cluster').cluster ?? {};
+  const user =
+    context.user === undefined ? {} : (byName(doc.users, context.user, 'user').user ?? {});
+  const dir = dirname(file);
+  const str = (o: Record<string, unknown>, k: string): string | undefined =>
+    typeof o[k] === 'string' && o[k] !== '' ? o[k] : undefined;
+  /** `<name>-data` (base64) or `<name>` (a file path). */
+  const material = (o: Record<string, unknown>, name: string): Buffer | undefined => {
+    const data = str(o, `${name}-data`);
+    if (data !== undefined) return Buffer.from(data, 'base64');
+    const path = str(o, name);
+    return path === undefined ? undefined : readFileSync(resolve(dir, path));
+  };
+  for (const plugin of ['exec', 'auth-provider']) {
+    if (user[plugin] !== undefined) {
+      throw new Error(
+        `${file}: user ${JSON.stringify(context.user)} authenticates with an ${plugin} plugin, ` +
+          'which weft does not run (use a token, a token file or a client certificate)',
+      );
+    }
+  }
+  const server = str(cluster, 'server');
+  if (server === undefined) throw new Error(`${file}: cluster has no server`);
+  const ca = material(cluster, 'certificate-authority');
+  const cert = material(user, 'client-certificate');
+  const key = material(user, 'client-key');
+  const servername = str(cluster, 'tls-server-name');
+  const token = str(user, 'token');
+  const tokenFile = str(user, 'tokenFile');
+  const username = str(user, 'username');
+  return {
+    server: new URL(server),
+    tls: {
+      ...(ca ? { ca } : {}),
+      ...(cert ? { cert } : {}),
+      ...(key ? { key } : {}),
+      ...(servername ? { servername } : {}),
+      rejectUnauthorized: cluster['insecure-skip-tls-verify'] !== true,
+    },
+    ...(token ? { token } : {}),
+    ...(tokenFile ? { tokenFile: resolve(dir, tokenFile) } : {}),
+    ...(username ? { basic: { username, password: str(user, 'password') ?? '' } } : {}),
+  };
+}
+
+/** A pod's service account: the API server's service address, its CA and the pod's token. */
+function inCluster(host: string, port: string, dir: string): KubeConnection {
+  const h = host.includes(':') ? `[${host}]` : host;
+  return {
+    server: new URL(`https://${h}:${port}`),
+    tls: { ca: readFileSync(join(dir, 'ca.crt')), rejectUnauthorized: true },
+    tokenFile: join(dir, 'token'),
+  };
+}
+
 /** flannel's BuildConfigFromFlags(apiUrl, kubeconfig): the three ways to reach the API server. */
-export function loadKubeConfig(o: KubeConnectionOptions): KubeConfig {
-  const kc = new KubeConfig();
+export function loadKubeConfig(
+  o: KubeConnectionOptions & { serviceAccountDir?: string },
+): KubeConnection {
   const env = o.env ?? process.env;
+  let c: KubeConnection;
   try {
     if (o.kubeconfigFile) {
-      kc.loadFromFile(o.kubeconfigFile);
+      c = fromKubeconfig(o.kubeconfigFile);
     } else if (o.apiUrl) {
-      kc.loadFromClusterAndUser(
-        { name: 'weft', server: o.apiUrl, skipTLSVerify: false },
-        {
-          name: 'weft',
-        },
-      );
+      c = { server: new URL(o.apiUrl), tls: { rejectUnauthorized: true } };
     } else if (env.KUBERNETES_SERVICE_HOST && env.KUBERNETES_SERVICE_PORT) {
-      kc.loadFromCluster();
+      c = inCluster(
+        env.KUBERNETES_SERVICE_HOST,
+        env.KUBERNETES_SERVICE_PORT,
+        o.serviceAccountDir ?? SERVICE_ACCOUNT_DIR,
+      );
     } else {
       throw new Error(
         'no API server: give --kube-api-url or --kubeconfig-file, or run in a pod ' +
           '(KUBERNETES_SERVICE_HOST is unset)',
       );
     }
+    // --kube-api-url with a kubeconfig: its server, the kubeconfig's credentials.
+    if (o.apiUrl && o.kubeconfigFile) c = { ...c, server: new URL(o.apiUrl) };
   } catch (err) {
     throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `kubernetes config: ${errorMessage(err)}`, {
       cause: err,
       details: { kubeconfigFile: o.kubeconfigFile, apiUrl: o.apiUrl },
     });
   }
-  const cluster = kc.getCurrentCluster();
-  const user = kc.getCurrentUser() ?? { name: 'weft' };
-  if (!cluster) {
-    throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'kubernetes config: no current cluster', {
-      details: { kubeconfigFile: o.kubeconfigFile },
-    });
+  return c;
+}
+
+/** The Authorization header of a request (none without credentials). */
+async function authorization(c: KubeConnection): Promise<string | undefined> {
+  if (c.tokenFile !== undefined) {
+    const t = (await readFile(c.tokenFile, 'utf8')).trim();
+    return `Bearer ${t}`;
   }
-  const server = o.apiUrl || cluster.server;
-  // Plain http has no TLS to verify; client-node refuses it unless told so.
-  const skipTLSVerify = server.startsWith('http:') ? true : cluster.skipTLSVerify;
-  if (server !== cluster.server || skipTLSVerify !== cluster.skipTLSVerify) {
-    kc.loadFromClusterAndUser({ ...cluster, server, skipTLSVerify }, user);
+  if (c.token !== undefined) return `Bearer ${c.token}`;
+  if (c.basic) {
+    return `Basic ${Buffer.from(`${c.basic.username}:${c.basic.password}`).toString('base64')}`;
   }
-  return kc;
+  return undefined;
 }
 
 interface RequestOptions {
@@ -125,14 +229,12 @@ interface RequestOptions {
 export const REQUEST_IDLE_MS = 30_000;
 
 export class KubeApi {
-  readonly #kc: KubeConfig;
+  readonly #conn: KubeConnection;
   readonly #server: URL;
 
-  constructor(kc: KubeConfig) {
-    this.#kc = kc;
-    const cluster = kc.getCurrentCluster();
-    if (!cluster) throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'kubernetes: no cluster');
-    this.#server = new URL(cluster.server);
+  constructor(conn: KubeConnection) {
+    this.#conn = conn;
+    this.#server = conn.server;
   }
 
   get server(): string {
@@ -270,7 +372,15 @@ export class KubeApi {
           : {}),
       },
     };
-    await this.#kc.applyToHTTPSOptions(opts);
+    const auth = await authorization(this.#conn).catch((err: unknown) => {
+      throw new WeftError(
+        'WEFT_ERR_STORE_UNAVAILABLE',
+        `kubernetes credentials: ${errorMessage(err)}`,
+        { cause: err, details: { server: this.#server.origin } },
+      );
+    });
+    if (auth !== undefined) (opts.headers as Record<string, string | number>).Authorization = auth;
+    if (url.protocol === 'https:') Object.assign(opts, this.#conn.tls);
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
       const req = mod.request(url, { ...opts, signal: o.signal }, resolve);

@@ -1,6 +1,6 @@
 /**
- * Each command loads only the npm packages it needs (issue 13 §1): the Kubernetes client
- * (~1.5 s, ~60 MB) only in kube mode, etcd's gRPC client only with --etcd-endpoints, the packet
+ * Each command loads only the npm packages it needs (issue 13 §1): the kubeconfig parser only
+ * in kube mode (the Kubernetes client library, ~60 MB, is no longer used at all), etcd's gRPC client only with --etcd-endpoints, the packet
  * engine's worker pool only when a userspace backend starts. Read from the module graph of the
  * real command (a resolve hook lists every package loaded), not timed: `npm run bench:footprint`
  * measures the time and memory this saves.
@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { after, describe, test } from 'node:test';
 
 const REPO = resolve(import.meta.dirname, '../../..');
-const HEAVY = ['@kubernetes/client-node', 'etcd3', 'piscina'];
+const HEAVY = ['js-yaml', 'etcd3', 'piscina'];
 
 const tmp = mkdtempSync(join(tmpdir(), 'weft-imports-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
