@@ -92,7 +92,8 @@ for (const backend of [{ Type: 'host-gw' }, { Type: 'vxlan' }]) {
 
     test('a node deleted from the API loses its routes and its daemon stops revoked', async () => {
       const gone = c.nodes[2]!;
-      const exited = new Promise<number | null>((r) => gone.daemon!.once('exit', r));
+      // 'close', not 'exit': its stderr (the revoked line) is read to the end by then
+      const exited = new Promise<number | null>((r) => gone.daemon!.once('close', r));
       for (const n of c.nodes.slice(0, 2)) {
         assert.notEqual(ip(n.ns, 'route', 'show', '10.5.3.0/24').trim(), '', `${n.name} route`);
       }
