@@ -815,13 +815,15 @@ Napi::Value SetPorts(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// bpfAttachBridge(id, ifindex): weft_bridge on that device's egress (tcx); 0 detaches it.
+// bpfAttachBridge(id, bridge) → ifindex: weft_bridge on that device's egress (tcx; a name is
+// resolved in this process's network namespace); 0 detaches it.
 Napi::Value AttachBridge(const Napi::CallbackInfo& info) {
   std::shared_ptr<BpfEngine> e = Arg(info);
-  if (info.Length() < 2 || !info[1].IsNumber()) throw Napi::TypeError::New(info.Env(), "bpfAttachBridge(id, ifindex)");
-  int rc = e->AttachBridge(info[1].As<Napi::Number>().Uint32Value());
+  if (info.Length() < 2) throw Napi::TypeError::New(info.Env(), "bpfAttachBridge(id, bridge)");
+  uint32_t ifindex = IfindexOf(info.Env(), info[1], "bridge");
+  int rc = e->AttachBridge(ifindex);
   if (rc < 0) throw Napi::Error::New(info.Env(), std::string("bpf: bridge tcx link: ") + std::strerror(-rc));
-  return info.Env().Undefined();
+  return Napi::Number::New(info.Env(), ifindex);
 }
 
 Napi::Value Counters(const Napi::CallbackInfo& info) {

@@ -234,8 +234,11 @@ export interface NativeAddon {
   ): BpfAttachMode;
   /** The port map becomes exactly these 12-byte records (MAC, 2 pad bytes, ifindex u32 LE). */
   bpfSetPorts(id: number, records: Buffer): void;
-  /** weft_bridge on the egress of device `ifindex` (a tcx link, replacing one); 0 detaches. */
-  bpfAttachBridge(id: number, ifindex: number): void;
+  /**
+   * weft_bridge on the egress of `bridge` (a tcx link, replacing one; a name resolves in this
+   * process's network namespace); 0 detaches. Returns the ifindex attached to.
+   */
+  bpfAttachBridge(id: number, bridge: string | number): number;
   /** BPF_COUNTERS, summed over CPUs. */
   bpfCounters(id: number): Float64Array;
   /** Ids of the programs, maps and links this id holds (tests check none outlives close). */

@@ -334,15 +334,29 @@ export function bridgePortRecords(
  * take the bridge (segmented in software: slower, never lost). An attach failure (no tcx) is
  * logged once.
  */
-function watchPodBridge(bpf: NativeBpf, id: number, log: Logger): { stop(): void } {
+export function watchPodBridge(
+  bpf: Pick<NativeBpf, 'bpfAttachBridge' | 'bpfSetPorts'>,
+  id: number,
+  log: Logger,
+  sysNet?: string,
+): { stop(): void } {
   let attached = 0;
   let failed = '';
   const tick = () => {
-    const found = bridgePortRecords();
+    const found = bridgePortRecords(POD_BRIDGE, sysNet);
     const want = found?.ifindex ?? 0;
     try {
       if (want !== attached) {
-        bpf.bpfAttachBridge(id, want);
+        attached = 0;
+        // By name, so the link is on this namespace's bridge; sysfs must be this namespace's
+        // too (ifindexes are per namespace), or its port ifindexes would name other devices.
+        const got = bpf.bpfAttachBridge(id, want ? POD_BRIDGE : 0);
+        if (got !== want) {
+          bpf.bpfAttachBridge(id, 0);
+          throw new Error(
+            `/sys/class/net is another network namespace's (${POD_BRIDGE} ${want}, here ${got})`,
+          );
+        }
         attached = want;
         if (want) log.info({ bridge: POD_BRIDGE }, 'bpf bridge bypass attached');
       }

@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, test } from 'node:test';
-import { bridgePortRecords } from '../../../src/dataplane/bpf-engine.js';
+import { after, before, test } from 'node:test';
+import { bridgePortRecords, watchPodBridge } from '../../../src/dataplane/bpf-engine.js';
 
 const root = mkdtempSync(join(tmpdir(), 'weft-sysnet-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -28,7 +28,8 @@ function device(name: string, ifindex: number): void {
   writeFileSync(join(root, name, 'ifindex'), `${ifindex}\n`);
 }
 
-test('learnt entries map to their port ifindex; local entries and unknown ports are left out', () => {
+/** cni0 (ifindex 4) with ports veth1 (7, port 1) and veth2 (9, port 0x102). */
+before(() => {
   device('cni0', 4);
   device('veth1', 7);
   device('veth2', 9);
@@ -46,6 +47,9 @@ test('learnt entries map to their port ifindex; local entries and unknown ports 
       fdbEntry('0a:58:0a:05:01:04', 5), // no such port any more
     ]),
   );
+});
+
+test('learnt entries map to their port ifindex; local entries and unknown ports are left out', () => {
   const got = bridgePortRecords('cni0', root);
   assert.ok(got);
   assert.equal(got.ifindex, 4);
@@ -58,4 +62,42 @@ test('learnt entries map to their port ifindex; local entries and unknown ports 
 
 test('no bridge: null', () => {
   assert.equal(bridgePortRecords('nosuchbr', root), null);
+});
+
+/** A stand-in for the addon's two calls, recording them; `here` is cni0's ifindex "here". */
+function fakeBpf(here: number) {
+  const calls: string[] = [];
+  return {
+    calls,
+    bpfAttachBridge(_id: number, bridge: string | number): number {
+      calls.push(`attach ${bridge}`);
+      return bridge === 0 ? 0 : here;
+    },
+    bpfSetPorts(_id: number, records: Buffer): void {
+      calls.push(`ports ${records.length / 12}`);
+    },
+  };
+}
+
+function capturingLog() {
+  const warned: string[] = [];
+  const log = { info() {}, warn: (o: { err: string }) => warned.push(o.err) };
+  return { warned, log: log as unknown as Parameters<typeof watchPodBridge>[2] };
+}
+
+test('watchPodBridge: attaches to cni0 by name and writes its ports', () => {
+  const bpf = fakeBpf(4); // the same ifindex as sysfs says
+  const { warned, log } = capturingLog();
+  watchPodBridge(bpf, 1, log, root).stop();
+  assert.deepEqual(bpf.calls, ['attach cni0', 'ports 2']);
+  assert.deepEqual(warned, []);
+});
+
+test('watchPodBridge: a sysfs of another namespace (other ifindex) detaches and writes no port', () => {
+  const bpf = fakeBpf(11);
+  const { warned, log } = capturingLog();
+  watchPodBridge(bpf, 1, log, root).stop();
+  assert.deepEqual(bpf.calls, ['attach cni0', 'attach 0']);
+  assert.equal(warned.length, 1);
+  assert.match(warned[0]!, /another network namespace/);
 });
