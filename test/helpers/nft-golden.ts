@@ -2,7 +2,13 @@
 import type { Family } from '../../src/common/ip.js';
 
 /** `nft list table` as flannel's tables print (flannel's e2e golden text plus the table comment). */
-export function nftGolden(family: Family, N: string, S: string, fullyRandom = true): string {
+export function nftGolden(
+  family: Family,
+  N: string,
+  S: string,
+  fullyRandom = true,
+  egressTap: string | null = null,
+): string {
   const ipf = family === 4 ? 'ip' : 'ip6';
   const name = family === 4 ? 'flannel-ipv4' : 'flannel-ipv6';
   const mc = family === 4 ? '224.0.0.0/4' : 'ff00::/8';
@@ -26,6 +32,7 @@ export function nftGolden(family: Family, N: string, S: string, fullyRandom = tr
     '\t\ttype filter hook forward priority filter; policy accept;',
     `\t\t${ipf} saddr ${N} accept`,
     `\t\t${ipf} daddr ${N} accept`,
+    ...(egressTap ? [`\t\tiifname "${egressTap}" accept`] : []),
     '\t}',
     '}',
     '',

@@ -7,6 +7,9 @@
 import { WeftError, errorMessage } from '../../common/errors.js';
 import type { Family } from '../../common/ip.js';
 import { type Logger, logger } from '../../common/log.js';
+import { egressTapName } from '../../dataplane/offloads.js';
+import { UDP_TUN } from '../backend/udp.js';
+import { parseVxlanConfig, vxlanDeviceName } from '../backend/vxlan.js';
 import type { NetConfig } from '../config/net-config.js';
 
 export {
@@ -51,6 +54,21 @@ export interface FamilyRules {
   readonly chains: readonly ChainRules[];
 }
 
+/**
+ * The egress TAP (tap_gso) the userspace engine of this config's backend may send through —
+ * udp, or vxlan with Dataplane userspace or auto — or null: the FORWARD accept for its frames.
+ */
+export function egressTapOf(cfg: NetConfig): string | null {
+  if (cfg.backend.type === 'udp') return egressTapName(UDP_TUN);
+  if (cfg.backend.type !== 'vxlan') return null;
+  try {
+    const v = parseVxlanConfig(cfg.backend.raw);
+    return v.dataplane === 'kernel' ? null : egressTapName(vxlanDeviceName(4, v.vni));
+  } catch {
+    return null; // the backend refuses this config itself
+  }
+}
+
 /** The rules this node needs, per family its config enables. */
 export function wantedRules(
   cfg: NetConfig,
@@ -68,7 +86,7 @@ export function wantedRules(
     if (!on || !fc || !subnet) continue;
     const chains: ChainRules[] = [];
     if (o.ipMasq) chains.push(masqRules(family, fc.network, subnet, o.fullyRandom ?? true));
-    if (o.forwardRules) chains.push(forwardRules(fc.network));
+    if (o.forwardRules) chains.push(forwardRules(fc.network, egressTapOf(cfg)));
     if (chains.length > 0) out.push({ family, chains });
   }
   return out;
@@ -88,7 +106,9 @@ export function wantedNftTables(
       family,
       fullyRandom: o.fullyRandom,
       ...(on && fc && subnet && o.ipMasq ? { masq: { network: fc.network, subnet } } : {}),
-      ...(on && fc && o.forwardRules ? { forward: { network: fc.network } } : {}),
+      ...(on && fc && o.forwardRules
+        ? { forward: { network: fc.network, egressTap: egressTapOf(cfg) } }
+        : {}),
     };
   });
 }

@@ -34,8 +34,11 @@ export interface NftTableSpec {
   readonly family: Family;
   /** With --ip-masq: the cluster network and our subnet. */
   readonly masq?: { readonly network: IPNet; readonly subnet: IPNet };
-  /** With --iptables-forward-rules: the cluster network. */
-  readonly forward?: { readonly network: IPNet };
+  /**
+   * With --iptables-forward-rules: the cluster network, and the userspace engine's egress TAP
+   * (tap_gso) whose frames are forwarded to the underlay, if the backend may run one.
+   */
+  readonly forward?: { readonly network: IPNet; readonly egressTap?: string | null };
   /** `masquerade fully-random` (else plain `masquerade`). */
   readonly fullyRandom: boolean;
 }
@@ -79,6 +82,8 @@ export function nftTableScript(spec: NftTableSpec): string[] {
       `add rule ${t} ${NFT_FWD_CHAIN} ${ipf} saddr ${N} accept`,
       `add rule ${t} ${NFT_FWD_CHAIN} ${ipf} daddr ${N} accept`,
     );
+    const tap = spec.forward.egressTap;
+    if (tap) out.push(`add rule ${t} ${NFT_FWD_CHAIN} iifname "${tap}" accept`);
   }
   return out;
 }

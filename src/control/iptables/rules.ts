@@ -13,6 +13,8 @@
  * filter (with --iptables-forward-rules):
  *   FORWARD  -m comment --comment "flanneld forward" -j FLANNEL-FWD   (first rule)
  *   FLANNEL-FWD: -s N … ACCEPT ; -d N … ACCEPT
+ *                [-i T … ACCEPT: the userspace engine's egress TAP T (weft's own, tap_gso:
+ *                 its encapsulated frames are forwarded from the TAP to the underlay)]
  */
 import { type Family, type IPNet, formatCIDR } from '../../common/ip.js';
 
@@ -67,16 +69,17 @@ export function masqRules(
   };
 }
 
-export function forwardRules(network: IPNet): ChainRules {
+export function forwardRules(network: IPNet, egressTap: string | null = null): ChainRules {
   const N = formatCIDR(network);
   const m = c(FWD_COMMENT);
+  const tap = egressTap ? [`-i ${egressTap} ${m} -j ACCEPT`] : [];
   return {
     table: 'filter',
     parent: 'FORWARD',
     chain: FWD_CHAIN,
     comment: FWD_COMMENT,
     jump: `${m} -j ${FWD_CHAIN}`,
-    rules: [`-s ${N} ${m} -j ACCEPT`, `-d ${N} ${m} -j ACCEPT`],
+    rules: [`-s ${N} ${m} -j ACCEPT`, `-d ${N} ${m} -j ACCEPT`, ...tap],
   };
 }
 

@@ -57,6 +57,31 @@ describe('nftables rule set', () => {
     assert.equal(lines.length, 8); // no forward chain asked for
   });
 
+  test('the forward chain accepts the egress TAP’s frames when a userspace backend may run one', () => {
+    const lines = nftTableScript({
+      family: 4,
+      fullyRandom: true,
+      forward: { network, egressTap: 'flannel0-tx' },
+    });
+    assert.equal(lines.at(-1), 'add rule ip flannel-ipv4 forward iifname "flannel0-tx" accept');
+    const cfg = parseNetConfig(
+      JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'udp' } }),
+    );
+    const lease = {
+      key: '10.5.1.0-24',
+      subnet,
+      ipv6Subnet: null,
+      attrs: { publicIP: '192.168.1.1', publicIPv6: null, backendType: '' },
+      expiration: null,
+    };
+    const want = wantedNftTables(cfg, lease, {
+      ipMasq: false,
+      forwardRules: true,
+      fullyRandom: true,
+    });
+    assert.equal(want[0]!.forward?.egressTap, 'flannel0-tx');
+  });
+
   test('the replace script deletes the table first, in the same transaction', () => {
     const text = nftReplaceScript({ family: 4, fullyRandom: true });
     assert.deepEqual(text.split('\n'), [

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type Family, parseCIDR } from '../../../../src/common/ip.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
-import { iptablesTask } from '../../../../src/control/iptables/iptables.js';
+import { iptablesTask, wantedRules } from '../../../../src/control/iptables/iptables.js';
 import {
   forwardRules,
   isInPlace,
@@ -41,6 +41,41 @@ for (const family of [4, 6] as Family[]) {
         ['FORWARD', 'FLANNEL-FWD', `${m} -j FLANNEL-FWD`],
       );
       assert.deepEqual(f.rules, [`-s ${N} ${m} -j ACCEPT`, `-d ${N} ${m} -j ACCEPT`]);
+    });
+
+    test('with a userspace backend, the egress TAP’s frames are accepted too (weft’s own rule)', () => {
+      const m = '-m comment --comment "flanneld forward"';
+      const rules = (backend: object) => {
+        const cfg = parseNetConfig(
+          JSON.stringify(
+            family === 4
+              ? { Network: N, Backend: backend }
+              : { EnableIPv4: false, EnableIPv6: true, IPv6Network: N, Backend: backend },
+          ),
+        );
+        const subnet = parseCIDR(S)!;
+        const lease = {
+          key: 'k',
+          subnet: family === 4 ? subnet : null,
+          ipv6Subnet: family === 6 ? subnet : null,
+          attrs: { publicIP: '192.168.1.1', publicIPv6: null, backendType: '' },
+          expiration: null,
+        };
+        const want = wantedRules(cfg, lease, { ipMasq: false, forwardRules: true });
+        return want[0]!.chains[0]!.rules;
+      };
+      assert.equal(rules({ Type: 'udp' })[2], `-i flannel0-tx ${m} -j ACCEPT`);
+      assert.equal(
+        rules({ Type: 'vxlan', VNI: 4, Dataplane: 'userspace' })[2],
+        `-i flannel.4-tx ${m} -j ACCEPT`,
+      );
+      assert.equal(
+        rules({ Type: 'vxlan', Dataplane: 'auto' })[2],
+        `-i flannel.1-tx ${m} -j ACCEPT`,
+      );
+      // kernel vxlan and host-gw: flannel's two rules only
+      assert.equal(rules({ Type: 'vxlan' }).length, 2);
+      assert.equal(rules({ Type: 'host-gw' }).length, 2);
     });
 
     test('a missing rule, a reordered chain or a duplicate jump is noticed', () => {
