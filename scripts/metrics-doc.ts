@@ -11,7 +11,7 @@ import type { Registry } from 'prom-client';
 import { kernelMetrics } from '../src/control/backend/kernel-common.js';
 import { leaseConflictCounter } from '../src/control/backend/peer-check.js';
 import { createDaemonMetrics } from '../src/control/metrics/metrics.js';
-import { registerDataplaneMetrics } from '../src/dataplane/stats.js';
+import { registerDataplaneMetrics } from '../src/dataplane/stats-metrics.js';
 
 export interface MetricFamily {
   readonly name: string;

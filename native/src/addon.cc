@@ -228,6 +228,18 @@ Napi::Object LinkObject(Napi::Env env, const LinkEntry& l) {
   } else {
     o.Set("ipip", env.Null());
   }
+  if (l.has_tun) {
+    Napi::Object t = Napi::Object::New(env);
+    t.Set("type", l.tun.tap ? "tap" : "tun");
+    t.Set("pi", l.tun.pi);
+    t.Set("vnetHdr", l.tun.vnet_hdr);
+    t.Set("multiQueue", l.tun.multi_queue);
+    t.Set("persist", l.tun.persist);
+    t.Set("queues", l.tun.queues);
+    o.Set("tun", t);
+  } else {
+    o.Set("tun", env.Null());
+  }
   return o;
 }
 
@@ -545,8 +557,8 @@ Napi::Value AllOffloadNames(const Napi::CallbackInfo& info) {
 }
 
 // engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, busyPollUs, vni,
-// vtepMac, tunMtu, cpuAffine, steering, tapName, tapProbeFail, fifoPriority}) → {id, tunName,
-// offloadsAccepted, offloadsEnabled, steering, affinityNote, tapName, tapNote, fifoNote};
+// vtepMac, tunMtu, cpuAffine, steering, tapName, tapProbeFail, fifoPriority, persist}) → {id,
+// tunName, offloadsAccepted, offloadsEnabled, steering, affinityNote, tapName, tapNote, fifoNote};
 // offloads are names (offloads.h) both ways.
 Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -563,6 +575,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.offloads = OffloadsArg(env, o.Get("offloads"));
   cfg.cpu_affine = o.Get("cpuAffine").ToBoolean().Value();
   if (o.Get("steering").IsBoolean()) cfg.steering = o.Get("steering").ToBoolean().Value();
+  cfg.persist = o.Get("persist").ToBoolean().Value();
   if (o.Get("busyPollUs").IsNumber())
     cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();
   if (o.Get("tapName").IsString()) cfg.tap_name = o.Get("tapName").ToString().Utf8Value();

@@ -234,7 +234,10 @@ class Engine::Loop {
                           icmp_.data() + kVnetHdrLen, kIcmpReplyMax);
     if (r.drop != DropReason::kNone) {
       c_.Drop(r.drop);
-      if (r.icmp_len > 0) WriteIcmp(r.icmp_len);
+      // Before the first peer table (an engine that just attached to a persistent TUN) a miss
+      // says nothing about the route: drop it quietly, as the detached TUN did, rather than
+      // tell the pod its network is unreachable.
+      if (r.icmp_len > 0 && e_->gen_.load(std::memory_order_relaxed) > 1) WriteIcmp(r.icmp_len);
       return;
     }
     if (!Reaches(r.peer->public_family)) {
@@ -939,6 +942,11 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
     if (w->tun_fd < 0) return nullptr;  // ~Engine closes what is open
     if (i == 0) {
       e->tun_name_ = name;
+      if (SetTunPersist(w->tun_fd, cfg.persist, error) != 0) {
+        *error = name + ": " + *error;
+        close(w->tun_fd);
+        return nullptr;
+      }
       // The loop splits TCP (TSO) and UDP (USO) super-packets and finishes partial checksums.
       unsigned want = cfg.offloads & kTunFAll;
       if ((want & kTunFCsum) == 0) want = 0;  // the kernel needs CSUM for TSO
@@ -1285,7 +1293,12 @@ void Engine::SetUpSteering() {
       }
     }
   }
-  if (!cfg_.steering) return;
+  if (!cfg_.steering) {
+    // A device adopted from an earlier engine may still carry its program: back to the TUN's own
+    // flow table, as asked.
+    DetachSteering(workers_[0]->tun_fd);
+    return;
+  }
   std::string error;
   if (AttachSteering(workers_[0]->tun_fd, Steering::kFlowHash, &error) == 0) {
     steering_ = "flow";

@@ -69,6 +69,10 @@ struct EngineConfig {
   bool tap_probe_fail = false;
   // Run the loop threads SCHED_FIFO at this priority (1..99; 0 = the normal policy).
   int fifo_priority = 0;
+  // TUNSETPERSIST: the device (with its addresses and routes) outlives the engine and the
+  // process; the next engine attaches to it again. false clears the flag on an existing device
+  // (it then goes with its last queue).
+  bool persist = false;
   CodecConfig codec;
 };
 

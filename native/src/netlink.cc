@@ -6,6 +6,7 @@
 #include <libmnl/libmnl.h>
 #include <linux/if.h>
 #include <linux/if_link.h>
+#include <linux/if_tun.h>
 #include <linux/if_tunnel.h>
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
@@ -317,6 +318,21 @@ int ParseLink(const nlmsghdr* nlh, LinkEntry* e) {
       if (tun.tb[IFLA_IPTUN_PMTUDISC]) {
         e->ipip.pmtudisc = mnl_attr_get_u8(tun.tb[IFLA_IPTUN_PMTUDISC]) != 0;
       }
+    }
+    if (e->kind == "tun" && info.tb[IFLA_INFO_DATA]) {
+      AttrTable tun;
+      tun.max = IFLA_TUN_MAX;
+      mnl_attr_parse_nested(info.tb[IFLA_INFO_DATA], CollectAttr, &tun);
+      e->has_tun = true;
+      auto flag = [&](int attr, bool dflt) {
+        return tun.tb[attr] ? mnl_attr_get_u8(tun.tb[attr]) != 0 : dflt;
+      };
+      if (tun.tb[IFLA_TUN_TYPE]) e->tun.tap = mnl_attr_get_u8(tun.tb[IFLA_TUN_TYPE]) == IFF_TAP;
+      e->tun.pi = flag(IFLA_TUN_PI, true);
+      e->tun.vnet_hdr = flag(IFLA_TUN_VNET_HDR, false);
+      e->tun.multi_queue = flag(IFLA_TUN_MULTI_QUEUE, false);
+      e->tun.persist = flag(IFLA_TUN_PERSIST, false);
+      if (tun.tb[IFLA_TUN_NUM_QUEUES]) e->tun.queues = mnl_attr_get_u32(tun.tb[IFLA_TUN_NUM_QUEUES]);
     }
   }
   return MNL_CB_OK;

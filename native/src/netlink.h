@@ -116,6 +116,16 @@ struct IpipInfo {
   bool pmtudisc = true;
 };
 
+// A TUN/TAP device (kind "tun"): its flags and how many queues a process holds now.
+struct TunInfo {
+  bool tap = false;
+  bool pi = true;
+  bool vnet_hdr = false;
+  bool multi_queue = false;
+  bool persist = false;
+  uint32_t queues = 0;  // attached queues (multi-queue devices only; 0 otherwise)
+};
+
 struct LinkEntry {
   int index = 0;
   std::string name;
@@ -128,6 +138,8 @@ struct LinkEntry {
   VxlanInfo vxlan;
   bool has_ipip = false;
   IpipInfo ipip;
+  bool has_tun = false;
+  TunInfo tun;
 };
 
 class Netlink {

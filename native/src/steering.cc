@@ -103,4 +103,9 @@ int AttachSteering(int tun_fd, Steering kind, std::string* error) {
   return 0;
 }
 
+void DetachSteering(int tun_fd) {
+  int none = -1;
+  ioctl(tun_fd, TUNSETSTEERINGEBPF, &none);
+}
+
 }  // namespace weft

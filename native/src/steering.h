@@ -20,6 +20,10 @@ enum class Steering {
 // Returns 0, or an errno with `error` set (the TUN then keeps its flow-table steering).
 int AttachSteering(int tun_fd, Steering kind, std::string* error);
 
+// Detaches whatever steering program the device behind `tun_fd` carries (one an earlier engine
+// left on a persistent device); best effort.
+void DetachSteering(int tun_fd);
+
 }  // namespace weft
 
 #endif  // WEFT_NATIVE_STEERING_H_

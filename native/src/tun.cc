@@ -88,6 +88,13 @@ int OpenEgressTap(const std::string& name, std::string* actual_name, uint8_t mac
   return fd;
 }
 
+int SetTunPersist(int fd, bool persist, std::string* error) {
+  if (ioctl(fd, TUNSETPERSIST, persist ? 1ul : 0ul) == 0) return 0;
+  int e = errno;
+  *error = std::string("TUNSETPERSIST: ") + std::strerror(e);
+  return e;
+}
+
 unsigned ProbeTunOffloads(int fd, unsigned enable) {
   static const unsigned kSets[] = {
       kTunFCsum,

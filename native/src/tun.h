@@ -25,6 +25,10 @@ int OpenPlainTun(const std::string& name, std::string* actual_name, std::string*
 // Returns the fd, or -errno with `error` naming the step that failed.
 int OpenEgressTap(const std::string& name, std::string* actual_name, uint8_t mac[6],
                   std::string* error);
+// TUNSETPERSIST on the device behind `fd`: with `persist` it outlives its last queue (and the
+// process), keeping its addresses and routes; without, it goes with its last queue. Returns 0 or
+// an errno with `error` set.
+int SetTunPersist(int fd, bool persist, std::string* error);
 
 // Tries each offload set in turn on `fd` (the device's offloads are shared by its queues) and
 // returns the TUN_F_* bits the kernel accepted; leaves the device with `enable` & accepted.

@@ -38,6 +38,15 @@ export interface RawLink {
     tos: number;
     pmtudisc: boolean;
   } | null;
+  /** A TUN/TAP device's flags and attached queues (null for other kinds). */
+  tun?: {
+    type: 'tun' | 'tap';
+    pi: boolean;
+    vnetHdr: boolean;
+    multiQueue: boolean;
+    persist: boolean;
+    queues: number;
+  } | null;
 }
 export interface RawRoute {
   dst: string;
@@ -102,6 +111,8 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly tapProbeFail?: boolean;
   /** Run the loop threads SCHED_FIFO at this priority (1..99); 0 or absent: normal policy. */
   readonly fifoPriority?: number;
+  /** TUNSETPERSIST: the device outlives the engine (set), or goes with it (cleared). */
+  readonly persist?: boolean;
 }
 
 export interface NativeEngine {

@@ -18,6 +18,7 @@ import type {
   PreparedBackend,
 } from './backend/backend.js';
 import { unsupportedBackendOptions } from './backend/options.js';
+import type { EarlyDataplane } from './backend/fast-start.js';
 import { checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
 import { logPeerEvents } from './peer-log.js';
 import { backendFactory } from './backend/registry.js';
@@ -49,6 +50,11 @@ export interface DaemonConfig {
    * signal fires; a rejection stops the daemon.
    */
   readonly tasks?: ReadonlyArray<(ctx: DaemonTaskContext) => Promise<void>>;
+  /**
+   * The last run's userspace dataplane, started on its persistent TUN before the store client
+   * loads (backend/fast-start.ts); the daemon hands it to the backend or stops it.
+   */
+  readonly early?: EarlyDataplane | null;
   /** Called once the daemon is ready (tests, sd_notify). */
   readonly onReady?: (info: { lease: Lease; healthPort: number | null }) => void;
 }
@@ -97,6 +103,9 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
   let manager: SubnetManager | null = null;
   let backend: Backend | null = null;
   let lease: Lease | null = null;
+  let early: EarlyDataplane | null = null;
+  // The store took our lease away: what would go on serving its subnet is removed at shutdown.
+  let revoked = false;
   // Internal stop: the outer signal or the first fatal error in any loop.
   const stop = new AbortController();
   const onOuterAbort = () => stop.abort(signal.reason);
@@ -122,6 +131,8 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
         `ignoring Backend.${option}: the ${netConfig.backend.type} backend does not support it`,
       );
     }
+    // an early dataplane under another Backend block goes now, before any backend starts
+    early = (await cfg.early?.forBackend(netConfig.backend.raw)) ?? null;
     const extIface = await cfg.selectInterface(netConfig);
     log.info(
       { iface: extIface.name, publicIP: extIface.publicIP, publicIPv6: extIface.publicIPv6 },
@@ -149,10 +160,12 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
             return new Set(others.flatMap(leaseVtepMACs));
           },
         },
+        early,
         signal: stop.signal,
       });
     backend = makeBackend();
     let prepared = await backend.prepare();
+    await early?.release();
     const attrsOf = (p: PreparedBackend): LeaseAttrs => ({
       publicIP: (netConfig.enableIPv4 && extIface.publicIP) || '0.0.0.0',
       publicIPv6: netConfig.enableIPv6 ? extIface.publicIPv6 : null,
@@ -269,12 +282,15 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
     if (fatal !== undefined) throw fatal;
   } catch (err) {
     if (isWeftError(err, 'WEFT_ERR_ABORTED') && signal.aborted) return;
+    revoked = isWeftError(err, 'WEFT_ERR_LEASE_REVOKED');
     throw err;
   } finally {
     ready = false;
     stop.abort(new WeftError('WEFT_ERR_ABORTED', 'daemon stopping'));
     signal.removeEventListener('abort', onOuterAbort);
-    await shutdown({ backend, manager, lease, health, release: cfg.releaseLeaseOnExit });
+    // unclaimed (or never looked at: a stop before the config came), the early engine stops
+    await cfg.early?.release();
+    await shutdown({ backend, manager, lease, health, release: cfg.releaseLeaseOnExit, revoked });
   }
 }
 
@@ -312,6 +328,7 @@ async function shutdown(s: {
   lease: Lease | null;
   health: HealthServer | null;
   release: boolean;
+  revoked: boolean;
 }): Promise<void> {
   const step = async (what: string, fn: () => Promise<void>) => {
     try {
@@ -320,7 +337,8 @@ async function shutdown(s: {
       log.warn({ err: errorMessage(err) }, `shutdown: ${what} failed`);
     }
   };
-  if (s.backend) await step('backend close', () => s.backend!.close());
+  const release = s.release || s.revoked;
+  if (s.backend) await step('backend close', () => s.backend!.close({ release }));
   if (s.release && s.manager && s.lease) {
     await step('lease release', () => s.manager!.releaseLease(s.lease!, AbortSignal.timeout(1500)));
     log.info({ key: s.lease.key }, 'lease released');

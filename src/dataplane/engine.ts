@@ -44,6 +44,13 @@ export interface DataplaneOptions {
   readonly cpuAffine?: boolean;
   /** Native engine: attach the TUN steering program (default true; tests turn it off). */
   readonly steering?: boolean;
+  /**
+   * Native engine: the TUN is persistent (TUNSETPERSIST): it outlives close() and the process,
+   * with its addresses and routes, and the next engine of the same name attaches to it again.
+   * false (default): the flag is cleared, and the device goes with the engine. The js engine's
+   * device never persists.
+   */
+  readonly persist?: boolean;
   /** Busy-poll this many µs after a light drain before sleeping (native engine; 0 = never). */
   readonly busyPollUs?: number;
   /**

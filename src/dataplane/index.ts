@@ -7,7 +7,8 @@
  *                          finish with the old table, later ones see the new one
  *   stats()              → counters read without stopping anything
  *   close()              → workers leave their loops, threads exit, every fd is closed, the
- *                          TUN device disappears with its addresses and routes
+ *                          TUN device disappears with its addresses and routes (unless
+ *                          `persist`: then it stays, detached, for the next engine)
  *
  * Engines (each in its own module, sharing only the contract in engine.ts): `native`
  * (native-engine.ts: the addon's packet loops on a piscina pool), `bpf` (bpf-engine.ts: TC-BPF

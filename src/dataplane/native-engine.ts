@@ -111,6 +111,7 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       // test knob: the egress TAP's probe is refused, so the engine starts on the fallback
       tapProbeFail: process.env.WEFT_TEST_TAP_PROBE_FAIL === '1',
       fifoPriority: opts.schedFifo ?? 0,
+      persist: opts.persist ?? false,
     });
   } catch (err) {
     throw new WeftError('WEFT_ERR_DATAPLANE', (err as Error).message, {

@@ -243,6 +243,27 @@ describe('dataplane engine between two namespaces', { skip }, () => {
     }
   });
 
+  test('before its first peer table a miss is dropped quietly (an engine on an adopted TUN)', async () => {
+    // A alone, never given a table
+    const a = startNode(scope, A, 'udp', 'native');
+    try {
+      assert.equal((await a.ready).ready, true);
+      const out = await nsExecAsync(A.ns, 'ping', ['-c', '1', '-W', '1', B.v4]).catch(
+        (e: Error) => e.message,
+      );
+      assert.doesNotMatch(out, /Unreachable/);
+      const stats = (await a.send({ cmd: 'stats' })).stats as {
+        total: { counters: Record<string, number>; drops: Record<string, number> };
+      };
+      assert.equal(stats.total.counters.icmp_sent, 0);
+      assert.ok(stats.total.drops.no_route! >= 1);
+    } finally {
+      const exited = new Promise((r) => a.proc.once('exit', r));
+      await a.send({ cmd: 'close' });
+      await exited;
+    }
+  });
+
   test('vxlan sends each inner flow from one flow-hashed outer source port (one set for all queues), never the VXLAN port', async () => {
     // Only A runs a dataplane; B's 8472 is a plain socket that records, per inner UDP
     // destination port (one flow each), the outer source ports it came from.

@@ -147,6 +147,7 @@ describe('Iproute2Netlink agrees with NativeNetlink', { skip }, () => {
       ip(ns, 'addr', 'add', 'fd00:250::1/64', 'dev', 'eth0', 'nodad');
       ip(ns, 'link', 'set', 'eth0', 'address', '0e:00:00:00:0e:00', 'up');
       ip(ns, 'link', 'set', 'peer0', 'up');
+      ip(ns, 'tuntap', 'add', 'dev', 'tun0', 'mode', 'tun', 'multi_queue', 'vnet_hdr');
       return ns;
     };
     native = new NativeNetlink({ netns: make() });
@@ -171,6 +172,21 @@ describe('Iproute2Netlink agrees with NativeNetlink', { skip }, () => {
       learning: true,
     });
     assert.deepEqual(link, await native.getLink('vxlan6'));
+  });
+
+  test('a TUN device is read the same way: its flags and attached queues', async () => {
+    const link = await native.getLink('tun0');
+    assert.equal(link?.kind, 'tun');
+    assert.deepEqual(link?.tun, {
+      type: 'tun',
+      pi: false,
+      vnetHdr: true,
+      multiQueue: true,
+      persist: true,
+      queues: 0,
+    });
+    assert.deepEqual(await iproute2.getLink('tun0'), link);
+    assert.equal((await native.getLink('eth0'))?.tun, null);
   });
 
   for (const [n, batch] of SCRIPT.entries()) {

@@ -5,8 +5,9 @@
  *   (the daemon acquires the lease with those attrs and writes subnet.env)
  *   start(lease)        → the device gets its address and is up; the dataplane starts
  *   run(events, signal) → peers programmed from lease events until the signal fires
- *   close()             → stops what start() started; kernel state for peers is left as is
- *                         (flannel leaves routes on shutdown so traffic survives a restart)
+ *   close(how)          → stops what start() started; kernel state for peers is left as is
+ *                         (flannel leaves routes on shutdown so traffic survives a restart), and
+ *                         so is the userspace backends' persistent TUN, unless `how.release`
  *
  * Backends register by name (`alloc`, `host-gw`, `vxlan`, `udp`) in backend/registry.ts.
  * Kernel backends keep plan (pure: lease event → ops) apart from apply (reconcile.ts).
@@ -16,6 +17,7 @@ import type { DataplaneEngine } from '../../dataplane/engine.js';
 import type { Registry as PromRegistry } from 'prom-client';
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
+import type { EarlyDataplane } from './fast-start.js';
 
 /** The node's external interface, chosen by --iface / --iface-regex / --iface-can-reach. */
 export interface ExternalInterface {
@@ -96,6 +98,8 @@ export interface BackendContext {
   readonly options: BackendOptions;
   /** Absent: nothing is known (tests, a store without leases). */
   readonly vtepMACs?: StoreVtepMACs;
+  /** The last run's dataplane, started early on its persistent TUN (fast-start.ts), if any. */
+  readonly early?: EarlyDataplane | null;
   readonly signal: AbortSignal;
 }
 
@@ -112,12 +116,21 @@ export interface Backend {
   start(lease: Lease): Promise<void>;
   /** Consumes peer lease batches until `signal` fires; rejects only on a fatal backend error. */
   run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal): Promise<void>;
-  close(): Promise<void>;
+  close(how?: CloseHow): Promise<void>;
   /**
    * Whether the dataplane can forward, as the last re-check of the backend's own state (device,
    * address, route) found it; absent: always. /readyz answers 503 while it is false.
    */
   isReady?(): boolean;
+}
+
+export interface CloseHow {
+  /**
+   * The subnet stops being ours (the lease is released or was revoked): state kept for a restart
+   * that would go on serving it (the userspace backends' persistent TUN, its address and route)
+   * goes too. Default false: a stop or a crash leaves it for the next run.
+   */
+  readonly release?: boolean;
 }
 
 export type BackendFactory = (ctx: BackendContext) => Backend;

@@ -9,7 +9,10 @@
  *   run      → leases → peer records → setPeers, until the signal fires; every resync (10 s, the
  *              kernel backends' Reconciler loop) the TUN's link state, address and route are
  *              re-checked and restored (isReady is false while they cannot be)
- *   close    → the dataplane stops; the TUN disappears with its address and route
+ *   close    → the dataplane stops; the native engine's TUN is persistent (persistent-tun.ts):
+ *              it stays with its address and route for the next run (a crash, kill -9 or stop
+ *              costs pods packet loss until the next daemon attaches, never "net unreachable"),
+ *              unless the lease is released or revoked (close({ release: true })): then it goes
  */
 import { availableParallelism } from 'node:os';
 import { WeftError, errorMessage } from '../../common/errors.js';
@@ -18,14 +21,21 @@ import { LogOnce } from '../../common/log.js';
 import { loadNative } from '../../common/native.js';
 import { offloadsFromEnv } from '../../dataplane/offloads.js';
 import type { OffloadName } from '../../dataplane/offloads.js';
-import type { Dataplane, DataplaneEngine, DataplaneFormat } from '../../dataplane/index.js';
+import type {
+  Dataplane,
+  DataplaneEngine,
+  DataplaneFormat,
+  DataplaneOptions,
+} from '../../dataplane/index.js';
 import type { PeerEntry } from '../../dataplane/peer-table.js';
-import { registerDataplaneMetrics } from '../../dataplane/stats.js';
+import { registerDataplaneMetrics } from '../../dataplane/stats-metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import { AUTO_PREFERS_BPF } from './backend.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import { DataplaneRecord } from './fast-start.js';
+import { inspectTun, staleTunOps } from './persistent-tun.js';
 import { type PeerPlanContext, PeerRecords, planPeers } from './peer-plan.js';
 import {
   clusterNetwork,
@@ -161,6 +171,15 @@ export function createUserspaceBackend(
   let tunOps: Op[] = [];
   // What the last re-check of the TUN found: false while its state is missing and not restored.
   let tunOk = true;
+  /** The TUN was left by an earlier run and adopted (start then clears what it kept). */
+  let adopted = false;
+  let dpOptions: DataplaneOptions | null = null;
+  // What the next run starts early with (fast-start.ts): not for the js engine, nor for vxlan
+  // "auto" (its next start may take the kernel device of the TUN's name).
+  const record =
+    ctx.options.subnetFile && !ctx.options[AUTO_PREFERS_BPF]
+      ? new DataplaneRecord(ctx.options.subnetFile, log)
+      : null;
 
   return {
     type: spec.type,
@@ -177,10 +196,7 @@ export function createUserspaceBackend(
       const engine = engineOption(ctx);
       checkEngine(spec.type, engine);
       nl = (deps.openNetlink ?? openNetlink)();
-      // the engine (worker pool, codecs) loads only when a userspace backend starts, so the
-      // kernel backends' daemons never pay for it
-      const { startDataplane } = await import('../../dataplane/index.js');
-      dp = await startDataplane({
+      const options: DataplaneOptions = {
         format: spec.format,
         engine,
         tunName: spec.tunName,
@@ -191,6 +207,7 @@ export function createUserspaceBackend(
         queueThreads: ctx.options.dataplaneQueueThreads,
         cpuAffine: ctx.options.dataplaneCpuAffine,
         schedFifo: ctx.options.dataplaneSchedFifo,
+        persist: true,
         bindIp,
         ...(bindIp6 ? { bindIp6 } : {}),
         port: spec.port,
@@ -198,7 +215,21 @@ export function createUserspaceBackend(
         vni: spec.vni,
         vtepMac: spec.vtepMac ?? Buffer.alloc(6),
         log,
-      });
+      };
+      // The last run's engine, started early on the TUN it left (fast-start.ts), when the
+      // options are the same; else it stops here, before the TUN is inspected.
+      const early = (await ctx.early?.claim(options)) ?? null;
+      if (early) {
+        dp = early;
+        adopted = true;
+      } else {
+        adopted = (await inspectTun(nl, spec.tunName, engine, log)) === 'adopt';
+        // the engine (worker pool, codecs) loads only when a userspace backend starts, so the
+        // kernel backends' daemons never pay for it
+        const { startDataplane } = await import('../../dataplane/index.js');
+        dp = await startDataplane(options);
+      }
+      dpOptions = options;
       const running = dp;
       registerDataplaneMetrics(ctx.metrics, () => running.stats());
       log.info(
@@ -231,8 +262,17 @@ export function createUserspaceBackend(
         );
       }
       await applyAll(nl, ops);
+      if (adopted) {
+        const stale = await staleTunOps(nl, dp.tunName, ops);
+        if (stale.length > 0) {
+          log.info({ tun: dp.tunName, stale }, 'removing what the adopted tun kept from before');
+          await applyAll(nl, stale);
+        }
+      }
       tunOps = ops;
-      log.info({ tun: dp.tunName }, 'tun device up');
+      log.info({ tun: dp.tunName, adopted }, 'tun device up');
+      if (dpOptions && dpOptions.engine !== 'js')
+        record?.start(ctx.netConfig.backend.raw, dpOptions);
     },
     async run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal) {
       if (!dp || !nl) throw new Error(`${spec.type}: run before prepare`);
@@ -277,10 +317,13 @@ export function createUserspaceBackend(
         peerFor: (lease, family, pub) => spec.peerFor(lease, family, pub),
       };
       let scheduled = false;
+      let first = true;
       const push = () => {
         scheduled = false;
         try {
-          running.setPeerTable(records.table());
+          const table = records.table();
+          running.setPeerTable(table);
+          record?.peers(table);
           log.debug({ peers: records.size }, 'peer table replaced');
         } catch (err) {
           log.error({ err: errorMessage(err) }, 'peer table refused');
@@ -296,7 +339,11 @@ export function createUserspaceBackend(
             }
           }
         }
-        if (records.apply(changes) && !scheduled) {
+        // The store's first snapshot is handed over even when it changes nothing here (no
+        // peers): it replaces whatever table the engine started with (fast-start.ts).
+        const changed = records.apply(changes) || first;
+        first = false;
+        if (changed && !scheduled) {
           scheduled = true;
           setImmediate(push);
         }
@@ -329,10 +376,18 @@ export function createUserspaceBackend(
       await iter.return?.();
       if (scheduled) push();
     },
-    async close() {
+    async close(how = {}) {
       const d = dp;
       dp = null;
       if (d) await d.close();
+      if (d && how.release && nl) {
+        // the subnet is no longer ours: the device that would keep serving it goes
+        await record?.remove();
+        await applyAll(nl, [{ op: 'delLink', dev: d.tunName }]);
+        log.info({ tun: d.tunName }, 'tun removed with the lease');
+      } else {
+        await record?.flush();
+      }
       nl?.close();
       nl = null;
     },

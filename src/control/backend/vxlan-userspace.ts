@@ -81,8 +81,8 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
     },
     start: (lease) => need().start(lease),
     run: (events, signal) => need().run(events, signal),
-    close: async () => {
-      await inner?.close();
+    close: async (how) => {
+      await inner?.close(how);
     },
   };
 }

@@ -282,7 +282,7 @@ export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): B
     },
     start: (lease) => impl.start(lease),
     run: (events, signal) => impl.run(events, signal),
-    close: () => impl.close(),
+    close: (how) => impl.close(how),
   };
 }
 

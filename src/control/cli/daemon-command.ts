@@ -1,8 +1,15 @@
-/** `weft daemon [flags]`: flags → DaemonConfig → runDaemon, with signal handling. */
+/**
+ * `weft daemon [flags]`: flags → DaemonConfig → runDaemon, with signal handling.
+ *
+ * On a restart, forwarding comes first: the last run's userspace dataplane starts on its
+ * persistent TUN (backend/fast-start.ts) before the daemon's own modules (store clients,
+ * iptables, metrics) are loaded, so only what that start needs is imported statically here.
+ */
 import { errorMessage } from '../../common/errors.js';
 import { backendOptions } from '../backend/backend.js';
+import { startEarly } from '../backend/fast-start.js';
+import { openNetlink } from '../netlink/open-netlink.js';
 import { logger, setLogFormat, setLogLevel, verbosityLevel } from '../../common/log.js';
-import { blackholeRouteTask } from '../blackhole-route.js';
 import {
   DAEMON_FLAGS,
   IGNORED_FLANNELD_FLAGS,
@@ -10,12 +17,7 @@ import {
   storeKind,
   usage,
 } from '../config/flags.js';
-import { runDaemon } from '../daemon.js';
-import { selectExternalInterface } from '../iface.js';
-import { iptablesTask } from '../iptables/iptables.js';
-import { LocalManager } from '../lease/local-manager.js';
 import type { KubeManager } from '../kube/kube-manager.js';
-import { openRegistry } from '../registry/open.js';
 import { sdNotify } from '../sd-notify.js';
 import { VERSION } from '../version.js';
 import type { Io } from './store-commands.js';
@@ -81,6 +83,30 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
   process.on('SIGINT', onSignal);
   process.on('uncaughtException', onFatal);
   log.info({ version: VERSION, store: storeKind(parsed) }, 'starting weft daemon');
+  // The last run's userspace dataplane forwards again first; the store client loads after it
+  // (on the same thread, its loading would hold back the engine's start).
+  const early = o.subnetFile
+    ? await startEarly(o.subnetFile, logger('fast-start'), {
+        openNetlink,
+        startDataplane: async (opts) =>
+          (await import('../../dataplane/index.js')).startDataplane(opts),
+      })
+    : undefined;
+  const [
+    { runDaemon },
+    { selectExternalInterface },
+    { iptablesTask },
+    { LocalManager },
+    { openRegistry },
+    { blackholeRouteTask },
+  ] = await Promise.all([
+    import('../daemon.js'),
+    import('../iface.js'),
+    import('../iptables/iptables.js'),
+    import('../lease/local-manager.js'),
+    import('../registry/open.js'),
+    import('../blackhole-route.js'),
+  ]);
   try {
     await runDaemon(
       {
@@ -104,6 +130,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
         }),
         // ... and in kube mode in our node's backend-data annotation too
         storedVtepMACs: () => kube?.storedVtepMACs() ?? { v4: null, v6: null },
+        early,
         tasks: [
           iptablesTask({
             ipMasq: o.ipMasq,

@@ -13,6 +13,7 @@ import {
   type AddrEntry,
   type FdbEntry,
   type IpipInfo,
+  type TunLinkInfo,
   type LinkInfo,
   type NeighEntry,
   type Netlink,
@@ -34,6 +35,7 @@ interface FakeLink {
   kind: string;
   vxlan: LinkInfo['vxlan'];
   ipip: IpipInfo | null;
+  tun: TunLinkInfo | null;
 }
 
 function isV4(addrOrCIDR: string): boolean {
@@ -66,6 +68,7 @@ export class FakeNetlink implements Netlink {
       kind: o.kind ?? '',
       vxlan: o.vxlan ?? null,
       ipip: o.ipip ?? null,
+      tun: o.tun ?? null,
     };
     this.links.set(name, l);
     return l;

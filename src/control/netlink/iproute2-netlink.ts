@@ -252,6 +252,13 @@ interface IpLink {
       ttl?: number;
       tos?: string | number;
       pmtudisc?: boolean;
+      // tun
+      type?: string;
+      pi?: boolean;
+      vnet_hdr?: boolean;
+      multi_queue?: boolean;
+      persist?: boolean;
+      numqueues?: number;
     };
   };
 }
@@ -478,6 +485,17 @@ export class Iproute2Netlink implements Netlink {
             pmtudisc: data.pmtudisc ?? true,
           }
         : null;
+    const tun: LinkInfo['tun'] =
+      kind === 'tun' && data
+        ? {
+            type: data.type === 'tap' ? 'tap' : 'tun',
+            pi: data.pi ?? true,
+            vnetHdr: data.vnet_hdr ?? false,
+            multiQueue: data.multi_queue ?? false,
+            persist: data.persist ?? false,
+            queues: data.numqueues ?? 0,
+          }
+        : null;
     return {
       index: l.ifindex,
       name: l.ifname,
@@ -487,6 +505,7 @@ export class Iproute2Netlink implements Netlink {
       kind,
       vxlan,
       ipip,
+      tun,
     };
   }
 

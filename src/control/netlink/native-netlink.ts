@@ -67,6 +67,7 @@ function toLinkInfo(l: RawLink): LinkInfo {
     kind: l.kind,
     vxlan: l.vxlan,
     ipip: l.ipip ?? null,
+    tun: l.tun ?? null,
   };
 }
 

@@ -75,6 +75,19 @@ export interface IpipSpec {
   readonly mtu?: number;
 }
 
+/** A TUN/TAP device (kind `tun`) as the kernel reports it (`ip -d link`: tun type tun pi off ...). */
+export interface TunLinkInfo {
+  readonly type: 'tun' | 'tap';
+  /** Packet information header (IFF_NO_PI clear). */
+  readonly pi: boolean;
+  readonly vnetHdr: boolean;
+  readonly multiQueue: boolean;
+  /** TUNSETPERSIST: the device outlives the last file attached to it. */
+  readonly persist: boolean;
+  /** Queues a process holds attached now (multi-queue devices; 0 for the others). */
+  readonly queues: number;
+}
+
 /** An ipip device's tunnel parameters as the kernel reports them. */
 export interface IpipInfo {
   readonly local: string | null;
@@ -154,6 +167,8 @@ export interface LinkInfo {
   } | null;
   /** The tunnel parameters of an `ipip` device (absent or null for other kinds). */
   readonly ipip?: IpipInfo | null;
+  /** A TUN/TAP device's flags (absent or null for other kinds). */
+  readonly tun?: TunLinkInfo | null;
 }
 
 export interface RouteFilter {

@@ -1,0 +1,256 @@
+/**
+ * Fast start of a userspace node after a restart (issue 17 §1): forwarding resumes before the
+ * store client is even loaded.
+ *
+ * While it runs, the userspace backend keeps a record of its dataplane beside the subnet file,
+ * `<subnet file>.dataplane.json`: the engine options, the net-conf Backend block and the last peer
+ * table it handed over (written at start, then after each table change, one write at a time,
+ * the latest table winning). On the next start, `startEarly` reads it first thing and, when the
+ * persistent TUN it names is still there with no queue attached (a kill -9, a crash or a stop
+ * left it), starts the same engine on it with that table — the table of a few seconds ago, so
+ * pods' traffic flows while the daemon loads its store client, reads the config and acquires its
+ * lease. Then, in the daemon's sequence:
+ *
+ *   forBackend(block)  → the config is loaded: a different Backend block ends the early engine
+ *                        and removes its TUN and record (that backend would not use them)
+ *   claim(options)     → the userspace backend's prepare: the same options → it takes the
+ *                        running engine as its own; else the early engine stops first
+ *   release()          → after prepare: an engine nobody claimed stops (its TUN stays)
+ *
+ * Correctness: the early table only bridges the gap; the backend's run() hands over the table
+ * planned from the store's first lease snapshot (even an empty one), which replaces it whole. A
+ * peer that changed while we were down is wrong for that gap at most, as a kernel backend's
+ * routes left by the last run are. The vxlan "Dataplane": "auto" handover writes no record (its
+ * next start may pick the kernel device of the same name).
+ */
+import { readFileSync } from 'node:fs';
+import { rename, rm, writeFile } from 'node:fs/promises';
+import { errorMessage } from '../../common/errors.js';
+import type { Logger } from '../../common/log.js';
+import type { Dataplane, DataplaneOptions } from '../../dataplane/engine.js';
+import type { Netlink } from '../netlink/netlink.js';
+import { VERSION } from '../version.js';
+import { canAdoptTun } from './persistent-tun.js';
+
+/** The engine options a record keeps (DataplaneOptions without the logger; the MAC as hex). */
+export type SavedOptions = Omit<DataplaneOptions, 'log' | 'vtepMac'> & { readonly vtepMac: string };
+
+interface Record_ {
+  readonly version: string;
+  /** The net-conf Backend block the record was made under, as JSON text. */
+  readonly backend: string;
+  readonly options: SavedOptions;
+  /** The last peer table handed to the engine (peer-table.ts layout), base64. */
+  readonly peers: string;
+}
+
+export function recordPath(subnetFile: string): string {
+  return `${subnetFile}.dataplane.json`;
+}
+
+export function saveOptions(o: DataplaneOptions): SavedOptions {
+  const { log: _log, vtepMac, ...rest } = o;
+  return { ...rest, vtepMac: vtepMac.toString('hex') };
+}
+
+/** Options compared as JSON with sorted keys (undefined fields left out). */
+function sameOptions(a: SavedOptions, b: SavedOptions): boolean {
+  const norm = (o: SavedOptions) =>
+    JSON.stringify(Object.fromEntries(Object.entries(o).sort(([x], [y]) => (x < y ? -1 : 1))));
+  return norm(a) === norm(b);
+}
+
+/**
+ * The record file, written by the running backend: one write in flight at a time, the latest
+ * table pending behind it (a burst of lease changes costs a write or two, not one each).
+ */
+export class DataplaneRecord {
+  readonly #path: string;
+  readonly #log: Logger;
+  #head: Omit<Record_, 'peers'> | null = null;
+  #peers: Buffer = Buffer.alloc(0);
+  #writing: Promise<void> | null = null;
+  #dirty = false;
+  #removed = false;
+
+  constructor(subnetFile: string, log: Logger) {
+    this.#path = recordPath(subnetFile);
+    this.#log = log;
+  }
+
+  /** The engine now running under `backend` (the net-conf Backend block). */
+  start(backend: unknown, options: DataplaneOptions): void {
+    this.#head = {
+      version: VERSION,
+      backend: JSON.stringify(backend),
+      options: saveOptions(options),
+    };
+    this.#schedule();
+  }
+
+  /** The table just handed to the engine (kept, not copied: callers hand over a fresh buffer). */
+  peers(table: Buffer): void {
+    this.#peers = table;
+    this.#schedule();
+  }
+
+  /** Resolves once what was asked so far is on disk. */
+  async flush(): Promise<void> {
+    while (this.#writing) await this.#writing;
+  }
+
+  /** Removes the file (the TUN went with the lease); no write after this. */
+  async remove(): Promise<void> {
+    this.#removed = true;
+    await this.flush();
+    await rm(this.#path, { force: true });
+  }
+
+  #schedule(): void {
+    if (this.#removed || !this.#head) return;
+    this.#dirty = true;
+    if (this.#writing) return;
+    this.#writing = (async () => {
+      while (this.#dirty && !this.#removed) {
+        this.#dirty = false;
+        const rec: Record_ = { ...this.#head!, peers: this.#peers.toString('base64') };
+        const tmp = `${this.#path}.tmp`;
+        try {
+          await writeFile(tmp, JSON.stringify(rec), { mode: 0o600 });
+          await rename(tmp, this.#path);
+        } catch (err) {
+          // a fast start is lost, nothing else: the next run starts the usual way
+          this.#log.warn(
+            { path: this.#path, err: errorMessage(err) },
+            'dataplane record not written',
+          );
+        }
+      }
+      this.#writing = null;
+    })();
+  }
+}
+
+/** The dataplane `startEarly` started, waiting for the daemon to say whose it is. */
+export interface EarlyDataplane {
+  readonly options: SavedOptions;
+  readonly peerCount: number;
+  /**
+   * The config is loaded: when its Backend block is not the one the engine was started under,
+   * the engine stops and its TUN and record are removed (→ null); else the handle.
+   */
+  forBackend(backend: unknown): Promise<EarlyDataplane | null>;
+  /** The backend's options: the running engine when they are the same (→ it is the caller's). */
+  claim(options: DataplaneOptions): Promise<Dataplane | null>;
+  /** Stops the engine unless claimed (its TUN stays). */
+  release(): Promise<void>;
+}
+
+export interface StartEarlyDeps {
+  readonly openNetlink: () => Netlink;
+  readonly startDataplane: (o: DataplaneOptions) => Promise<Dataplane>;
+}
+
+/** Reads the record; null when absent or not usable (logged at debug: nothing is wrong). */
+function readRecord(path: string, log: Logger): Record_ | null {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch {
+    return null;
+  }
+  try {
+    const r = JSON.parse(text) as Record_;
+    if (r.version !== VERSION || typeof r.backend !== 'string' || typeof r.peers !== 'string')
+      throw new Error(`written by weft ${String(r.version)}`);
+    if (r.options.engine === 'js') throw new Error('the js engine');
+    return r;
+  } catch (err) {
+    log.debug({ path, err: errorMessage(err) }, 'dataplane record not used');
+    return null;
+  }
+}
+
+/**
+ * Starts the dataplane the last run recorded, on the TUN it left, with its last peer table; null
+ * when there is no record or no such TUN to attach to (never throws: the daemon then starts the
+ * usual way).
+ */
+export async function startEarly(
+  subnetFile: string,
+  log: Logger,
+  deps: StartEarlyDeps,
+): Promise<EarlyDataplane | null> {
+  const path = recordPath(subnetFile);
+  const rec = readRecord(path, log);
+  if (!rec) return null;
+  const o = rec.options;
+  let nl: Netlink | null = null;
+  let dp: Dataplane;
+  try {
+    nl = deps.openNetlink();
+    const link = await nl.getLink(o.tunName);
+    if (!link || !canAdoptTun(link, o.engine) || !link.tun!.persist || link.tun!.queues > 0) {
+      log.debug({ tun: o.tunName }, 'no persistent tun to start early on');
+      return null;
+    }
+    dp = await deps.startDataplane({
+      ...o,
+      vtepMac: Buffer.from(o.vtepMac, 'hex'),
+      persist: true,
+      log,
+    });
+  } catch (err) {
+    log.info({ tun: o.tunName, err: errorMessage(err) }, 'early dataplane start failed');
+    return null;
+  } finally {
+    nl?.close();
+  }
+  const table = Buffer.from(rec.peers, 'base64');
+  let peerCount = 0;
+  try {
+    dp.setPeerTable(table);
+    peerCount = table.length / 64;
+  } catch (err) {
+    log.warn({ err: errorMessage(err) }, 'recorded peer table refused');
+  }
+  log.info(
+    { tun: dp.tunName, engine: dp.engine, peers: peerCount },
+    'forwarding with the last run’s peers until the store answers',
+  );
+  let owner: 'none' | 'claimed' | 'released' = 'none';
+  const stop = async () => {
+    if (owner !== 'none') return;
+    owner = 'released';
+    await dp.close();
+  };
+  const handle: EarlyDataplane = {
+    options: o,
+    peerCount,
+    async forBackend(backend) {
+      if (JSON.stringify(backend) === rec.backend) return handle;
+      await stop();
+      log.info({ tun: o.tunName }, 'backend changed: removing the last run’s tun');
+      const n = deps.openNetlink();
+      try {
+        await n.apply([{ op: 'delLink', dev: o.tunName }]);
+      } finally {
+        n.close();
+      }
+      await rm(path, { force: true });
+      return null;
+    },
+    async claim(options) {
+      if (owner !== 'none') return null;
+      if (sameOptions(saveOptions(options), o)) {
+        owner = 'claimed';
+        return dp;
+      }
+      log.info({ tun: o.tunName }, 'dataplane options changed: restarting the early engine');
+      await stop();
+      return null;
+    },
+    release: stop,
+  };
+  return handle;
+}

@@ -1,0 +1,182 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { logger, setLogLevel } from '../../../../src/common/log.js';
+import {
+  DataplaneRecord,
+  recordPath,
+  startEarly,
+} from '../../../../src/control/backend/fast-start.js';
+import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
+import type { Dataplane, DataplaneOptions } from '../../../../src/dataplane/engine.js';
+import { encodePeerTable, parseMac } from '../../../../src/dataplane/peer-table.js';
+import { parseCIDR, parseIP } from '../../../../src/common/ip.js';
+import { decodeCounters } from '../../../../src/dataplane/stats.js';
+
+setLogLevel('silent');
+const log = logger('test');
+const dir = mkdtempSync(join(tmpdir(), 'weft-fast-start-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+const subnetFile = () => join(dir, `subnet${n++}.env`);
+
+const OPTIONS: DataplaneOptions = {
+  format: 'vxlan',
+  engine: 'native',
+  tunName: 'flannel.1',
+  underlay: 'eth0',
+  workers: 2,
+  offloads: ['csum'],
+  busyPollUs: 0,
+  queueThreads: 1,
+  cpuAffine: true,
+  persist: true,
+  bindIp: '10.250.0.2',
+  port: 8472,
+  tunMtu: 1450,
+  vni: 1,
+  vtepMac: parseMac('02:aa:bb:cc:dd:ee')!,
+  log,
+};
+const BACKEND = { Type: 'vxlan', Dataplane: 'userspace' };
+const TABLE = encodePeerTable([
+  {
+    subnet: parseCIDR('10.5.3.0/24')!,
+    publicIP: parseIP('10.250.0.3')!,
+    port: 8472,
+    vtepMac: parseMac('02:00:00:00:00:03'),
+  },
+]);
+
+/** A netlink with the TUN the last run left: persistent, multi-queue, no queue attached. */
+function leftTun(queues = 0): FakeNetlink {
+  const nl = new FakeNetlink();
+  nl.addLink('flannel.1', {
+    kind: 'tun',
+    tun: { type: 'tun', pi: false, vnetHdr: true, multiQueue: true, persist: true, queues },
+  });
+  return nl;
+}
+
+interface FakeDp extends Dataplane {
+  tables: Buffer[];
+  closed: number;
+  started: DataplaneOptions;
+}
+
+function deps(nl: FakeNetlink) {
+  const made: FakeDp[] = [];
+  return {
+    made,
+    openNetlink: () => nl,
+    startDataplane: async (o: DataplaneOptions): Promise<Dataplane> => {
+      const dp: FakeDp = {
+        engine: o.engine,
+        tunName: o.tunName,
+        tables: [],
+        closed: 0,
+        started: o,
+        failed: new Promise(() => undefined),
+        setPeers() {},
+        setPeerTable(t) {
+          dp.tables.push(Buffer.from(t));
+        },
+        stats: () => decodeCounters('native', []),
+        async close() {
+          dp.closed++;
+        },
+      };
+      made.push(dp);
+      return dp;
+    },
+  };
+}
+
+async function recorded(file: string, backend: unknown = BACKEND): Promise<void> {
+  const r = new DataplaneRecord(file, log);
+  r.start(backend, OPTIONS);
+  r.peers(TABLE);
+  await r.flush();
+}
+
+describe('fast start', () => {
+  test('no record: nothing starts', async () => {
+    const d = deps(leftTun());
+    assert.equal(await startEarly(subnetFile(), log, d), null);
+    assert.equal(d.made.length, 0);
+  });
+
+  test('the record starts the same engine on the TUN left behind, with the last peer table', async () => {
+    const file = subnetFile();
+    await recorded(file);
+    const d = deps(leftTun());
+    const early = (await startEarly(file, log, d))!;
+    assert.ok(early);
+    assert.equal(early.peerCount, 1);
+    const dp = d.made[0]!;
+    assert.deepEqual(dp.tables, [TABLE]);
+    assert.equal(dp.started.persist, true);
+    assert.deepEqual(dp.started.vtepMac, OPTIONS.vtepMac);
+    // same Backend block, same options: the backend takes the running engine
+    assert.equal(await early.forBackend({ ...BACKEND }), early);
+    assert.equal(await early.claim({ ...OPTIONS }), dp);
+    await early.release();
+    assert.equal(dp.closed, 0, 'a claimed engine is the backend’s to close');
+  });
+
+  test('other options: the early engine stops and the backend starts its own', async () => {
+    const file = subnetFile();
+    await recorded(file);
+    const d = deps(leftTun());
+    const early = (await startEarly(file, log, d))!;
+    assert.equal(await early.claim({ ...OPTIONS, workers: 1 }), null);
+    assert.equal(d.made[0]!.closed, 1);
+    await early.release();
+    assert.equal(d.made[0]!.closed, 1, 'closed once');
+  });
+
+  test('another Backend block: the engine stops, its TUN and the record are removed', async () => {
+    const file = subnetFile();
+    await recorded(file);
+    const nl = leftTun();
+    const d = deps(nl);
+    const early = (await startEarly(file, log, d))!;
+    assert.equal(await early.forBackend({ Type: 'host-gw' }), null);
+    assert.equal(d.made[0]!.closed, 1);
+    assert.deepEqual(nl.ops, [{ op: 'delLink', dev: 'flannel.1' }]);
+    assert.ok(!existsSync(recordPath(file)));
+  });
+
+  test('no TUN left, one a process holds, or a record of another version: nothing starts', async () => {
+    const file = subnetFile();
+    await recorded(file);
+    for (const nl of [new FakeNetlink(), leftTun(1)]) {
+      const d = deps(nl);
+      assert.equal(await startEarly(file, log, d), null);
+      assert.equal(d.made.length, 0);
+    }
+    writeFileSync(recordPath(file), JSON.stringify({ version: '0.0.0-other' }));
+    assert.equal(await startEarly(file, log, deps(leftTun())), null);
+    writeFileSync(recordPath(file), '{ not json');
+    assert.equal(await startEarly(file, log, deps(leftTun())), null);
+  });
+
+  test('the record keeps the latest table of a burst and goes with remove()', async () => {
+    const file = subnetFile();
+    const r = new DataplaneRecord(file, log);
+    r.start(BACKEND, OPTIONS);
+    r.peers(Buffer.alloc(0));
+    r.peers(TABLE);
+    await r.flush();
+    const d = deps(leftTun());
+    await startEarly(file, log, d);
+    assert.deepEqual(d.made[0]!.tables, [TABLE]);
+    await r.remove();
+    assert.ok(!existsSync(recordPath(file)));
+    r.peers(Buffer.alloc(0));
+    await r.flush();
+    assert.ok(!existsSync(recordPath(file)), 'no write after remove');
+  });
+});
