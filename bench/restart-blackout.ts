@@ -11,8 +11,9 @@
  * For each backend (udp; vxlan "Dataplane":"userspace") and round: pod 0.0 pings pod 1.0 every
  * 10 ms with kernel timestamps (-D); node 1's daemon gets SIGKILL and, the moment it has exited,
  * the same command again (the built dist/ launcher, as production runs it); the ping goes on
- * until the new daemon is ready plus 2 s. Figures per round: the largest gap between two replies
- * either way (the blackout), "unreachable" answers seen, and the restarted daemon's exec → the
+ * until the new daemon is ready plus 2 s. Figures per round: the blackout (the largest gap
+ * between two replies with pings lost inside it, either way: probes.ts pingGaps, as `npm run
+ * faults` reads it), the largest reply gap, "unreachable" answers, and the restarted daemon's exec → the
  * moment its engine forwards with a peer table (its log line against the spawn) and exec → ready.
  * Flags: --rounds N (default 3), --backend udp|vxlan-userspace (default both), --store etcd|embedded
  * (default etcd, as the fault campaign ran).
@@ -22,6 +23,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Cluster, PACKAGE_ROOT } from '../src/testbed/cluster.js';
 import { isRoot } from '../src/testbed/netns.js';
+import { pingGaps } from '../src/testbed/probes.js';
 
 const EARLY = 'forwarding with the last run’s peers until the store answers';
 
@@ -35,36 +37,13 @@ function flag(name: string): string | undefined {
   return i > 0 ? process.argv[i + 1] : undefined;
 }
 
-export interface PingGaps {
-  /** Largest gap between two consecutive replies, ms. */
-  readonly maxGapMs: number;
-  readonly replies: number;
-  readonly unreachable: number;
-}
-
-/** Reads `ping -D` output: reply timestamps → the largest gap between consecutive replies. */
-export function pingGaps(out: string): PingGaps {
-  let last: number | null = null;
-  let maxGapMs = 0;
-  let replies = 0;
-  let unreachable = 0;
-  for (const line of out.split('\n')) {
-    const m = /^\[(\d+\.\d+)\] (.*)$/.exec(line);
-    if (!m) continue;
-    if (/unreachable/i.test(m[2]!)) unreachable++;
-    if (!/bytes from/.test(m[2]!)) continue;
-    const t = Number(m[1]) * 1000;
-    if (last !== null) maxGapMs = Math.max(maxGapMs, t - last);
-    last = t;
-    replies++;
-  }
-  return { maxGapMs, replies, unreachable };
-}
-
 interface Round {
   backend: string;
   round: number;
+  /** The largest gap between replies with pings lost inside it, either way (probes.ts). */
   blackoutMs: number;
+  /** The largest gap between replies, lost pings or not (a loaded pinger stalls too). */
+  maxGapMs: number;
   replies: number;
   unreachable: number;
   /**
@@ -120,7 +99,8 @@ async function round(c: Cluster, backend: string, n: number): Promise<Round> {
   return {
     backend,
     round: n,
-    blackoutMs: Math.round(Math.max(...g.map((x) => x.maxGapMs))),
+    blackoutMs: Math.round(Math.max(...g.map((x) => x.blackoutMs))),
+    maxGapMs: Math.round(Math.max(...g.map((x) => x.maxGapMs))),
     replies: Math.min(...g.map((x) => x.replies)),
     unreachable: g.reduce((a, x) => a + x.unreachable, 0),
     execToForwardMs,

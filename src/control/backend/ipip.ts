@@ -203,7 +203,7 @@ export function createIpipBackend(ctx: BackendContext, deps: IpipDeps = {}): Bac
     },
     start: (lease) => impl.start(lease),
     run: (events, signal) => impl.run(events, signal),
-    close: () => impl.close(),
+    close: (how) => impl.close(how),
     isReady: () => impl.isReady?.() ?? true,
   };
 }

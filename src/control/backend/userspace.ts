@@ -17,6 +17,7 @@
 import { availableParallelism } from 'node:os';
 import { WeftError, errorMessage } from '../../common/errors.js';
 import { type Family, formatCIDR } from '../../common/ip.js';
+import { jsonField } from '../../common/json-field.js';
 import { LogOnce } from '../../common/log.js';
 import { loadNative } from '../../common/native.js';
 import { offloadsFromEnv } from '../../dataplane/offloads.js';
@@ -174,12 +175,12 @@ export function createUserspaceBackend(
   /** The TUN was left by an earlier run and adopted (start then clears what it kept). */
   let adopted = false;
   let dpOptions: DataplaneOptions | null = null;
-  // What the next run starts early with (fast-start.ts): not for the js engine, nor for vxlan
-  // "auto" (its next start may take the kernel device of the TUN's name).
+  // What the next run starts early with (fast-start.ts): not for the js engine, nor for
+  // "Dataplane": "auto" (its next start may take the kernel device of the TUN's name).
+  const auto =
+    ctx.options[AUTO_PREFERS_BPF] || jsonField(ctx.netConfig.backend.raw, 'Dataplane') === 'auto';
   const record =
-    ctx.options.subnetFile && !ctx.options[AUTO_PREFERS_BPF]
-      ? new DataplaneRecord(ctx.options.subnetFile, log)
-      : null;
+    ctx.options.subnetFile && !auto ? new DataplaneRecord(ctx.options.subnetFile, log) : null;
 
   return {
     type: spec.type,
