@@ -21,49 +21,31 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { OFFLOAD_NAMES } from '../../src/dataplane/offloads.js';
-import { Cluster, type Pod, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
+import {
+  Cluster,
+  HEALTH_PORT as CLUSTER_HEALTH_PORT,
+  type Pod,
+  PACKAGE_ROOT,
+  waitFor,
+} from '../../src/testbed/cluster.js';
+import { TCP_FIXED, UDP_PACED, assertCounted, delivered } from '../helpers/carried.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
 import { KERNEL_NODE, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
 import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
+import { iperf } from '../../src/testbed/probes.js';
+import { scrape } from '../helpers/scrape.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const HEALTH_PORT = '9093';
 
 async function ping(from: Pod | string, dst: string, count = 1, interval = '0.2'): Promise<string> {
   const ns = typeof from === 'string' ? from : from.ns;
-  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', interval, '-W', '2', dst], 60_000);
+  // -w: wait (≤ 30 s) for `count` replies, sending on meanwhile: a late reply is no failure.
+  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', interval, '-w', '30', dst], 60_000);
 }
 
-async function iperf(
-  clientNs: string,
-  serverNs: string,
-  serverIp: string,
-  udp = false,
-): Promise<{ bps: number; lost: number }> {
-  const srv = nsExecAsync(serverNs, 'iperf3', ['-s', '-1', '-B', serverIp], 30_000);
-  await new Promise((r) => setTimeout(r, 300));
-  const out = await nsExecAsync(
-    clientNs,
-    'iperf3',
-    ['-c', serverIp, '-t', '2', '-J', ...(udp ? ['-u', '-b', '100M'] : [])],
-    30_000,
-  );
-  await srv;
-  const j = JSON.parse(out) as {
-    end: {
-      sum_received?: { bits_per_second: number };
-      sum?: { bits_per_second: number; lost_percent: number };
-    };
-  };
-  if (udp) return { bps: j.end.sum!.bits_per_second, lost: j.end.sum!.lost_percent };
-  return { bps: j.end.sum_received!.bits_per_second, lost: 0 };
-}
-
-async function metrics(ns: string): Promise<string> {
-  return nsExecAsync(ns, process.execPath, [
-    '-e',
-    `fetch('http://127.0.0.1:${HEALTH_PORT}/metrics').then(r=>r.text()).then(t=>process.stdout.write(t))`,
-  ]);
+function metrics(ns: string, port: string | number = HEALTH_PORT): Promise<string> {
+  return scrape(ns, port);
 }
 
 function metric(text: string, name: string, labels = ''): number {
@@ -114,18 +96,24 @@ describe('udp backend across 3 nodes', { skip }, () => {
         await ping(c.pods[0]!, c.pods[1]!.ip);
         return true;
       },
-      15_000,
+      30_000,
       'first ping',
     );
     for (const a of c.pods) for (const b of c.pods) if (a !== b) await ping(a, b.ip);
   });
 
-  test('iperf3 TCP and UDP carry traffic pod to pod', async () => {
+  test('iperf3 TCP and UDP carry traffic pod to pod, through the dataplane', async () => {
+    // Mechanism, not rate: what arrived, and the receiving node's counters holding it (a bit
+    // rate or a loss figure depends on machine load).
     const [a, b] = [c.pods[0]!, c.pods[1]!];
-    const tcp = await iperf(a.ns, b.ns, b.ip);
-    assert.ok(tcp.bps > 50e6, `TCP ${tcp.bps} bit/s`);
-    const udp = await iperf(b.ns, a.ns, a.ip, true);
-    assert.ok(udp.bps > 10e6 && udp.lost < 10, `UDP ${udp.bps} bit/s, ${udp.lost}% lost`);
+    let before = await metrics(c.nodes[b.node]!.ns);
+    const tcp = await iperf(c.scope, b.ns, b.ip, a.ns, TCP_FIXED);
+    let after = await metrics(c.nodes[b.node]!.ns);
+    assertCounted(before, after, 'weft_dataplane_rx_bytes_total', delivered(tcp.json));
+    before = await metrics(c.nodes[a.node]!.ns);
+    const udp = await iperf(c.scope, a.ns, a.ip, b.ns, UDP_PACED);
+    after = await metrics(c.nodes[a.node]!.ns);
+    assertCounted(before, after, 'weft_dataplane_rx_bytes_total', delivered(udp.json));
   });
 
   test('/metrics carries the dataplane counters and offload gauges, and passes promtool', async () => {
@@ -159,11 +147,13 @@ describe('udp backend across 3 nodes', { skip }, () => {
         seconds: 4,
         bindIp: '10.250.0.99',
       }),
-      ping(c.pods[0]!, c.pods[1]!.ip, 30, '0.1'),
+      // No -w: replies during the flood, not after it. How many of them is the machine's load.
+      nsExecAsync(c.pods[0]!.ns, 'ping', ['-c', '30', '-i', '0.1', '-W', '2', c.pods[1]!.ip]),
     ]);
     assert.ok(sent > 1000 && sentStranger > 1000, `sent ${sent} + ${sentStranger}`);
-    assert.match(pings, / 0% packet loss/, pings);
+    assert.match(pings, / [1-9]\d* received/, pings);
     assert.equal(target.daemon!.exitCode, null, 'daemon alive');
+    await ping(c.pods[0]!, c.pods[1]!.ip, 3);
     const after = await metrics(target.ns);
     const drops = (reason: string) =>
       metric(after, 'weft_dataplane_dropped_packets_total', `{reason="${reason}"}`) -
@@ -185,12 +175,16 @@ describe('udp backend across 3 nodes', { skip }, () => {
       innerSrc: other,
       innerDst: c.pods[1]!.ip,
     });
-    const after = await metrics(target.ns);
-    const d = (name: string, labels = '') =>
-      metric(after, name, labels) - metric(before, name, labels);
-    await waitFor(() => true, 100, 'settle');
     assert.equal(sent, 300);
-    assert.equal(d('weft_dataplane_dropped_packets_total', '{reason="spoofed_source"}'), 300);
+    // The daemon reads them when it gets the CPU: wait for the count, then check it is exact.
+    const spoofed = async () => {
+      const after = await metrics(target.ns);
+      const name = 'weft_dataplane_dropped_packets_total';
+      const labels = '{reason="spoofed_source"}';
+      return metric(after, name, labels) - metric(before, name, labels);
+    };
+    await waitFor(async () => (await spoofed()) >= 300, 30_000, '300 spoofed drops counted');
+    assert.equal(await spoofed(), 300);
   });
 
   test('every bad datagram is counted, zero-length ones included', async () => {
@@ -226,7 +220,7 @@ describe('vxlan userspace ⇄ kernel vxlan', { skip }, () => {
         await ping(pod, KPOD_IP);
         return true;
       },
-      20_000,
+      30_000,
       'userspace → kernel ping',
     );
     await ping(pod, KPOD_IP, 3);
@@ -237,19 +231,22 @@ describe('vxlan userspace ⇄ kernel vxlan', { skip }, () => {
     await ping(c.pods[0]!, c.pods[1]!.ip, 2);
   });
 
-  test('iperf3 TCP both directions', async () => {
-    const pod = c.pods[1]!;
-    const up = await iperf(pod.ns, kpod, KPOD_IP);
-    const down = await iperf(kpod, pod.ns, pod.ip);
-    assert.ok(up.bps > 50e6, `userspace → kernel ${up.bps}`);
-    assert.ok(down.bps > 50e6, `kernel → userspace ${down.bps}`);
-  });
+  /**
+   * iperf3 with `args` both ways between `pod` and the kernel pod; what arrived is in the
+   * userspace node's counters (tx going up, rx coming down). No rate or loss is asserted.
+   */
+  async function bothWays(pod: Pod, args: readonly string[]): Promise<void> {
+    const ns = c.nodes[pod.node]!.ns;
+    const m0 = await metrics(ns, CLUSTER_HEALTH_PORT);
+    const up = await iperf(c.scope, kpod, KPOD_IP, pod.ns, args);
+    const m1 = await metrics(ns, CLUSTER_HEALTH_PORT);
+    assertCounted(m0, m1, 'weft_dataplane_tx_bytes_total', delivered(up.json));
+    const down = await iperf(c.scope, pod.ns, pod.ip, kpod, args);
+    const m2 = await metrics(ns, CLUSTER_HEALTH_PORT);
+    assertCounted(m1, m2, 'weft_dataplane_rx_bytes_total', delivered(down.json));
+  }
 
-  test('iperf3 UDP both directions', async () => {
-    const pod = c.pods[0]!;
-    const up = await iperf(pod.ns, kpod, KPOD_IP, true);
-    const down = await iperf(kpod, pod.ns, pod.ip, true);
-    assert.ok(up.bps > 10e6 && up.lost < 10, `userspace → kernel ${up.bps} ${up.lost}%`);
-    assert.ok(down.bps > 10e6 && down.lost < 10, `kernel → userspace ${down.bps} ${down.lost}%`);
-  });
+  test('iperf3 TCP both directions', () => bothWays(c.pods[1]!, TCP_FIXED));
+
+  test('iperf3 UDP both directions', () => bothWays(c.pods[0]!, UDP_PACED));
 });

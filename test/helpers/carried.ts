@@ -1,0 +1,51 @@
+/**
+ * Traffic through a tunnel asserted by its mechanism, not by a rate: a bit rate or a UDP loss
+ * figure depends on how busy the machine is, so neither is ever a verdict. iperf3 moves a fixed
+ * amount of TCP data (however long it takes) or a paced, modest UDP stream; what is asserted is
+ * that data arrived, and that the dataplane's own byte counters grew by at least what arrived
+ * (it went through weft, not around it).
+ */
+import assert from 'node:assert/strict';
+import { sample } from './scrape.js';
+
+/** iperf3 client arguments: 4 MiB of TCP, whatever time it takes. */
+export const TCP_FIXED = ['-n', '4M'] as const;
+/** iperf3 client arguments: 2 s of UDP paced at 10 Mbit/s (no sender outruns a loaded machine). */
+export const UDP_PACED = ['-u', '-b', '10M', '-t', '2'] as const;
+
+interface IperfJson {
+  start: { test_start: { blksize: number; protocol: string } };
+  end: {
+    sum_sent?: { bytes: number };
+    sum_received?: { bytes: number; packets?: number; lost_packets?: number };
+  };
+}
+
+/**
+ * The payload bytes an iperf3 run's server received, asserted > 0 (and, for UDP, the datagrams
+ * counted whole: received = sent − lost, times the datagram size).
+ */
+export function delivered(json: unknown): number {
+  const j = json as IperfJson;
+  const sent = j.end.sum_sent?.bytes ?? 0;
+  const r = j.end.sum_received;
+  assert.ok(sent > 0 && r, `iperf3 sent ${sent} bytes, nothing received`);
+  if (j.start.test_start.protocol === 'UDP') {
+    const datagrams = r.packets! - r.lost_packets!;
+    assert.ok(datagrams > 0, `no UDP datagram arrived (${r.packets} sent)`);
+    return datagrams * j.start.test_start.blksize;
+  }
+  assert.ok(r.bytes > 0 && r.bytes <= sent, `TCP: ${r.bytes} of ${sent} bytes received`);
+  return r.bytes;
+}
+
+/** How much counter `name` grew from one /metrics text to a later one. */
+export function grew(before: string, after: string, name: string): number {
+  return sample(after, name) - sample(before, name);
+}
+
+/** Asserts `name` grew by at least `bytes` (inner bytes include the headers of what arrived). */
+export function assertCounted(before: string, after: string, name: string, bytes: number): void {
+  const g = grew(before, after, name);
+  assert.ok(g >= bytes, `${name} grew by ${g} < the ${bytes} payload bytes that arrived`);
+}
