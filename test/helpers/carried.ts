@@ -6,6 +6,8 @@
  * (it went through weft, not around it).
  */
 import assert from 'node:assert/strict';
+import type { Cluster, Pod } from '../../src/testbed/cluster.js';
+import { iperf } from '../../src/testbed/probes.js';
 import { sample } from './scrape.js';
 
 /** iperf3 client arguments: 4 MiB of TCP, whatever time it takes. */
@@ -48,4 +50,25 @@ export function grew(before: string, after: string, name: string): number {
 export function assertCounted(before: string, after: string, name: string, bytes: number): void {
   const g = grew(before, after, name);
   assert.ok(g >= bytes, `${name} grew by ${g} < the ${bytes} payload bytes that arrived`);
+}
+
+/**
+ * iperf3 TCP from pod `a` to pod `b`, then UDP from `b` to `a`: each asserted by what arrived
+ * and by the receiving node's weft_dataplane_rx_bytes_total (`metrics` scrapes a node's ns).
+ */
+export async function assertPodToPod(
+  c: Cluster,
+  a: Pod,
+  b: Pod,
+  metrics: (ns: string) => Promise<string>,
+): Promise<void> {
+  for (const [from, to, args] of [
+    [a, b, TCP_FIXED],
+    [b, a, UDP_PACED],
+  ] as const) {
+    const ns = c.nodes[to.node]!.ns;
+    const before = await metrics(ns);
+    const run = await iperf(c.scope, to.ns, to.ip, from.ns, args);
+    assertCounted(before, await metrics(ns), 'weft_dataplane_rx_bytes_total', delivered(run.json));
+  }
 }

@@ -24,9 +24,8 @@ import { ipToBytes, parseCIDR, parseIP } from '../../src/common/ip.js';
 import * as js from '../../src/dataplane/js-codec.js';
 import { JsPeerTable, encodePeerTable } from '../../src/dataplane/peer-table.js';
 import { Cluster, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
-import { iperf } from '../../src/testbed/probes.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
-import { TCP_FIXED, UDP_PACED, assertCounted, delivered } from '../helpers/carried.js';
+import { assertPodToPod } from '../helpers/carried.js';
 import { droppedByReason, receiveDrops } from '../helpers/drops.js';
 import { scrape } from '../helpers/scrape.js';
 import { ipipMissing } from '../helpers/ipip.js';
@@ -111,15 +110,7 @@ describe(`ipip backend, Dataplane "${dataplane}", userspace across 3 nodes`, { s
   test('iperf3 TCP and UDP carry traffic pod to pod, through the dataplane', async () => {
     // Mechanism, not rate: what arrived, and the receiving node's counters holding it (a bit
     // rate or a loss figure depends on machine load).
-    const [a, b] = [c.pods[0]!, c.pods[1]!];
-    let before = await metrics(c.nodes[b.node]!.ns);
-    const tcp = await iperf(c.scope, b.ns, b.ip, a.ns, TCP_FIXED);
-    let after = await metrics(c.nodes[b.node]!.ns);
-    assertCounted(before, after, 'weft_dataplane_rx_bytes_total', delivered(tcp.json));
-    before = await metrics(c.nodes[a.node]!.ns);
-    const udp = await iperf(c.scope, a.ns, a.ip, b.ns, UDP_PACED);
-    after = await metrics(c.nodes[a.node]!.ns);
-    assertCounted(before, after, 'weft_dataplane_rx_bytes_total', delivered(udp.json));
+    await assertPodToPod(c, c.pods[0]!, c.pods[1]!, (ns) => metrics(ns));
   });
 
   test('on the wire: RFC 2003 IPIP as the kernel flannel.ipip device sends it (TTL, DF, ECN of the inner packet; DSCP 0; protocol 4)', async () => {

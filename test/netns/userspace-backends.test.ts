@@ -28,7 +28,13 @@ import {
   PACKAGE_ROOT,
   waitFor,
 } from '../../src/testbed/cluster.js';
-import { TCP_FIXED, UDP_PACED, assertCounted, delivered } from '../helpers/carried.js';
+import {
+  TCP_FIXED,
+  UDP_PACED,
+  assertCounted,
+  assertPodToPod,
+  delivered,
+} from '../helpers/carried.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
 import { KERNEL_NODE, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
 import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
@@ -105,15 +111,7 @@ describe('udp backend across 3 nodes', { skip }, () => {
   test('iperf3 TCP and UDP carry traffic pod to pod, through the dataplane', async () => {
     // Mechanism, not rate: what arrived, and the receiving node's counters holding it (a bit
     // rate or a loss figure depends on machine load).
-    const [a, b] = [c.pods[0]!, c.pods[1]!];
-    let before = await metrics(c.nodes[b.node]!.ns);
-    const tcp = await iperf(c.scope, b.ns, b.ip, a.ns, TCP_FIXED);
-    let after = await metrics(c.nodes[b.node]!.ns);
-    assertCounted(before, after, 'weft_dataplane_rx_bytes_total', delivered(tcp.json));
-    before = await metrics(c.nodes[a.node]!.ns);
-    const udp = await iperf(c.scope, a.ns, a.ip, b.ns, UDP_PACED);
-    after = await metrics(c.nodes[a.node]!.ns);
-    assertCounted(before, after, 'weft_dataplane_rx_bytes_total', delivered(udp.json));
+    await assertPodToPod(c, c.pods[0]!, c.pods[1]!, (ns) => metrics(ns));
   });
 
   test('/metrics carries the dataplane counters and offload gauges, and passes promtool', async () => {
