@@ -99,6 +99,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
     { LocalManager },
     { openRegistry },
     { blackholeRouteTask },
+    { egressTapOf },
   ] = await Promise.all([
     import('../daemon.js'),
     import('../iface.js'),
@@ -106,6 +107,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
     import('../lease/local-manager.js'),
     import('../registry/open.js'),
     import('../blackhole-route.js'),
+    import('../backend/egress-tap.js'),
   ]);
   try {
     await runDaemon(
@@ -137,6 +139,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
             forwardRules: o.iptablesForwardRules,
             resyncSec: o.iptablesResync,
             fullyRandom: !o.ipMasqFullyRandomDisable,
+            egressTapOf,
           }),
           ...(o.ipBlackholeRoute ? [blackholeRouteTask({ resyncSec: o.iptablesResync })] : []),
         ],

@@ -7,9 +7,6 @@
 import { WeftError, errorMessage } from '../../common/errors.js';
 import type { Family } from '../../common/ip.js';
 import { type Logger, logger } from '../../common/log.js';
-import { egressTapName } from '../../dataplane/offloads.js';
-import { UDP_TUN } from '../backend/udp.js';
-import { parseVxlanConfig, vxlanDeviceName } from '../backend/vxlan.js';
 import type { NetConfig } from '../config/net-config.js';
 
 export {
@@ -45,6 +42,11 @@ export interface IptablesOptions {
   readonly fullyRandom?: boolean;
   /** Which iptables binaries (default: detected as flanneld's image does, see flavour.ts). */
   readonly flavour?: IptablesFlavour;
+  /**
+   * The egress TAP the backend's userspace engine may send through, for this config (null:
+   * none): its frames get a FORWARD accept. The daemon passes backend/egress-tap.ts's.
+   */
+  readonly egressTapOf?: (cfg: NetConfig) => string | null;
   readonly run?: CommandRunner;
   readonly log?: Logger;
 }
@@ -54,27 +56,13 @@ export interface FamilyRules {
   readonly chains: readonly ChainRules[];
 }
 
-/**
- * The egress TAP (tap_gso) the userspace engine of this config's backend may send through —
- * udp, or vxlan with Dataplane userspace or auto — or null: the FORWARD accept for its frames.
- */
-export function egressTapOf(cfg: NetConfig): string | null {
-  if (cfg.backend.type === 'udp') return egressTapName(UDP_TUN);
-  if (cfg.backend.type !== 'vxlan') return null;
-  try {
-    const v = parseVxlanConfig(cfg.backend.raw);
-    return v.dataplane === 'kernel' ? null : egressTapName(vxlanDeviceName(4, v.vni));
-  } catch {
-    return null; // the backend refuses this config itself
-  }
-}
-
 /** The rules this node needs, per family its config enables. */
 export function wantedRules(
   cfg: NetConfig,
   lease: Lease,
-  o: Pick<IptablesOptions, 'ipMasq' | 'forwardRules' | 'fullyRandom'>,
+  o: Pick<IptablesOptions, 'ipMasq' | 'forwardRules' | 'fullyRandom' | 'egressTapOf'>,
 ): FamilyRules[] {
+  const egressTap = o.egressTapOf?.(cfg) ?? null;
   const out: FamilyRules[] = [];
   const fams: Array<[Family, boolean]> = [
     [4, cfg.enableIPv4],
@@ -86,7 +74,7 @@ export function wantedRules(
     if (!on || !fc || !subnet) continue;
     const chains: ChainRules[] = [];
     if (o.ipMasq) chains.push(masqRules(family, fc.network, subnet, o.fullyRandom ?? true));
-    if (o.forwardRules) chains.push(forwardRules(fc.network, egressTapOf(cfg)));
+    if (o.forwardRules) chains.push(forwardRules(fc.network, egressTap));
     if (chains.length > 0) out.push({ family, chains });
   }
   return out;
@@ -96,8 +84,11 @@ export function wantedRules(
 export function wantedNftTables(
   cfg: NetConfig,
   lease: Lease,
-  o: Pick<IptablesOptions, 'ipMasq' | 'forwardRules'> & { readonly fullyRandom: boolean },
+  o: Pick<IptablesOptions, 'ipMasq' | 'forwardRules' | 'egressTapOf'> & {
+    readonly fullyRandom: boolean;
+  },
 ): NftTableSpec[] {
+  const egressTap = o.egressTapOf?.(cfg) ?? null;
   return ([4, 6] as const).map((family) => {
     const on = family === 4 ? cfg.enableIPv4 : cfg.enableIPv6;
     const fc = family === 4 ? cfg.ipv4 : cfg.ipv6;
@@ -106,9 +97,7 @@ export function wantedNftTables(
       family,
       fullyRandom: o.fullyRandom,
       ...(on && fc && subnet && o.ipMasq ? { masq: { network: fc.network, subnet } } : {}),
-      ...(on && fc && o.forwardRules
-        ? { forward: { network: fc.network, egressTap: egressTapOf(cfg) } }
-        : {}),
+      ...(on && fc && o.forwardRules ? { forward: { network: fc.network, egressTap } } : {}),
     };
   });
 }

@@ -22,7 +22,7 @@ const LAYERS = [
   ['demo'],
   ['cli'],
   ['daemon', 'iface', 'blackhole-route'],
-  ['cni', 'backend', 'kube', 'iptables'],
+  ['cni', 'backend', 'kube', 'iptables', 'peer-log'],
   ['lease'],
   ['registry', 'netlink', 'metrics', 'subnet-env', 'sd-notify', 'http'],
   ['config', 'version'],

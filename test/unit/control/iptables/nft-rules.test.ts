@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseCIDR } from '../../../../src/common/ip.js';
 import { logger } from '../../../../src/common/log.js';
+import { egressTapOf } from '../../../../src/control/backend/egress-tap.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import {
   type IptablesFlavour,
@@ -78,6 +79,7 @@ describe('nftables rule set', () => {
       ipMasq: false,
       forwardRules: true,
       fullyRandom: true,
+      egressTapOf,
     });
     assert.equal(want[0]!.forward?.egressTap, 'flannel0-tx');
   });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type Family, parseCIDR } from '../../../../src/common/ip.js';
+import { egressTapOf } from '../../../../src/control/backend/egress-tap.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import { iptablesTask, wantedRules } from '../../../../src/control/iptables/iptables.js';
 import {
@@ -61,7 +62,7 @@ for (const family of [4, 6] as Family[]) {
           attrs: { publicIP: '192.168.1.1', publicIPv6: null, backendType: '' },
           expiration: null,
         };
-        const want = wantedRules(cfg, lease, { ipMasq: false, forwardRules: true });
+        const want = wantedRules(cfg, lease, { ipMasq: false, forwardRules: true, egressTapOf });
         return want[0]!.chains[0]!.rules;
       };
       assert.equal(rules({ Type: 'udp' })[2], `-i flannel0-tx ${m} -j ACCEPT`);
