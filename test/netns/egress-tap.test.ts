@@ -14,6 +14,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { offloadsFromEnv } from '../../src/dataplane/offloads.js';
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 import {
   type Node,
@@ -26,7 +27,11 @@ import {
   twoNodes,
 } from '../helpers/dataplane-pair.js';
 
-const skip = isRoot() ? false : 'needs root (network namespaces)';
+const skip = !isRoot()
+  ? 'needs root (network namespaces)'
+  : !offloadsFromEnv().includes('tap_gso')
+    ? 'tap_gso is off (WEFT_DATAPLANE_OFFLOADS): no egress TAP to test'
+    : false;
 
 type Full = Stats & { total: { drops: Record<string, number> } };
 
