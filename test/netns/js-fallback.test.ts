@@ -21,7 +21,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Cluster, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
+import { assertPodToPod } from '../helpers/carried.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
+import { scrape } from '../helpers/scrape.js';
 import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 // @ts-expect-error: a plain .mjs build script without types
 import { buildTunHelper } from '../../scripts/build-native.mjs';
@@ -30,18 +32,22 @@ const skip = isRoot() ? false : 'needs root (network namespaces)';
 const HEALTH_PORT = '9095';
 const NO_ADDON = { WEFT_NATIVE_ADDON: '/nonexistent/weft.node' };
 
+/**
+ * `count` replies from `dst` (ping -w: sending on until they came, ≤ 30 s; a late reply on a
+ * loaded machine is no failure, and with -w ping exits 1 unless all `count` came).
+ */
 async function ping(ns: string, dst: string, count = 1): Promise<string> {
-  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', '0.2', '-W', '2', dst], 60_000);
+  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', '0.2', '-w', '30', dst], 60_000);
 }
 
-/** Waits (≤ 15 s) until `ns` gets a reply from `dst`: the peers have reached both dataplanes. */
+/** Waits (≤ 30 s) until `ns` gets a reply from `dst`: the peers have reached both dataplanes. */
 async function firstReply(ns: string, dst: string): Promise<void> {
   await waitFor(
     async () => {
       await ping(ns, dst);
       return true;
     },
-    15_000,
+    30_000,
     `first reply from ${dst}`,
   );
 }
@@ -94,20 +100,13 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
   test('pods ping each other both ways', async () => {
     const [a, b] = [c.pods[0]!, c.pods[1]!];
     await firstReply(a.ns, b.ip);
-    assert.match(await ping(a.ns, b.ip, 3), / 0% packet loss/);
-    assert.match(await ping(b.ns, a.ip, 3), / 0% packet loss/);
+    assert.match(await ping(a.ns, b.ip, 3), / 3 received/);
+    assert.match(await ping(b.ns, a.ip, 3), / 3 received/);
   });
 
-  test('iperf3 TCP crosses the helpers', async (t) => {
-    const [a, b] = [c.pods[0]!, c.pods[1]!];
-    const srv = nsExecAsync(b.ns, 'iperf3', ['-s', '-1', '-B', b.ip], 30_000);
-    await new Promise((r) => setTimeout(r, 300));
-    const out = await nsExecAsync(a.ns, 'iperf3', ['-c', b.ip, '-t', '2', '-J'], 30_000);
-    await srv;
-    const bps = (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end
-      .sum_received.bits_per_second;
-    t.diagnostic(`js engine via weft-tun: ${(bps / 1e6).toFixed(0)} Mbit/s`);
-    assert.ok(bps > 5e6, `TCP ${bps} bit/s`);
+  test('iperf3 TCP and UDP cross the helpers, through the js engine', async () => {
+    // What arrived and the receiving node's counters holding it, not a rate (machine load).
+    await assertPodToPod(c, c.pods[0]!, c.pods[1]!, (ns) => scrape(ns, HEALTH_PORT));
   });
 
   test('the js engine counts the traffic in /metrics', async () => {
@@ -147,7 +146,7 @@ describe('udp backend on the js engine without the native addon', { skip }, () =
     try {
       const [a, b] = [v.pods[0]!, v.pods[1]!];
       await firstReply(a.ns, b.ip);
-      assert.match(await ping(b.ns, a.ip, 2), / 0% packet loss/);
+      assert.match(await ping(b.ns, a.ip, 2), / 2 received/);
       assert.match(v.ipIn(0, '-d', 'link', 'show', 'flannel.1'), /tun type tun pi off/);
     } finally {
       await v.destroy();
