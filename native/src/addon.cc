@@ -580,6 +580,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
     cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();
   if (o.Get("tapName").IsString()) cfg.tap_name = o.Get("tapName").ToString().Utf8Value();
   cfg.tap_probe_fail = o.Get("tapProbeFail").ToBoolean().Value();
+  if (o.Get("tapFailAt").IsNumber()) cfg.tap_fail_at = o.Get("tapFailAt").ToNumber().Int64Value();
   if (o.Get("fifoPriority").IsNumber())
     cfg.fifo_priority = o.Get("fifoPriority").ToNumber().Int32Value();
   cfg.codec = ConfigArg(info, 0);

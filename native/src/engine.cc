@@ -471,6 +471,11 @@ class Engine::Loop {
     if (e_->cfg_.format == Format::kUdp && !DecrementTtl(b + n, ip)) return false;
     if (queued) Flush();
     tcp_queued_ = false;
+    if (e_->cfg_.tap_fail_at != 0 && ++tap_frames_ == e_->cfg_.tap_fail_at) {
+      // test knob: both tunnel families and outer_th_offset 0, which the kernel refuses
+      b[1] |= kVnetGsoUdpTunnelV4 | kVnetGsoUdpTunnelV6;
+      b[20] = b[21] = 0;
+    }
     iovec iov[2] = {{b, n + copy}, {pkt + copy, ip.len - copy}};
     if (writev(e_->tap_fd_, iov, gso ? 2 : 1) < 0) {
       if (errno != EINVAL) {
@@ -815,6 +820,7 @@ class Engine::Loop {
   static constexpr size_t kTapInnerMax = 256;  // inner IP + TCP headers of a GSO packet
   std::vector<uint8_t> tap_buf_;
   uint16_t tap_ip_id_ = 0;
+  uint64_t tap_frames_ = 0;  // frames tried (for the tap_fail_at test knob)
   bool tcp_queued_ = false;
   // Destinations whose path MTU refused a GSO message (EMSGSIZE): sent datagram by datagram
   // until `until` (CLOCK_MONOTONIC ns; 0 = a free slot).

@@ -67,6 +67,9 @@ struct EngineConfig {
   // makes the start-up probe write a frame the kernel refuses.
   std::string tap_name;
   bool tap_probe_fail = false;
+  // Test knob: frame number N (counted per loop, from 1) written into the TAP is one the kernel
+  // refuses (EINVAL), so the runtime switch back to the sockets runs for real. 0 = never.
+  uint64_t tap_fail_at = 0;
   // Run the loop threads SCHED_FIFO at this priority (1..99; 0 = the normal policy).
   int fifo_priority = 0;
   // TUNSETPERSIST: the device (with its addresses and routes) outlives the engine and the

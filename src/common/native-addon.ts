@@ -109,6 +109,8 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly tapName?: string;
   /** Test knob: the TAP's start-up probe writes a frame the kernel refuses. */
   readonly tapProbeFail?: boolean;
+  /** Test knob: each loop's Nth TAP frame is one the kernel refuses (0: never). */
+  readonly tapFailAt?: number;
   /** Run the loop threads SCHED_FIFO at this priority (1..99); 0 or absent: normal policy. */
   readonly fifoPriority?: number;
   /** TUNSETPERSIST: the device outlives the engine (set), or goes with it (cleared). */

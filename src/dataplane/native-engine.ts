@@ -110,6 +110,8 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       tapName: egressTapName(opts.tunName),
       // test knob: the egress TAP's probe is refused, so the engine starts on the fallback
       tapProbeFail: process.env.WEFT_TEST_TAP_PROBE_FAIL === '1',
+      // test knob: each loop's Nth TAP frame is refused, so the engine switches back at run time
+      tapFailAt: Number(process.env.WEFT_TEST_TAP_FAIL_AT ?? 0) || 0,
       fifoPriority: opts.schedFifo ?? 0,
       persist: opts.persist ?? false,
     });

@@ -149,6 +149,35 @@ describe('egress-TAP TX between two namespaces', { skip }, () => {
     }
   });
 
+  test('vxlan: a frame the TAP refuses at run time (WEFT_TEST_TAP_FAIL_AT) switches the engine back to the sockets for good, nothing lost', async () => {
+    process.env.WEFT_TEST_TAP_FAIL_AT = '200';
+    let a: Node;
+    try {
+      a = await start(A, 'vxlan', { workers: 1 });
+    } finally {
+      delete process.env.WEFT_TEST_TAP_FAIL_AT;
+    }
+    const nodes: [Node, Node] = [a, await start(B, 'vxlan')];
+    try {
+      await nodes[0].send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
+      await nodes[1].send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
+      assert.equal((await stats(nodes[0])).offloads.tap_gso, true);
+      const errs0 = csumErrors(B.ns);
+      assert.ok((await iperf(2)) > 10e6);
+      const s = await stats(nodes[0]);
+      const c = s.total.counters;
+      // Frames 1..199 went by the TAP, frame 200 was refused and went by the sockets, as did
+      // everything after it (split + UDP GSO).
+      assert.equal(c.tap_disabled, 1, JSON.stringify(c));
+      assert.equal(c.tap_writes, 199, JSON.stringify(c));
+      assert.ok(c.gso_sends! > 0, JSON.stringify(c));
+      assert.equal(s.total.drops.send_error, 0, JSON.stringify(s.total.drops));
+      assert.deepEqual(csumErrors(B.ns), errs0);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
   for (const format of ['udp', 'vxlan'] as const) {
     test(`${format}: the probe refused (WEFT_TEST_TAP_PROBE_FAIL): split + UDP GSO, traffic flows`, async () => {
       process.env.WEFT_TEST_TAP_PROBE_FAIL = '1';
