@@ -9,7 +9,8 @@
 # -target bpf → native/build/weft.bpf.o), then drops the dev dependencies. Stage 2 is the
 # runtime: Node 20 on Debian with libmnl, libbpf, iproute2 (ip and bridge: the kernel ops without
 # the addon), iptables and nftables (--ip-masq). The DaemonSet (deploy/kubernetes/weft.yml) runs
-# /opt/weft/bin/weft; its init container installs dist/weft-cni.cjs on the host.
+# /opt/weft/bin/weft; its init container installs dist/weft-cni.cjs on the host. The bpf
+# programs' source ships beside their object: the engine refuses an object built from another.
 # test/unit/deploy/manifests.test.ts checks this file against the files the runtime loads.
 FROM node:20-bookworm AS build
 RUN apt-get update \
@@ -47,5 +48,6 @@ COPY --from=build /opt/weft/node_modules ./node_modules
 COPY --from=build /opt/weft/native/build/Release/weft.node ./native/build/Release/weft.node
 COPY --from=build /opt/weft/native/build/weft-tun ./native/build/weft-tun
 COPY --from=build /opt/weft/native/build/weft.bpf.o ./native/build/weft.bpf.o
+COPY --from=build /opt/weft/native/bpf ./native/bpf
 ENTRYPOINT ["/opt/weft/bin/weft"]
 CMD ["daemon", "--help"]
