@@ -23,7 +23,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
 import { Cluster, type ClusterNode, PACKAGE_ROOT } from '../../src/testbed/cluster.js';
-import { ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+import { type NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+import { iperf } from '../../src/testbed/probes.js';
 import { tcpdumpListening } from '../helpers/capture.js';
 
 /** The fake API server, run in the underlay namespace (its control: JSON lines). */
@@ -37,9 +38,10 @@ const BACKENDS = [
   { Type: 'udp' },
 ];
 
+/** Whether `from`'s pod gets a reply from `to`'s within 10 s (-w: pinging on until then). */
 async function pings(from: ClusterNode, to: ClusterNode): Promise<boolean> {
   try {
-    await nsExecAsync(from.pods[0]!.ns, 'ping', ['-n', '-c', '1', '-W', '2', to.pods[0]!.ip]);
+    await nsExecAsync(from.pods[0]!.ns, 'ping', ['-n', '-c', '1', '-w', '10', to.pods[0]!.ip]);
     return true;
   } catch {
     return false;
@@ -48,26 +50,14 @@ async function pings(from: ClusterNode, to: ClusterNode): Promise<boolean> {
 
 /** iperf3 TCP for 1 s from `client`'s pod to `server`'s pod (reverse: server sends). */
 async function iperfBps(
+  scope: NetnsScope,
   client: ClusterNode,
   server: ClusterNode,
   reverse: boolean,
 ): Promise<number> {
-  const srv = nsExecAsync(
-    server.pods[0]!.ns,
-    'iperf3',
-    ['-s', '-1', '-B', server.pods[0]!.ip],
-    20_000,
-  );
-  await new Promise((r) => setTimeout(r, 300));
-  const out = await nsExecAsync(
-    client.pods[0]!.ns,
-    'iperf3',
-    ['-c', server.pods[0]!.ip, '-t', '1', '-J', ...(reverse ? ['-R'] : [])],
-    20_000,
-  );
-  await srv;
-  const j = JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } };
-  return j.end.sum_received.bits_per_second;
+  const { ns, ip: serverIp } = server.pods[0]!;
+  const args = ['-t', '1', ...(reverse ? ['-R'] : [])];
+  return (await iperf(scope, ns, serverIp, client.pods[0]!.ns, args)).bitsPerSecond;
 }
 
 /** Routes inside the cluster network (10.5.0.0/16) on a node, one `ip route` line each. */
@@ -118,8 +108,8 @@ describe(
 
     test('iperf3 TCP works both ways between kernel vxlan (A) and userspace vxlan (B)', async () => {
       // A is the client: forward = kernel sends to userspace, reverse = userspace sends to kernel.
-      const kernelToUser = await iperfBps(A, B, false);
-      const userToKernel = await iperfBps(A, B, true);
+      const kernelToUser = await iperfBps(c.scope, A, B, false);
+      const userToKernel = await iperfBps(c.scope, A, B, true);
       assert.ok(kernelToUser > 0, `A → B ${kernelToUser} bit/s`);
       assert.ok(userToKernel > 0, `B → A ${userToKernel} bit/s`);
       // Not a timed assertion: the figures are for the report only.
