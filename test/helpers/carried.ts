@@ -72,3 +72,25 @@ export async function assertPodToPod(
     assertCounted(before, await metrics(ns), 'weft_dataplane_rx_bytes_total', delivered(run.json));
   }
 }
+
+/**
+ * iperf3 with `args` both ways between weft pod `pod` (at `podIp`) and `peerIp` in namespace
+ * `peerNs` (a pod weft does not serve, e.g. on a kernel vxlan node): each asserted by what
+ * arrived and by `pod`'s node's counters (tx bytes going out, rx bytes coming in).
+ */
+export async function assertBothWays(
+  c: Cluster,
+  pod: Pod,
+  podIp: string,
+  peer: { readonly ns: string; readonly ip: string },
+  args: readonly string[],
+  metrics: (ns: string) => Promise<string>,
+): Promise<void> {
+  const ns = c.nodes[pod.node]!.ns;
+  const m0 = await metrics(ns);
+  const out = await iperf(c.scope, peer.ns, peer.ip, pod.ns, args);
+  const m1 = await metrics(ns);
+  assertCounted(m0, m1, 'weft_dataplane_tx_bytes_total', delivered(out.json));
+  const back = await iperf(c.scope, pod.ns, podIp, peer.ns, args);
+  assertCounted(m1, await metrics(ns), 'weft_dataplane_rx_bytes_total', delivered(back.json));
+}

@@ -28,17 +28,10 @@ import {
   PACKAGE_ROOT,
   waitFor,
 } from '../../src/testbed/cluster.js';
-import {
-  TCP_FIXED,
-  UDP_PACED,
-  assertCounted,
-  assertPodToPod,
-  delivered,
-} from '../helpers/carried.js';
+import { TCP_FIXED, UDP_PACED, assertBothWays, assertPodToPod } from '../helpers/carried.js';
 import { assertEveryDatagramCounted } from '../helpers/drops.js';
 import { KERNEL_NODE, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
 import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
-import { iperf } from '../../src/testbed/probes.js';
 import { scrape } from '../helpers/scrape.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
@@ -229,20 +222,11 @@ describe('vxlan userspace ⇄ kernel vxlan', { skip }, () => {
     await ping(c.pods[0]!, c.pods[1]!.ip, 2);
   });
 
-  /**
-   * iperf3 with `args` both ways between `pod` and the kernel pod; what arrived is in the
-   * userspace node's counters (tx going up, rx coming down). No rate or loss is asserted.
-   */
-  async function bothWays(pod: Pod, args: readonly string[]): Promise<void> {
-    const ns = c.nodes[pod.node]!.ns;
-    const m0 = await metrics(ns, CLUSTER_HEALTH_PORT);
-    const up = await iperf(c.scope, kpod, KPOD_IP, pod.ns, args);
-    const m1 = await metrics(ns, CLUSTER_HEALTH_PORT);
-    assertCounted(m0, m1, 'weft_dataplane_tx_bytes_total', delivered(up.json));
-    const down = await iperf(c.scope, pod.ns, pod.ip, kpod, args);
-    const m2 = await metrics(ns, CLUSTER_HEALTH_PORT);
-    assertCounted(m1, m2, 'weft_dataplane_rx_bytes_total', delivered(down.json));
-  }
+  /** iperf3 both ways with the kernel pod, counted by the userspace node (no rate or loss). */
+  const bothWays = (pod: Pod, args: readonly string[]) =>
+    assertBothWays(c, pod, pod.ip, { ns: kpod, ip: KPOD_IP }, args, (ns) =>
+      metrics(ns, CLUSTER_HEALTH_PORT),
+    );
 
   test('iperf3 TCP both directions', () => bothWays(c.pods[1]!, TCP_FIXED));
 

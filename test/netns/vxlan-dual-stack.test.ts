@@ -19,17 +19,19 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
-import { Cluster, waitFor } from '../../src/testbed/cluster.js';
+import { Cluster, HEALTH_PORT, waitFor } from '../../src/testbed/cluster.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
-import { iperf } from '../../src/testbed/probes.js';
 import { captureText } from '../helpers/capture.js';
+import { TCP_FIXED, assertBothWays } from '../helpers/carried.js';
+import { scrape } from '../helpers/scrape.js';
 import { KERNEL_NODE, type StoredLease, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const KPOD = { ip: KERNEL_NODE.pod, ip6: KERNEL_NODE.pod6 };
 
+/** `count` replies (ping -w: sending on until they came, ≤ 30 s; a late reply is no failure). */
 async function ping(ns: string, dst: string, count = 1): Promise<string> {
-  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', '0.2', '-W', '2', dst]);
+  return nsExecAsync(ns, 'ping', ['-c', String(count), '-i', '0.2', '-w', '30', dst], 60_000);
 }
 
 describe(
@@ -104,10 +106,10 @@ describe(
         [pod.ip, KPOD.ip],
         [pod.ip6!, KPOD.ip6],
       ] as const) {
-        const up = await iperf(c.scope, kpod, kIp, pod.ns);
-        const down = await iperf(c.scope, pod.ns, podIp, kpod);
-        assert.ok(up.bitsPerSecond > 50e6, `userspace → kernel ${kIp} ${up.bitsPerSecond}`);
-        assert.ok(down.bitsPerSecond > 50e6, `kernel → userspace ${podIp} ${down.bitsPerSecond}`);
+        // What arrived, in the userspace node's counters; not a rate (the machine's load).
+        await assertBothWays(c, pod, podIp, { ns: kpod, ip: kIp }, TCP_FIXED, (ns) =>
+          scrape(ns, HEALTH_PORT),
+        );
       }
     });
   },
