@@ -174,7 +174,7 @@ test('deleting our lease from the store stops the daemon saying it was revoked',
   const reg = new EmbeddedRegistry(store);
   await reg.deleteSubnet(String(r.key));
   await reg.close();
-  const line = await a.p.waitForLog((l) => l.code === 'WEFT_ERR_LEASE_REVOKED', 5000);
+  const line = await a.p.waitForLog((l) => l.code === 'WEFT_ERR_LEASE_REVOKED', 30_000);
   assert.match(line.msg, /revoked/);
   assert.equal(await a.p.exited, 1);
 });
