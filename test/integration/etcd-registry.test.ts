@@ -226,7 +226,7 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     const ac = new AbortController();
     const it = r.watchSubnets(start, ac.signal)[Symbol.asyncIterator]();
     try {
-      const b = await nextBatch(it, 5000);
+      const b = await nextBatch(it, 30_000);
       assert.equal(b.kind, 'resync');
       if (b.kind === 'resync') {
         assert.deepEqual(
@@ -236,7 +236,7 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
         assert.ok(b.revision >= rev);
       }
       await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
-      const next = await nextBatch(it, 5000);
+      const next = await nextBatch(it, 30_000);
       assert.equal(next.kind, 'events');
       if (next.kind === 'events') {
         assert.deepEqual(
@@ -259,7 +259,7 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
       [Symbol.asyncIterator]();
     try {
       await r.createSubnet(V4_KEY, V4_VALUE, 600_000);
-      const first = await nextBatch(it, 5000);
+      const first = await nextBatch(it, 30_000);
       assert.equal(first.kind, 'events');
       await etcd!.restart();
       // Written by etcdctl right after the restart, while our watch is still reconnecting.
@@ -371,7 +371,7 @@ describe(
           [Symbol.asyncIterator]();
         await r.createSubnet(V4_KEY, V4_VALUE, 60_000);
         assert.equal((await r.getSubnet(V4_KEY))?.value, V4_VALUE);
-        const b = await nextBatch(it, 5000);
+        const b = await nextBatch(it, 30_000);
         assert.equal(b.kind, 'events');
         ac.abort();
         await it.return?.();
@@ -421,7 +421,7 @@ describe('EtcdRegistry with username and password', { skip }, () => {
         authEtcd!.ctl(['get', `${prefix}/subnets/${V4_KEY}`, '--print-value-only'], creds),
         `${V4_VALUE}\n`,
       );
-      const b = await nextBatch(it, 5000);
+      const b = await nextBatch(it, 30_000);
       assert.equal(b.kind, 'events');
       ac.abort();
       await it.return?.();
