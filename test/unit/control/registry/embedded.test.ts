@@ -162,7 +162,7 @@ describe('EmbeddedRegistry', () => {
         const key = `10.5.${i}.0-24`;
         const t0 = performance.now();
         await writer.createSubnet(key, V4_VALUE, 60_000);
-        const b = await nextBatch(it, 1000);
+        const b = await nextBatch(it, 30_000);
         latencies.push(performance.now() - t0);
         assert.equal(b.kind, 'events');
         if (b.kind === 'events')
@@ -225,7 +225,7 @@ describe('EmbeddedRegistry', () => {
       await writer.deleteSubnet('10.5.3.0-24');
       const seen: string[] = [];
       while (seen.length < 2) {
-        const b = await nextBatch(it, 5000);
+        const b = await nextBatch(it, 30_000);
         assert.equal(b.kind, 'events');
         if (b.kind === 'events')
           for (const e of b.events)
@@ -424,7 +424,7 @@ describe('EmbeddedRegistry', () => {
       await r.deleteSubnet(V4_KEY);
       await r.compact();
       const it = r.watchSubnets(start, ac.signal)[Symbol.asyncIterator]();
-      const b = await nextBatch(it, 2000);
+      const b = await nextBatch(it, 30_000);
       assert.equal(b.kind, 'resync');
       if (b.kind === 'resync')
         assert.deepEqual(
