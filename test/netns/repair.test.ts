@@ -44,7 +44,7 @@ describe('udp: the TUN route and address are restored by the re-check', { skip }
   let c: Cluster;
   before(async () => {
     c = await Cluster.create({ nodes: 2, backend: { Type: 'udp' }, flags });
-    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 20_000, 'first ping');
+    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'first ping');
   });
   after(async () => {
     await c?.destroy();
@@ -59,7 +59,7 @@ describe('udp: the TUN route and address are restored by the re-check', { skip }
     c.ipIn(0, 'route', 'del', CLUSTER_NETWORK, 'dev', 'flannel0');
     await waitFor(() => repairs() > before, REPAIR_WAIT_MS, 'the daemon restoring the route');
     assert.match(route(), /dev flannel0/);
-    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 10_000, 'ping after the repair');
+    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'ping after the repair');
     assert.equal(await readyz(c.nodes[0]!.ns), 200);
   });
 
@@ -74,7 +74,7 @@ describe('udp: the TUN route and address are restored by the re-check', { skip }
       'the address restored',
     );
     await waitFor(() => /dev flannel0/.test(route()), REPAIR_WAIT_MS, 'the route restored');
-    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 10_000, 'ping after the repair');
+    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'ping after the repair');
     assert.equal(await readyz(c.nodes[0]!.ns), 200);
   });
 });
@@ -83,7 +83,7 @@ describe('kernel vxlan: a deleted flannel.1 is created again', { skip }, () => {
   let c: Cluster;
   before(async () => {
     c = await Cluster.create({ nodes: 2, backend: { Type: 'vxlan' }, flags });
-    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 20_000, 'first ping');
+    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'first ping');
   });
   after(async () => {
     await c?.destroy();
@@ -106,7 +106,7 @@ describe('kernel vxlan: a deleted flannel.1 is created again', { skip }, () => {
     assert.equal(macOf(), mac, 'the VtepMAC the peers know is kept');
     const addr = c.nodes[0]!.env.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0/32');
     assert.ok(c.ipIn(0, 'addr', 'show', 'dev', 'flannel.1').includes(`inet ${addr}`));
-    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 10_000, 'ping after the repair');
+    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'ping after the repair');
     assert.equal(await readyz(c.nodes[0]!.ns), 200);
   });
 
@@ -133,6 +133,6 @@ describe('kernel vxlan: a deleted flannel.1 is created again', { skip }, () => {
       '200 once flannel.1 is back',
     );
     assert.match(c.ipIn(0, 'link', 'show', 'flannel.1'), /UP/);
-    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 10_000, 'ping after the repair');
+    await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'ping after the repair');
   });
 });
