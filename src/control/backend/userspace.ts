@@ -45,7 +45,7 @@ import {
   leaseSubnet,
   subnetAddress,
 } from './kernel-common.js';
-import { Reconciler } from './reconcile.js';
+import { FLUSH_WINDOW_MS, Reconciler } from './reconcile.js';
 
 /**
  * The re-check of the TUN's own state: restores (with `ops`, the ones start applied) when the
@@ -317,10 +317,11 @@ export function createUserspaceBackend(
         ownKey,
         peerFor: (lease, family, pub) => spec.peerFor(lease, family, pub),
       };
-      let scheduled = false;
+      let scheduled: NodeJS.Timeout | null = null;
       let first = true;
       const push = () => {
-        scheduled = false;
+        clearTimeout(scheduled ?? undefined);
+        scheduled = null;
         try {
           const table = records.table();
           running.setPeerTable(table);
@@ -341,12 +342,14 @@ export function createUserspaceBackend(
           }
         }
         // The store's first snapshot is handed over even when it changes nothing here (no
-        // peers): it replaces whatever table the engine started with (fast-start.ts).
+        // peers): it replaces whatever table the engine started with (fast-start.ts), at once.
+        // After it, one table per flush window, as the kernel backends batch (a churn of small
+        // batches would otherwise rebuild the 5,000-peer table on every event-loop turn).
+        const wasFirst = first;
         const changed = records.apply(changes) || first;
         first = false;
         if (changed && !scheduled) {
-          scheduled = true;
-          setImmediate(push);
+          scheduled = setTimeout(push, wasFirst ? 0 : FLUSH_WINDOW_MS);
         }
       };
       const iter = events[Symbol.asyncIterator]();

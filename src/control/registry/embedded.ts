@@ -30,7 +30,7 @@
  */
 import { watch as fsWatch, type FSWatcher, readFileSync, readdirSync } from 'node:fs';
 import { link, mkdir, open, readFile, readdir, rename, unlink } from 'node:fs/promises';
-import { setImmediate as nextTurn } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as sleepMs } from 'node:timers/promises';
 import { join } from 'node:path';
 import { WeftError, abortError, errorMessage, isWeftError } from '../../common/errors.js';
 import { LogOnce, logger } from '../../common/log.js';
@@ -54,6 +54,8 @@ const KEY_RE = /^[0-9A-Za-z.:&-]{1,200}$/;
  * groups of this many files.
  */
 const READS_PER_TURN = 256;
+/** How long a watch woken by inotify gathers more events before reading the files they name. */
+const COALESCE_MS = 5;
 
 export interface EmbeddedRegistryOptions {
   /** Give up waiting for the store lock after this long (default 10 s). */
@@ -525,6 +527,10 @@ export class EmbeddedRegistry implements Registry {
             this.#fullScans++;
             lastScan = Date.now();
           } else {
+            // The files a burst names arrive as a trickle of inotify events, each a callback of
+            // its own: gather them for a moment, so a burst is read and handed on in a few
+            // batches instead of one per file.
+            await sleepMs(COALESCE_MS);
             keys = [...changed];
             changed.clear();
             events = await this.#refresh(state!, keys);

@@ -211,6 +211,45 @@ describe('EmbeddedRegistry', () => {
     }
   });
 
+  it('a burst of files written at once is handed on in a few batches, not one per file', async () => {
+    const dir = tempStore();
+    const reader = new EmbeddedRegistry(dir, { pollMs: 3_600_000, rescanMs: 3_600_000 });
+    const ac = new AbortController();
+    try {
+      const { revision } = await reader.listSubnets();
+      // as another process writes them: each file renamed into place, the revision last
+      const put = (i: number) => {
+        const tmp = join(dir, 'tmp', `burst-${i}`);
+        writeFileSync(tmp, `{"revision":${revision + 1 + i},"expiration":null}\n${V4_VALUE}`);
+        renameSync(tmp, join(dir, 'subnets', `10.7.${i}.0-24`));
+        writeFileSync(join(dir, 'tmp', 'rev'), `${revision + 1 + i}\n`);
+        renameSync(join(dir, 'tmp', 'rev'), join(dir, 'revision'));
+      };
+      put(0);
+      const it = reader.watchSubnets(revision + 1, ac.signal)[Symbol.asyncIterator]();
+      // its first batch: the watch is set up (inotify) and has read the store once
+      const b0 = await nextBatch(it, 5000);
+      assert.equal(b0.kind === 'events' && b0.events.length, 1);
+      const files = 200;
+      for (let i = 1; i <= files; i++) put(i);
+      let seen = 0;
+      let batches = 0;
+      while (seen < files) {
+        const b = await nextBatch(it, 5000);
+        assert.equal(b.kind, 'events');
+        if (b.kind === 'events') seen += b.events.length;
+        batches++;
+      }
+      assert.equal(seen, files);
+      assert.ok(batches <= 10, `${files} files came in ${batches} batches`);
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await reader.close();
+    }
+  });
+
   it('follows changes by inotify: only the changed files are read, no full re-read', async () => {
     const dir = tempStore();
     const writer = new EmbeddedRegistry(dir);
