@@ -10,6 +10,7 @@
  *   └────────────────────────────────────────────────────────┘
  */
 import assert from 'node:assert/strict';
+import { egressTapOf } from '../../src/control/backend/egress-tap.js';
 import { after, before, describe, test } from 'node:test';
 import { type Family, parseCIDR } from '../../src/common/ip.js';
 import { logger } from '../../src/common/log.js';
@@ -129,7 +130,14 @@ describe('nftables mode in a namespace', { skip }, () => {
       expiration: null,
     };
     const ac = new AbortController();
-    const task = iptablesTask({ ipMasq: true, forwardRules: true, resyncSec: 0.05, run, log });
+    const task = iptablesTask({
+      ipMasq: true,
+      forwardRules: true,
+      resyncSec: 0.05,
+      egressTapOf,
+      run,
+      log,
+    });
     const done = task({ lease, netConfig: cfg, signal: ac.signal });
     try {
       const until = async (what: string, ok: () => boolean) => {
