@@ -23,6 +23,8 @@ import {
   twoNodes,
 } from '../helpers/dataplane-pair.js';
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+import { iperf as probeIperf } from '../../src/testbed/probes.js';
+import { TCP_FIXED, delivered } from '../helpers/carried.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
 
@@ -36,15 +38,14 @@ async function stats(n: Node): Promise<Stats> {
   return (await n.send({ cmd: 'stats' })).stats as Stats;
 }
 
-async function iperf(from: Side, to: Side, udp: boolean): Promise<number> {
-  const srv = nsExecAsync(to.ns, 'iperf3', ['-s', '-1', '-B', to.v4], 30_000);
-  await new Promise((r) => setTimeout(r, 300));
-  const args = ['-c', to.v4, '-B', from.v4, '-t', '2', '-J'];
-  if (udp) args.push('-u', '-b', '100M', '-l', '1200');
-  const out = await nsExecAsync(from.ns, 'iperf3', args, 30_000);
-  await srv;
-  const end = (JSON.parse(out) as { end: Record<string, { bits_per_second: number }> }).end;
-  return (udp ? end.sum! : end.sum_received!).bits_per_second;
+/**
+ * iperf3 from `from` to `to` (client bound to its v4 address): 4 MiB of TCP, or UDP paced at
+ * 10 Mbit/s for 2 s (no rate is a verdict: a loaded machine sets it). Returns the payload bytes
+ * that arrived (asserted > 0).
+ */
+async function iperf(scope: NetnsScope, from: Side, to: Side, udp: boolean): Promise<number> {
+  const args = ['-B', from.v4, ...(udp ? ['-u', '-b', '10M', '-l', '1200', '-t', '2'] : TCP_FIXED)];
+  return delivered((await probeIperf(scope, to.ns, to.v4, from.ns, args)).json);
 }
 
 async function pingBoth(a: Side, b: Side): Promise<void> {
@@ -110,24 +111,22 @@ describe('bpf engine between two namespaces', { skip }, () => {
         try {
           assert.equal((await nodes[0].ready).engine, 'bpf');
           await pingBoth(A, B);
-          const tcp = await iperf(A, B, false);
-          assert.ok(tcp > 100e6, `TCP A → B ${tcp} bit/s`);
-          const tcpBack = await iperf(B, A, false);
-          assert.ok(tcpBack > 100e6, `TCP B → A ${tcpBack} bit/s`);
-          const udp = await iperf(A, B, true);
-          assert.ok(udp > 10e6, `UDP A → B ${udp} bit/s`);
+          const sent = (await iperf(scope, A, B, false)) + (await iperf(scope, A, B, true));
+          const back = await iperf(scope, B, A, false);
           // The programs sent it, not the userspace engine behind them.
           const s = await stats(nodes[0]);
           assert.equal(s.engine, 'bpf');
-          assert.ok(s.bpf!.tx_packets! > 1000, JSON.stringify(s.bpf));
-          assert.ok(s.total.counters.rx_packets! > 1000, JSON.stringify(s.total.counters));
+          assert.ok(s.bpf!.tx_bytes! >= sent, JSON.stringify(s.bpf));
+          assert.ok(s.total.counters.rx_bytes! >= back, JSON.stringify(s.total.counters));
           if (engines[1] === 'bpf') {
-            // And decapsulated it. From a native sender, the UDP GSO trains its sendmmsg makes
-            // cross the veth whole: one skb of many datagrams, which the program leaves to the
-            // socket (rx_passed); on a wire they arrive one by one.
-            assert.ok(s.bpf!.rx_packets! > 1000, JSON.stringify(s.bpf));
+            // And decapsulated it.
+            assert.ok(s.bpf!.rx_bytes! >= back, JSON.stringify(s.bpf));
           } else {
-            assert.ok(s.bpf!.rx_passed! > 0, JSON.stringify(s.bpf));
+            // From a native sender, TCP leaves through its egress TAP as tunnel-GSO frames (one
+            // well-formed datagram each: the program decapsulates them) or, with tap_gso off, as
+            // UDP GSO trains that cross the veth as one skb, which the program leaves to the
+            // socket (on a wire they arrive one by one). Either way one of the two saw it.
+            assert.ok(s.bpf!.rx_packets! + s.bpf!.rx_passed! > 0, JSON.stringify(s.bpf));
           }
         } finally {
           await stopPair(nodes);
@@ -145,12 +144,10 @@ describe('bpf engine between two namespaces', { skip }, () => {
       try {
         await a.send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
         await pingBoth(A, B);
-        const tcp = await iperf(A, B, false);
-        assert.ok(tcp > 100e6, `TCP bpf → kernel ${tcp} bit/s`);
-        const back = await iperf(B, A, false);
-        assert.ok(back > 100e6, `TCP kernel → bpf ${back} bit/s`);
+        const sent = await iperf(scope, A, B, false);
+        const back = await iperf(scope, B, A, false);
         const s = await stats(a);
-        assert.ok(s.bpf!.tx_packets! > 1000 && s.bpf!.rx_packets! > 1000, JSON.stringify(s.bpf));
+        assert.ok(s.bpf!.tx_bytes! >= sent && s.bpf!.rx_bytes! >= back, JSON.stringify(s.bpf));
         // The kernel device saw no checksum errors in what the programs sent.
         const snmp = nsExec(B.ns, 'cat', ['/proc/net/snmp']);
         const udpRow = snmp.split('\n').filter((l) => l.startsWith('Udp:'));
