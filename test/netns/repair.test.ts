@@ -7,6 +7,8 @@
  *   kernel vxlan   flannel.1 deleted → created again with the same VtepMAC, its address and every
  *                  peer entry restored, pods ping again; while a device holding the same VNI
  *                  keeps it from being created, /readyz answers 503, and 200 once it is back
+ *   udp, vxlan userspace   the TUN deleted → the engine starts again on a new TUN of that name
+ *                  (same options, the current peer table), address and route back, pods ping
  *
  * Waits are generous (the re-check runs every 10 s); what is asserted is the restored state and
  * the readiness transitions, not how fast they came.
@@ -78,6 +80,55 @@ describe('udp: the TUN route and address are restored by the re-check', { skip }
     assert.equal(await readyz(c.nodes[0]!.ns), 200);
   });
 });
+
+for (const [name, backend, tun] of [
+  ['udp', { Type: 'udp' }, 'flannel0'],
+  ['vxlan userspace', { Type: 'vxlan', Dataplane: 'userspace' }, 'flannel.1'],
+] as const) {
+  describe(`${name}: a deleted TUN is created again by the re-check`, { skip }, () => {
+    let c: Cluster;
+    before(async () => {
+      c = await Cluster.create({ nodes: 2, backend, flags });
+      await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'first ping');
+    });
+    after(async () => {
+      await c?.destroy();
+    });
+
+    test('a new TUN of the same name with its address and route; pods ping again; ready', async () => {
+      const ifindex = () => /^(\d+):/.exec(c.ipIn(0, 'link', 'show', tun))?.[1];
+      const old = ifindex();
+      assert.ok(old);
+      c.ipIn(0, 'link', 'del', tun);
+      await waitFor(
+        () =>
+          c.nodes[0]!.logs.some(
+            (l) => l.msg === 'tun device gone; starting the dataplane on a new one',
+          ),
+        REPAIR_WAIT_MS,
+        'the daemon starting its dataplane on a new TUN',
+      );
+      await waitFor(
+        () => {
+          try {
+            return ifindex() !== undefined && ifindex() !== old;
+          } catch {
+            return false;
+          }
+        },
+        REPAIR_WAIT_MS,
+        'a new TUN',
+      );
+      await waitFor(
+        () => c.ipIn(0, 'route', 'show', CLUSTER_NETWORK).includes(`dev ${tun}`),
+        REPAIR_WAIT_MS,
+        'the cluster route on the new TUN',
+      );
+      await waitFor(() => pings(c.pods[0]!, c.pods[1]!), 30_000, 'ping after the repair');
+      await waitFor(async () => (await readyz(c.nodes[0]!.ns)) === 200, REPAIR_WAIT_MS, 'ready');
+    });
+  });
+}
 
 describe('kernel vxlan: a deleted flannel.1 is created again', { skip }, () => {
   let c: Cluster;

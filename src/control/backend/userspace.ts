@@ -277,8 +277,36 @@ export function createUserspaceBackend(
     },
     async run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal) {
       if (!dp || !nl) throw new Error(`${spec.type}: run before prepare`);
-      const running = dp;
+      let running = dp;
       const netlink = nl;
+      // Records per lease, encoded when the lease changes; the table handed to the dataplane is
+      // one copy of them, once per flush window (events already received are coalesced).
+      const records = new PeerRecords();
+      // A dataplane that dies is fatal: the daemon exits 1 and its supervisor restarts it. The
+      // engine in use is watched (the re-check may start a new one on a new TUN).
+      let fail: (err: unknown) => void = () => undefined;
+      const died = new Promise<never>((_, reject) => (fail = reject));
+      died.catch(() => undefined);
+      const watch = (d: Dataplane) =>
+        void d.failed.then((err) => {
+          if (d === running) fail(err);
+        });
+      watch(running);
+      // The TUN deleted by hand: its queues point at nothing, so the engine starts again on a
+      // new TUN of the same name (same options, the current peer table); restoreTun then puts
+      // back its link state, address and route.
+      const restartOnNewTun = async (): Promise<void> => {
+        log.warn({ tun: running.tunName }, 'tun device gone; starting the dataplane on a new one');
+        const old = running;
+        await old.close();
+        const { startDataplane } = await import('../../dataplane/index.js');
+        running = await startDataplane(dpOptions!);
+        dp = running;
+        const current = running;
+        registerDataplaneMetrics(ctx.metrics, () => current.stats());
+        watch(current);
+        current.setPeerTable(records.table());
+      };
       // The TUN's state is re-checked by the kernel backends' resync loop (no peers of its own).
       const recheck = new AbortController();
       const reconciler = new Reconciler({
@@ -287,9 +315,13 @@ export function createUserspaceBackend(
         ownership: [],
         onRepaired: (n) => kernelMetrics(ctx.metrics).repairs.inc(n),
         ensureBase: async () => {
-          let missing: number;
+          let missing = 0;
           try {
-            missing = await restoreTun(netlink, running.tunName, tunOps);
+            if (dpOptions && !(await netlink.getLink(running.tunName))) {
+              await restartOnNewTun();
+              missing++;
+            }
+            missing += await restoreTun(netlink, running.tunName, tunOps);
           } catch (err) {
             if (tunOk)
               log.error(
@@ -307,9 +339,6 @@ export function createUserspaceBackend(
         },
       });
       const rechecking = reconciler.run(recheck.signal);
-      // Records per lease, encoded when the lease changes; the table handed to the dataplane is
-      // one copy of them, once per flush window (events already received are coalesced).
-      const records = new PeerRecords();
       const planCtx: PeerPlanContext = {
         families,
         underlay: ext.ifaceAddr ? 4 : 6,
@@ -357,11 +386,6 @@ export function createUserspaceBackend(
         if (signal.aborted) resolve(null);
         signal.addEventListener('abort', () => resolve(null), { once: true });
       });
-      // A dataplane that dies is fatal: the daemon exits 1 and its supervisor restarts it.
-      const died = dp.failed.then((err) => {
-        throw err;
-      });
-      died.catch(() => undefined);
       try {
         while (!signal.aborted) {
           const next = await Promise.race([iter.next(), aborted, died]);
