@@ -19,6 +19,14 @@ log.level = 'silent';
 describe('nftables rule set', () => {
   const network = parseCIDR('10.5.0.0/16')!;
   const subnet = parseCIDR('10.5.1.0/24')!;
+  /** Our lease on 10.5.0.0/16, IPv4 only. */
+  const LEASE = {
+    key: '10.5.1.0-24',
+    subnet,
+    ipv6Subnet: null,
+    attrs: { publicIP: '192.168.1.1', publicIPv6: null, backendType: '' },
+    expiration: null,
+  };
 
   test('flannel’s rules in flannel’s order; the 4th return negates the subnet, not the network', () => {
     const lines = nftTableScript({
@@ -68,14 +76,7 @@ describe('nftables rule set', () => {
     const cfg = parseNetConfig(
       JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'udp' } }),
     );
-    const lease = {
-      key: '10.5.1.0-24',
-      subnet,
-      ipv6Subnet: null,
-      attrs: { publicIP: '192.168.1.1', publicIPv6: null, backendType: '' },
-      expiration: null,
-    };
-    const want = wantedNftTables(cfg, lease, {
+    const want = wantedNftTables(cfg, LEASE, {
       ipMasq: false,
       forwardRules: true,
       fullyRandom: true,
@@ -97,14 +98,7 @@ describe('nftables rule set', () => {
   test('wantedNftTables: both tables always, chains for enabled families only', () => {
     const cfg = parseNetConfig(JSON.stringify({ Network: '10.5.0.0/16', EnableNFTables: true }));
     assert.equal(cfg.enableNFTables, true);
-    const lease = {
-      key: '10.5.1.0-24',
-      subnet,
-      ipv6Subnet: null,
-      attrs: { publicIP: '192.168.1.1', publicIPv6: null, backendType: '' },
-      expiration: null,
-    };
-    const want = wantedNftTables(cfg, lease, {
+    const want = wantedNftTables(cfg, LEASE, {
       ipMasq: true,
       forwardRules: false,
       fullyRandom: true,
