@@ -595,7 +595,7 @@ while True:
         ip(A.ns, 'route', 'replace', host, 'dev', 'va', 'mtu', '1200');
         const bytes = ((await client).json as { end: { sum_received: { bytes: number } } }).end
           .sum_received.bytes;
-        assert.ok(bytes > 1e6, `${bytes} bytes`);
+        assert.ok(bytes > 0, 'no TCP byte arrived');
         const s = await stats();
         assert.ok(s.total.counters.tap_writes! > 0, JSON.stringify(s.total.counters));
         assert.equal(s.total.counters.tap_disabled, 0);
