@@ -804,19 +804,74 @@ Napi::Value TestRun(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// bpfAttach(id, tun, underlay, mode = 'auto' | 'tcx' | 'clsact') → 'tcx' | 'clsact'
+// bpfAttach(id, tun, underlay, mode = 'auto' | 'tcx' | 'clsact', pinDir = '')
+//   → { mode: 'tcx' | 'clsact', adopted: string[], replaced: string[] } (bpf_loader.h Attach)
 Napi::Value Attach(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::shared_ptr<BpfEngine> e = Arg(info);
-  if (info.Length() < 3) throw Napi::TypeError::New(env, "bpfAttach(id, tun, underlay, mode)");
+  if (info.Length() < 3) throw Napi::TypeError::New(env, "bpfAttach(id, tun, underlay, mode, pinDir)");
   uint32_t tun = IfindexOf(env, info[1], "tun");
   uint32_t underlay = IfindexOf(env, info[2], "underlay");
   std::string want = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "auto";
+  std::string pin_dir = info.Length() > 4 && info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : "";
   BpfAttachMode m = want == "tcx" ? BpfAttachMode::kTcx : want == "clsact" ? BpfAttachMode::kClsact : BpfAttachMode::kNone;
   std::string error;
-  BpfAttachMode got = e->Attach(tun, underlay, m, &error);
+  std::vector<std::string> adopted, replaced;
+  BpfAttachMode got = e->Attach(tun, underlay, m, pin_dir, &adopted, &replaced, &error);
   if (got == BpfAttachMode::kNone) throw Napi::Error::New(env, "bpf: attach: " + error);
-  return Napi::String::New(env, got == BpfAttachMode::kTcx ? "tcx" : "clsact");
+  auto list = [&](const std::vector<std::string>& v) {
+    Napi::Array a = Napi::Array::New(env, v.size());
+    for (size_t i = 0; i < v.size(); i++) a.Set(static_cast<uint32_t>(i), v[i]);
+    return a;
+  };
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("mode", got == BpfAttachMode::kTcx ? "tcx" : "clsact");
+  o.Set("adopted", list(adopted));
+  o.Set("replaced", list(replaced));
+  return o;
+}
+
+// bpfTakeOver(id) → n: this engine's programs on the links bpfAttach adopted.
+Napi::Value TakeOver(const Napi::CallbackInfo& info) {
+  int rc = Arg(info)->TakeOver();
+  if (rc < 0) throw Napi::Error::New(info.Env(), std::string("bpf: link update: ") + std::strerror(-rc));
+  return Napi::Number::New(info.Env(), rc);
+}
+
+// bpfPinInfo(path) → { kind, id, linkType, progId, progName, ifindex, attachType } | null
+Napi::Value PinInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "bpfPinInfo(path)");
+  BpfPinInfo p = DescribeBpfPin(info[0].As<Napi::String>().Utf8Value());
+  if (p.kind.empty()) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("kind", p.kind);
+  o.Set("id", p.id);
+  o.Set("linkType", p.link_type);
+  o.Set("progId", p.prog_id);
+  o.Set("progName", p.prog_name);
+  o.Set("ifindex", p.ifindex);
+  o.Set("attachType", p.attach_type);
+  return o;
+}
+
+// bpfTcxProgs(dev, 'ingress' | 'egress') → program ids attached there with tcx (this namespace).
+Napi::Value TcxProgs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[1].IsString()) throw Napi::TypeError::New(env, "bpfTcxProgs(dev, 'ingress'|'egress')");
+  uint32_t ifindex = IfindexOf(env, info[0], "dev");
+  std::vector<uint32_t> ids;
+  int rc = TcxProgIds(ifindex, info[1].As<Napi::String>().Utf8Value() == "ingress", &ids);
+  if (rc < 0) throw Napi::Error::New(env, std::string("bpf: tcx query: ") + std::strerror(-rc));
+  Napi::Array a = Napi::Array::New(env, ids.size());
+  for (size_t i = 0; i < ids.size(); i++) a.Set(static_cast<uint32_t>(i), ids[i]);
+  return a;
+}
+
+// bpfUnpin(dir) → n: every pin in dir removed (links detached first), and dir.
+Napi::Value Unpin(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(info.Env(), "bpfUnpin(dir)");
+  return Napi::Number::New(info.Env(), UnpinBpfDir(info[0].As<Napi::String>().Utf8Value()));
 }
 
 // bpfSetPorts(id, records): the bridge's ports by MAC (12-byte records, bpf_loader.h SetPorts).
@@ -854,7 +909,8 @@ Napi::Value ObjectIds(const Napi::CallbackInfo& info) {
   return a;
 }
 
-// bpfClose(id): detaches and frees programs, maps and links (idempotent).
+// bpfClose(id, keepPinned = false): detaches and frees programs, maps and links, and removes
+// their pins (idempotent); keepPinned: the pinned links stay attached (bpf_loader.h Detach).
 Napi::Value Close(const Napi::CallbackInfo& info) {
   std::shared_ptr<BpfEngine> e;
   if (info.Length() > 0 && info[0].IsNumber()) {
@@ -865,7 +921,7 @@ Napi::Value Close(const Napi::CallbackInfo& info) {
       g_bpf.erase(it);
     }
   }
-  if (e) e->Detach();
+  if (e) e->Detach(info.Length() > 1 && info[1].ToBoolean().Value());
   return info.Env().Undefined();
 }
 
@@ -880,6 +936,10 @@ void Define(Napi::Env env, Napi::Object exports) {
   exports.Set("bpfCounters", Napi::Function::New(env, Counters));
   exports.Set("bpfObjectIds", Napi::Function::New(env, ObjectIds));
   exports.Set("bpfClose", Napi::Function::New(env, Close));
+  exports.Set("bpfTakeOver", Napi::Function::New(env, TakeOver));
+  exports.Set("bpfPinInfo", Napi::Function::New(env, PinInfo));
+  exports.Set("bpfUnpin", Napi::Function::New(env, Unpin));
+  exports.Set("bpfTcxProgs", Napi::Function::New(env, TcxProgs));
 }
 
 }  // namespace bpfbind

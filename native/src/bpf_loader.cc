@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <linux/bpf.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
+#include <cstddef>
 
 #include "peer_table.h"
 
@@ -20,6 +22,12 @@ namespace {
 // tcx attach types (kernel ≥ 6.6); this machine's uapi headers are 6.1.
 constexpr int kBpfTcxIngress = 46;
 constexpr int kBpfTcxEgress = 47;
+
+constexpr uint32_t kBpfLinkTypeTcx = 11;
+
+// The pins of the three links (in the engine's pin directory) and the program each must run.
+const char* const kPinName[3] = {"tx", "rx", "bridge"};
+const char* const kProgName[3] = {"weft_tx", "weft_rx", "weft_bridge"};
 
 // clsact filters: weft's handle and priority, so a restart finds (and replaces) its own.
 constexpr uint32_t kTcHandle = 0x77ef;
@@ -67,7 +75,99 @@ void CloseFd(int* fd) {
   *fd = -1;
 }
 
+std::string PinPath(const std::string& dir, int slot) {
+  return dir.empty() ? std::string() : dir + "/" + kPinName[slot];
+}
+
+// "link", "prog" or "map" for a bpf object fd (its anon inode's name), else "".
+std::string FdKind(int fd) {
+  char link[64];
+  char target[128];
+  std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof(target) - 1);
+  if (n <= 0) return "";
+  target[n] = 0;
+  const std::string prefix = "anon_inode:bpf-";
+  std::string t(target);
+  return t.rfind(prefix, 0) == 0 ? t.substr(prefix.size()) : "";
+}
+
+BpfPinInfo DescribeFd(int fd) {
+  BpfPinInfo p;
+  p.kind = FdKind(fd);
+  if (p.kind != "link") return p;
+  // 6.1 uapi headers: no tcx member yet; it is { ifindex, attach_type } at the union's start.
+  bpf_link_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0) return p;
+  p.id = info.id;
+  p.link_type = info.type;
+  p.prog_id = info.prog_id;
+  if (info.type == kBpfLinkTypeTcx) {
+    constexpr size_t kUnion = offsetof(bpf_link_info, raw_tracepoint);
+    static_assert(kUnion == 16, "bpf_link_info's union");
+    std::memcpy(&p.ifindex, reinterpret_cast<const uint8_t*>(&info) + kUnion, 4);
+    std::memcpy(&p.attach_type, reinterpret_cast<const uint8_t*>(&info) + kUnion + 4, 4);
+  }
+  int prog = bpf_prog_get_fd_by_id(info.prog_id);
+  if (prog >= 0) {
+    bpf_prog_info pi{};
+    uint32_t plen = sizeof(pi);
+    if (bpf_obj_get_info_by_fd(prog, &pi, &plen) == 0) p.prog_name = pi.name;
+    close(prog);
+  }
+  return p;
+}
+
 }  // namespace
+
+BpfPinInfo DescribeBpfPin(const std::string& path) {
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0) return BpfPinInfo{};
+  BpfPinInfo p = DescribeFd(fd);
+  close(fd);
+  return p;
+}
+
+int TcxProgIds(uint32_t ifindex, bool ingress, std::vector<uint32_t>* ids) {
+  ids->assign(64, 0);
+  LIBBPF_OPTS(bpf_prog_query_opts, q);
+  q.prog_ids = ids->data();
+  q.prog_cnt = static_cast<uint32_t>(ids->size());
+  // BPF_PROG_QUERY's target_fd is target_ifindex for tcx (one union).
+  int rc = bpf_prog_query_opts(static_cast<int>(ifindex),
+                               static_cast<enum bpf_attach_type>(ingress ? kBpfTcxIngress : kBpfTcxEgress), &q);
+  if (rc < 0) {
+    ids->clear();
+    return errno == ENOENT ? 0 : -errno;
+  }
+  ids->resize(std::min<size_t>(q.prog_cnt, ids->size()));
+  return 0;
+}
+
+int UnpinBpfDir(const std::string& dir) {
+  if (dir.empty()) return 0;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  closedir(d);
+  int removed = 0;
+  for (const std::string& n : names) {
+    std::string path = dir + "/" + n;
+    int fd = bpf_obj_get(path.c_str());
+    if (fd >= 0) {
+      if (FdKind(fd) == "link") bpf_link_detach(fd);
+      close(fd);
+    }
+    if (unlink(path.c_str()) == 0) removed++;
+  }
+  rmdir(dir.c_str());
+  return removed;
+}
 
 std::unique_ptr<BpfEngine> BpfEngine::Load(const std::string& object_path, std::string* error) {
   std::unique_ptr<BpfEngine> e(new BpfEngine());
@@ -257,14 +357,85 @@ bool BpfEngine::SetPorts(const uint8_t* records, size_t len, std::string* error)
   return true;
 }
 
+int BpfEngine::AdoptPin(const std::string& path, int prog, uint32_t ifindex, int type,
+                        std::string* why) {
+  why->clear();
+  if (path.empty()) return -1;
+  int fd = bpf_obj_get(path.c_str());
+  if (fd < 0) {
+    if (errno == ENOENT) return -1;
+    *why = Errno("open", errno);
+    unlink(path.c_str());
+    return -1;
+  }
+  BpfPinInfo p = DescribeFd(fd);
+  auto n = [](uint32_t v) { return std::to_string(v); };
+  if (p.kind != "link")
+    *why = "a " + (p.kind.empty() ? std::string("foreign object") : p.kind) + ", not a link";
+  else if (p.link_type != kBpfLinkTypeTcx)
+    *why = "link type " + n(p.link_type) + ", not tcx";
+  else if (p.ifindex == 0)
+    *why = "its device is gone";
+  else if (p.ifindex != ifindex)
+    *why = "on ifindex " + n(p.ifindex) + ", not " + n(ifindex);
+  else if (p.attach_type != static_cast<uint32_t>(type))
+    *why = "attach type " + n(p.attach_type) + ", not " + n(static_cast<uint32_t>(type));
+  else if (p.prog_name != kProgName[prog])
+    *why = "runs " + (p.prog_name.empty() ? std::string("an unknown program") : p.prog_name) +
+           ", not " + kProgName[prog];
+  if (why->empty()) return fd;
+  // Not ours to keep: off its device now (another fd may hold the link), then unpinned.
+  if (p.kind == "link") bpf_link_detach(fd);
+  close(fd);
+  unlink(path.c_str());
+  return -1;
+}
+
+int BpfEngine::CreateLink(int prog, uint32_t ifindex, int type, const std::string& path) {
+  int fd = bpf_link_create(prog_fd_[prog], static_cast<int>(ifindex),
+                           static_cast<enum bpf_attach_type>(type), nullptr);
+  if (fd < 0) return -errno;
+  if (!path.empty() && bpf_obj_pin(fd, path.c_str()) < 0) {
+    int err = errno;
+    close(fd);  // not pinned: the link goes with the fd
+    return -err;
+  }
+  return fd;
+}
+
+int BpfEngine::TakeOver() {
+  int n = 0;
+  for (int i = 0; i < 2; i++) {
+    if (!pending_[i] || link_fd_[i] < 0) continue;
+    if (bpf_link_update(link_fd_[i], prog_fd_[i], nullptr) < 0) return -errno;
+    pending_[i] = false;
+    n++;
+  }
+  return n;
+}
+
 int BpfEngine::AttachBridge(uint32_t ifindex) {
   if (ifindex == bridge_ifindex_ && (ifindex == 0 || bridge_link_fd_ >= 0)) return 0;
+  std::string path = PinPath(pin_dir_, 2);
+  if (bridge_link_fd_ >= 0 && !path.empty()) {
+    // The bridge went or was recreated: its link points at nothing we serve.
+    bpf_link_detach(bridge_link_fd_);
+    unlink(path.c_str());
+  }
   CloseFd(&bridge_link_fd_);
   bridge_ifindex_ = 0;
   if (ifindex == 0) return 0;
-  int fd = bpf_link_create(prog_fd_[2], static_cast<int>(ifindex),
-                           static_cast<enum bpf_attach_type>(kBpfTcxEgress), nullptr);
-  if (fd < 0) return -errno;
+  std::string why;
+  int fd = AdoptPin(path, 2, ifindex, kBpfTcxEgress, &why);
+  // weft_bridge reads only the port map, which the caller fills first: swap at once.
+  if (fd >= 0 && bpf_link_update(fd, prog_fd_[2], nullptr) < 0) {
+    bpf_link_detach(fd);
+    close(fd);
+    unlink(path.c_str());
+    fd = -1;
+  }
+  if (fd < 0) fd = CreateLink(2, ifindex, kBpfTcxEgress, path);
+  if (fd < 0) return fd;
   bridge_link_fd_ = fd;
   bridge_ifindex_ = ifindex;
   return 0;
@@ -292,20 +463,28 @@ int BpfEngine::TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t 
 }
 
 BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
-                                BpfAttachMode want, std::string* error) {
+                                BpfAttachMode want, const std::string& pin_dir,
+                                std::vector<std::string>* adopted,
+                                std::vector<std::string>* replaced, std::string* error) {
   Detach();
   uint32_t ifindex[2] = {tun_ifindex, underlay_ifindex};
   if (want == BpfAttachMode::kNone || want == BpfAttachMode::kTcx) {
+    pin_dir_ = pin_dir;
     int types[2] = {kBpfTcxEgress, kBpfTcxIngress};
     int err = 0;
-    for (int i = 0; i < 2; i++) {
-      link_fd_[i] = bpf_link_create(prog_fd_[i], static_cast<int>(ifindex[i]),
-                                    static_cast<enum bpf_attach_type>(types[i]), nullptr);
-      if (link_fd_[i] < 0) {
-        err = errno;
-        link_fd_[i] = -1;
-        break;
+    for (int i = 0; i < 2 && !err; i++) {
+      std::string why;
+      std::string path = PinPath(pin_dir_, i);
+      link_fd_[i] = AdoptPin(path, i, ifindex[i], types[i], &why);
+      if (link_fd_[i] >= 0) {
+        pending_[i] = true;
+        adopted->push_back(kPinName[i]);
+        continue;
       }
+      if (!why.empty()) replaced->push_back(std::string(kPinName[i]) + ": " + why);
+      int fd = CreateLink(i, ifindex[i], types[i], path);
+      if (fd < 0) err = -fd;
+      else link_fd_[i] = fd;
     }
     if (!err) {
       mode_ = BpfAttachMode::kTcx;
@@ -313,11 +492,21 @@ BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
       attached_ifindex_[1] = underlay_ifindex;
       return mode_;
     }
-    CloseFd(&link_fd_[0]);
-    CloseFd(&link_fd_[1]);
+    for (int i = 0; i < 2; i++) {
+      CloseFd(&link_fd_[i]);
+      pending_[i] = false;
+    }
+    adopted->clear();
     *error = Errno("tcx link", err);
-    if (want == BpfAttachMode::kTcx) return BpfAttachMode::kNone;
+    if (want == BpfAttachMode::kTcx) {
+      UnpinBpfDir(pin_dir_);
+      pin_dir_.clear();
+      return BpfAttachMode::kNone;
+    }
   }
+  // clsact filters are never pinned: a clean slate, no earlier tcx link left on the devices.
+  UnpinBpfDir(pin_dir);
+  pin_dir_.clear();
   bpf_tc_attach_point points[2] = {BPF_TC_EGRESS, BPF_TC_INGRESS};
   for (int i = 0; i < 2; i++) {
     LIBBPF_OPTS(bpf_tc_hook, hook);
@@ -348,8 +537,16 @@ BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
   return mode_;
 }
 
-void BpfEngine::Detach() {
-  AttachBridge(0);
+void BpfEngine::Detach(bool keep_pinned) {
+  if (!keep_pinned) {
+    // Every pinned link off its device and unpinned, then the fds (the last references) close.
+    UnpinBpfDir(pin_dir_);
+    AttachBridge(0);
+  }
+  CloseFd(&bridge_link_fd_);
+  bridge_ifindex_ = 0;
+  pin_dir_.clear();
+  pending_[0] = pending_[1] = false;
   if (mode_ == BpfAttachMode::kTcx) {
     CloseFd(&link_fd_[0]);
     CloseFd(&link_fd_[1]);

@@ -2,10 +2,15 @@
 // peer maps, runs its programs under BPF_PROG_TEST_RUN, attaches them (tcx links, or clsact
 // filters where tcx is missing) and takes everything down again.
 //
-// Ownership: a BpfEngine owns every fd (programs, maps, tcx links). Nothing is pinned, so when
-// the process dies (even by SIGKILL) the kernel drops the tcx links and, with the last fd, the
-// programs and maps. clsact filters (the fallback) outlive the process: Attach replaces a
-// filter left at weft's handle/priority by an earlier process, Detach removes its own.
+// Ownership: a BpfEngine owns every fd (programs, maps, tcx links). With a pin directory (on a
+// bpffs), its tcx links are pinned there as `tx`, `rx` and `bridge`: they outlive the process
+// (even SIGKILL), keeping the programs attached and, through them, the maps with the last peer
+// table. The next engine's Attach adopts a pinned link that is on the right device and hook and
+// runs weft's program of that slot (TakeOver then swaps its program with bpf_link_update, one
+// atomic step per link), and unpins and replaces any other. Without a pin directory the kernel
+// drops the links with the process's fds. clsact filters (the fallback) are never pinned and
+// outlive the process: Attach replaces a filter left at weft's handle/priority by an earlier
+// process, Detach removes its own.
 #ifndef WEFT_NATIVE_BPF_LOADER_H_
 #define WEFT_NATIVE_BPF_LOADER_H_
 
@@ -38,6 +43,28 @@ struct BpfConfig {
 // Counter slots of the programs (weft.bpf.c enum; src/dataplane/bpf-engine.ts BPF_COUNTERS).
 constexpr size_t kBpfCounterCount = 8;
 
+// What a bpffs path holds, for the pin checks and tests: kind "link" | "prog" | "map" | ""
+// (nothing there, or not a bpf object); for a link its type, id, program (id and name) and, for
+// a tcx link, its device (0: the device is gone) and attach type.
+struct BpfPinInfo {
+  std::string kind;
+  uint32_t id = 0;
+  uint32_t link_type = 0;
+  uint32_t prog_id = 0;
+  std::string prog_name;
+  uint32_t ifindex = 0;
+  uint32_t attach_type = 0;
+};
+BpfPinInfo DescribeBpfPin(const std::string& path);
+
+// The ids of the programs attached with tcx to `ifindex` (ingress or egress), in order. 0 or
+// -errno.
+int TcxProgIds(uint32_t ifindex, bool ingress, std::vector<uint32_t>* ids);
+
+// Removes every pin in `dir` and the directory itself; a pinned link is detached first (so its
+// program leaves the device now, whoever else holds the link). Returns how many pins went.
+int UnpinBpfDir(const std::string& dir);
+
 class BpfEngine {
  public:
   // Opens and loads the object (the verifier runs here). Null and `error` on failure.
@@ -63,18 +90,26 @@ class BpfEngine {
 
   // Attaches weft_tx to the egress of `tun_ifindex` and weft_rx to the ingress of
   // `underlay_ifindex`. kNone means: tcx, else clsact. Returns the mode used, or kNone and
-  // `error`.
+  // `error`. `pin_dir` non-empty (an existing directory on a bpffs): the tcx links are pinned
+  // there; a compatible link already pinned is adopted with its program left in place until
+  // TakeOver (`adopted` names it), any other pin is unpinned and replaced (`replaced` says why).
   BpfAttachMode Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex, BpfAttachMode want,
-                       std::string* error);
+                       const std::string& pin_dir, std::vector<std::string>* adopted,
+                       std::vector<std::string>* replaced, std::string* error);
+  // Puts this engine's programs on the links Attach adopted (bpf_link_update: the old program
+  // runs until the new one does, never neither). Returns how many, or -errno.
+  int TakeOver();
   // Makes the port map hold exactly `records` (12 bytes each: MAC, 2 bytes padding, ifindex in
   // host order); new and changed entries first, then removals. False and `error` on a bad length
   // or a map write that failed.
   bool SetPorts(const uint8_t* records, size_t len, std::string* error);
-  // Attaches weft_bridge to the egress of `ifindex` with a tcx link (replacing an earlier one);
-  // 0 detaches it. 0 or -errno.
+  // Attaches weft_bridge to the egress of `ifindex` with a tcx link (replacing an earlier one;
+  // pinned as `bridge` beside Attach's, a compatible pinned link taking this program at once);
+  // 0 detaches it (and unpins it). 0 or -errno.
   int AttachBridge(uint32_t ifindex);
-  // Detaches what Attach and AttachBridge attached (idempotent).
-  void Detach();
+  // Detaches what Attach and AttachBridge attached (idempotent), and removes their pins and the
+  // pin directory. keep_pinned: only the fds close; the pinned links stay attached.
+  void Detach(bool keep_pinned = false);
 
   // The counters summed over CPUs, kBpfCounterCount of them.
   std::vector<uint64_t> Counters() const;
@@ -85,6 +120,11 @@ class BpfEngine {
  private:
   BpfEngine() = default;
   bool WritePeer(int family, const uint8_t* key, const uint8_t* value, std::string* error);
+  // The link pinned at `path` if it is a tcx link of weft program `prog` on `ifindex`/`type`
+  // (its fd; -1 and `why` otherwise, the pin then removed). No pin: -1, `why` empty.
+  int AdoptPin(const std::string& path, int prog, uint32_t ifindex, int type, std::string* why);
+  // Creates a tcx link of program `prog` on `ifindex`/`type`, pinned at `path` when non-empty.
+  int CreateLink(int prog, uint32_t ifindex, int type, const std::string& path);
 
   bpf_object* obj_ = nullptr;
   int prog_fd_[3] = {-1, -1, -1};  // weft_tx, weft_rx, weft_bridge
@@ -95,6 +135,8 @@ class BpfEngine {
   int counters_fd_ = -1;
   int ports_fd_ = -1;
   int link_fd_[2] = {-1, -1};
+  bool pending_[2] = {false, false};  // adopted links still running the old program
+  std::string pin_dir_;
   int bridge_link_fd_ = -1;
   uint32_t bridge_ifindex_ = 0;
   // What the port map holds: MAC (low six bytes) → ifindex.

@@ -152,6 +152,17 @@ export interface BpfConfig {
 
 export type BpfAttachMode = 'tcx' | 'clsact';
 
+/** What a bpffs path holds (bpfPinInfo). ifindex 0 on a tcx link: its device is gone. */
+export interface BpfPinInfo {
+  readonly kind: 'link' | 'prog' | 'map';
+  readonly id: number;
+  readonly linkType: number;
+  readonly progId: number;
+  readonly progName: string;
+  readonly ifindex: number;
+  readonly attachType: number;
+}
+
 export interface NativeAddon {
   version(): string;
 
@@ -220,7 +231,7 @@ export interface NativeAddon {
 
   /**
    * bpf: an id owns one loaded copy of the programs and their maps; `bpfClose` detaches and
-   * frees all of it (idempotent). Nothing is pinned. Loads the programs (the verifier runs
+   * frees all of it (idempotent), pins included unless keepPinned. Loads the programs (the verifier runs
    * here); throws with the verifier's log on refusal.
    */
   bpfLoad(objectPath: string): number;
@@ -238,13 +249,28 @@ export interface NativeAddon {
     gsoSize?: number,
     gsoSegs?: number,
   ): { verdict: number; data: Buffer };
-  /** weft_tx on the TUN's egress, weft_rx on the underlay's ingress; the mode it used. */
+  /**
+   * weft_tx on the TUN's egress, weft_rx on the underlay's ingress; the mode it used. pinDir (an
+   * existing directory on a bpffs): the tcx links are pinned there as `tx` and `rx` (and
+   * weft_bridge's as `bridge`); links already pinned there that are weft's, on the same device
+   * and hook, are `adopted` (their old program runs until bpfTakeOver), any other pin is
+   * unpinned and `replaced` ("tx: why").
+   */
   bpfAttach(
     id: number,
     tun: string | number,
     underlay: string | number,
     mode?: 'auto' | BpfAttachMode,
-  ): BpfAttachMode;
+    pinDir?: string,
+  ): { mode: BpfAttachMode; adopted: string[]; replaced: string[] };
+  /** This engine's programs on the adopted links (bpf_link_update, atomic per link); → count. */
+  bpfTakeOver(id: number): number;
+  /** What a bpffs path holds (null: nothing, or not a bpf object); tcx links' device and hook. */
+  bpfPinInfo(path: string): BpfPinInfo | null;
+  /** Removes every pin in `dir` (links detached first) and `dir`; → how many pins went. */
+  bpfUnpin(dir: string): number;
+  /** Ids of the programs attached with tcx to `dev`'s hook (this process's namespace). */
+  bpfTcxProgs(dev: string | number, hook: 'ingress' | 'egress'): number[];
   /** The port map becomes exactly these 12-byte records (MAC, 2 pad bytes, ifindex u32 LE). */
   bpfSetPorts(id: number, records: Buffer): void;
   /**
@@ -256,7 +282,8 @@ export interface NativeAddon {
   bpfCounters(id: number): Float64Array;
   /** Ids of the programs, maps and links this id holds (tests check none outlives close). */
   bpfObjectIds(id: number): number[];
-  bpfClose(id: number): void;
+  /** keepPinned: only this process's fds close; the pinned links stay attached. */
+  bpfClose(id: number, keepPinned?: boolean): void;
 
   /** One sd_notify datagram; → 0 or an errno. */
   sdNotify(socketPath: string, state: string): number;
@@ -299,5 +326,9 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   bpfCounters: true,
   bpfObjectIds: true,
   bpfClose: true,
+  bpfTakeOver: true,
+  bpfPinInfo: true,
+  bpfUnpin: true,
+  bpfTcxProgs: true,
   sdNotify: true,
 };

@@ -4,8 +4,9 @@
  * with `clang -target bpf`).
  *
  * Contract: an id owns one loaded copy of the programs and their maps; `bpfClose` detaches and
- * frees all of it (idempotent). Buffers passed in are copied before the call returns. Nothing is
- * pinned: when the process dies the kernel drops the tcx links, programs and maps with its fds.
+ * frees all of it, pins included (idempotent; keepPinned leaves the pinned links attached).
+ * Buffers passed in are copied before the call returns. Unpinned, the tcx links, programs and
+ * maps go with the process's fds; pinned (bpf-pins.ts), the links outlive it.
  */
 import { join } from 'node:path';
 import { loadNative, packageRoot } from '../common/native.js';
@@ -26,6 +27,7 @@ export type NativeBpf = Pick<
   | 'bpfCounters'
   | 'bpfObjectIds'
   | 'bpfClose'
+  | 'bpfTakeOver'
 >;
 
 /** TC verdicts the programs return. */

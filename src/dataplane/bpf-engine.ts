@@ -13,6 +13,15 @@
  * the seam (index.ts) logs it and runs the native engine instead. setPeers writes the native
  * table and the BPF maps from the same records (the maps add before they remove). close()
  * detaches and frees every program, map and link, then stops the native engine.
+ *
+ * Pinned links (bpf-pins.ts): where a bpffs is mounted, the tcx links are pinned per TUN and
+ * namespace, so a kill -9 leaves the programs forwarding with the last peer table. The next
+ * engine adopts the links it finds there (weft's program, same device and hook; anything else is
+ * unpinned and replaced), leaves the old programs running until its maps hold a peer table (the
+ * last run's record or the store's first snapshot), then swaps its programs in with
+ * bpf_link_update, one atomic step per link: no moment without a program. With `persist` (the
+ * TUN outlives the engine) close() keeps the pins and the programs attached; without, it removes
+ * them with everything else.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -31,6 +40,7 @@ import {
 import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import { checksum, decap, encap } from './js-codec.js';
+import { preparePinDir } from './bpf-pins.js';
 import { startNativeEngine } from './native-engine.js';
 import { JsPeerTable, encodePeerTable, formatMac, peerEntry } from './peer-table.js';
 import { COUNTERS, emptyWorkerStats } from './stats.js';
@@ -235,18 +245,46 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     bpf.bpfClose(id);
     throw err;
   }
-  let mode: BpfAttachMode;
+  let attached: { mode: BpfAttachMode; adopted: string[]; replaced: string[] };
+  const pins = preparePinDir(native.tunName);
+  const pinDir = 'dir' in pins ? pins.dir : '';
   try {
     bpf.bpfConfigure(id, { ...bpfConfigOf(opts), tun: native.tunName, underlay: opts.underlay });
-    mode = bpf.bpfAttach(id, native.tunName, opts.underlay, attachModeFromEnv());
+    attached = bpf.bpfAttach(id, native.tunName, opts.underlay, attachModeFromEnv(), pinDir);
   } catch (err) {
     bpf.bpfClose(id);
     await native.close();
     throw unavailable('attach', err);
   }
-  log.info({ tun: native.tunName, underlay: opts.underlay, attach: mode }, 'bpf programs attached');
+  const { mode, adopted, replaced } = attached;
+  const pinned = mode === 'tcx' && pinDir !== '';
+  if (replaced.length > 0) log.info({ dir: pinDir, replaced }, 'pinned bpf links replaced');
+  log.info(
+    {
+      tun: native.tunName,
+      underlay: opts.underlay,
+      attach: mode,
+      ...(pinned ? { pinned: pinDir, adopted } : { pinned: false }),
+      ...('why' in pins && mode === 'tcx' ? { notPinned: pins.why } : {}),
+    },
+    'bpf programs attached',
+  );
+  // Adopted links run the last process's programs (and its peer table) until ours have one.
+  let takeOver = adopted.length > 0;
   const bridge = watchPodBridge(bpf, id, log);
   let closed: Promise<void> | null = null;
+  const setTable = (table: Buffer) => {
+    native.setPeerTable(table);
+    bpf.bpfSetPeers(id, table);
+    if (!takeOver) return;
+    takeOver = false;
+    try {
+      const n = bpf.bpfTakeOver(id);
+      log.info({ dir: pinDir, links: n }, 'bpf programs took over the pinned links');
+    } catch (err) {
+      log.warn({ dir: pinDir, err: errorMessage(err) }, 'pinned bpf links not taken over');
+    }
+  };
   return {
     engine: 'bpf',
     tunName: native.tunName,
@@ -254,14 +292,11 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     failed: native.failed,
     setPeers(entries) {
       if (closed) return;
-      const table = encodePeerTable(entries);
-      native.setPeerTable(table);
-      bpf.bpfSetPeers(id, table);
+      setTable(encodePeerTable(entries));
     },
     setPeerTable(table) {
       if (closed) return;
-      native.setPeerTable(table);
-      bpf.bpfSetPeers(id, table);
+      setTable(table);
     },
     stats() {
       const slowStats = native.stats();
@@ -271,9 +306,14 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     close() {
       closed ??= (async () => {
         bridge.stop();
-        bpf.bpfClose(id);
+        // The TUN stays (persist): so do the pinned programs, forwarding until the next engine.
+        const keep = pinned && opts.persist === true;
+        bpf.bpfClose(id, keep);
         await native.close();
-        log.debug({ tun: native.tunName }, 'bpf programs detached');
+        log.debug(
+          { tun: native.tunName, ...(keep ? { pinned: pinDir } : {}) },
+          keep ? 'bpf programs left attached (pinned)' : 'bpf programs detached',
+        );
       })();
       return closed;
     },
@@ -346,6 +386,8 @@ export function watchPodBridge(
     const found = bridgePortRecords(POD_BRIDGE, sysNet);
     const want = found?.ifindex ?? 0;
     try {
+      // A link the last run pinned takes this program at once, its port map empty until the
+      // next line: GSO packets take the bridge meanwhile (slower, never lost).
       if (want !== attached) {
         attached = 0;
         // By name, so the link is on this namespace's bridge; sysfs must be this namespace's

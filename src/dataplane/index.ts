@@ -19,6 +19,7 @@
 import { WeftError, errorMessage } from '../common/errors.js';
 import { logger } from '../common/log.js';
 import { startBpfEngine } from './bpf-engine.js';
+import { removeBpfPins } from './bpf-pins.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import { startJsEngine } from './js-engine.js';
 import { startNativeEngine } from './native-engine.js';
@@ -28,19 +29,26 @@ export type { Dataplane, DataplaneEngine, DataplaneFormat, DataplaneOptions } fr
 /**
  * Starts the engine asked for. `bpf` falls back to `native` when its programs cannot load, probe
  * or attach here (logged once, with the step that failed); the result's `engine` says which runs.
+ * Any other engine first removes what a bpf engine left pinned on this TUN (bpf-pins.ts), so no
+ * earlier program goes on forwarding in front of it with an old peer table.
  */
 export async function startDataplane(opts: DataplaneOptions): Promise<Dataplane> {
-  if (opts.engine === 'js') return startJsEngine(opts);
+  const log = opts.log ?? logger('dataplane');
+  if (opts.engine === 'js') {
+    removeBpfPins(opts.tunName, log);
+    return startJsEngine(opts);
+  }
   if (opts.engine === 'bpf') {
     try {
       return await startBpfEngine(opts);
     } catch (err) {
       if (!(err instanceof WeftError) || err.code !== 'WEFT_ERR_BPF_UNAVAILABLE') throw err;
-      (opts.log ?? logger('dataplane')).warn(
+      log.warn(
         { err: errorMessage(err), code: err.code },
         'bpf engine unavailable; the native engine runs instead',
       );
     }
   }
+  removeBpfPins(opts.tunName, log);
   return startNativeEngine({ ...opts, engine: 'native' });
 }

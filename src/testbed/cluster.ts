@@ -36,6 +36,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { formatIP, parseCIDR } from '../common/ip.js';
 import { NetnsScope, ip, nsExec, nsExecAsync, nsSpawn } from './netns.js';
+import { PrivateBpffs } from './bpffs.js';
 
 /** The weft package root (this file is src/testbed/ or dist/testbed/). */
 export const PACKAGE_ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -107,6 +108,11 @@ export interface ClusterOptions {
   readonly mtu?: number;
   /** Nodes route by default via the underlay bridge's address. */
   readonly defaultRoute?: boolean;
+  /**
+   * Daemons see a bpffs of their own (testbed/bpffs.ts, never the host's) and pin the bpf
+   * engine's links there (WEFT_BPF_PIN_DIR): the pins outlive a killed daemon, as on a host.
+   */
+  readonly bpffs?: boolean;
   /** Every node's subnet file in ONE directory, `<dir>/subnets/n<i+1>.env` (default: one dir each). */
   readonly sharedSubnetDir?: boolean;
   /** How long a daemon may take to answer /readyz (default 60 s: tsx start-up on a loaded box). */
@@ -327,6 +333,8 @@ export class Cluster {
   readonly store: StoreKind;
   readonly options: ClusterOptions;
   underlay = '';
+  /** The daemons' bpffs (options.bpffs); its pins are under `<dir>/weft`. */
+  bpffs: PrivateBpffs | null = null;
   #storeProc: ChildProcess | null = null;
   #pending = new Map<number, (r: { result?: unknown; error?: string }) => void>();
   #rpcId = 0;
@@ -384,6 +392,7 @@ export class Cluster {
       o.nodes ?? (Array.isArray(o.backend) ? (o.backend as readonly Backend[]).length : 3);
     if (Array.isArray(o.backend) && this.store !== 'kube')
       throw new Error('one Backend per node needs the kube store (each node its own net-conf)');
+    if (o.bpffs) this.bpffs = await PrivateBpffs.create(join(this.dir, 'bpffs'));
     const u = (this.underlay = this.scope.add());
     ip(u, 'link', 'add', 'br0', 'type', 'bridge');
     ip(u, 'addr', 'add', `${UNDERLAY_V4}.254/24`, 'dev', 'br0');
@@ -454,22 +463,32 @@ export class Cluster {
   }
 
   /** Output of a detached process: a log file (opened here, closed once the child holds it). */
-  #spawnLogged(ns: string, file: string, cmd: string, args: string[], env?: NodeJS.ProcessEnv) {
+  #spawnLogged(
+    ns: string,
+    file: string,
+    cmd: string,
+    args: string[],
+    env?: NodeJS.ProcessEnv,
+    via: readonly string[] = [],
+  ) {
     if (!this.options.detached) {
-      return this.scope.spawn(ns, cmd, args, {
-        cwd: PACKAGE_ROOT,
-        env,
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
+      return this.scope.spawn(
+        ns,
+        cmd,
+        args,
+        { cwd: PACKAGE_ROOT, env, stdio: ['ignore', 'ignore', 'pipe'] },
+        via,
+      );
     }
     const fd = openSync(file, 'a');
     try {
-      return this.scope.spawn(ns, cmd, args, {
-        cwd: PACKAGE_ROOT,
-        env,
-        detached: true,
-        stdio: ['ignore', fd, fd],
-      });
+      return this.scope.spawn(
+        ns,
+        cmd,
+        args,
+        { cwd: PACKAGE_ROOT, env, detached: true, stdio: ['ignore', fd, fd] },
+        via,
+      );
     } finally {
       closeSync(fd);
     }
@@ -631,10 +650,18 @@ export class Cluster {
       ...process.env,
       WEFT_LOG_LEVEL: 'info',
       NODE_NAME: node.name,
+      ...(this.bpffs ? { WEFT_BPF_PIN_DIR: join(this.bpffs.dir, 'weft') } : {}),
       ...o.env,
       ...start.env,
     };
-    const p = this.#spawnLogged(node.ns, node.logFile, process.execPath, args, env);
+    const p = this.#spawnLogged(
+      node.ns,
+      node.logFile,
+      process.execPath,
+      args,
+      env,
+      this.bpffs?.via(PACKAGE_ROOT),
+    );
     node.daemon = p;
     node.logs = [];
     if (!o.detached) captureLogs(p, node.logs, node.logFile);
@@ -807,6 +834,7 @@ export class Cluster {
     await Promise.all(this.nodes.map((n) => this.stopDaemon(n.index).catch(() => undefined)));
     this.#storeProc?.stdin?.end();
     await this.scope.cleanup();
+    await this.bpffs?.close();
     if (!process.env.WEFT_KEEP_TEST_DIR) rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -110,14 +110,19 @@ export function ip(ns: string, ...args: string[]): string {
   return nsExec(ns, 'ip', args);
 }
 
-/** Starts a long-running process inside `ns` (`ip netns exec` execs it: the pid is its own). */
+/**
+ * Starts a long-running process inside `ns` (`ip netns exec` execs it: the pid is its own).
+ * `via`: a command that execs the rest (e.g. nsenter into a mount namespace; bpffs.ts).
+ */
 export function nsSpawn(
   ns: string,
   cmd: string,
   args: readonly string[],
   opts: SpawnOptions = {},
+  via: readonly string[] = [],
 ): ChildProcess {
-  const p = spawn('ip', ['netns', 'exec', ns, cmd, ...args], { stdio: 'pipe', ...opts });
+  const argv = [...via, 'ip', 'netns', 'exec', ns, cmd, ...args];
+  const p = spawn(argv[0]!, argv.slice(1), { stdio: 'pipe', ...opts });
   if (p.pid === undefined) {
     // It never started (out of fds or processes): its 'error' would come on the next tick with
     // nobody listening, and no 'exit' would follow for those waiting on one. Say so here.
@@ -200,8 +205,14 @@ export class NetnsScope {
     return p;
   }
 
-  spawn(ns: string, cmd: string, args: readonly string[], opts: SpawnOptions = {}): ChildProcess {
-    return this.track(nsSpawn(ns, cmd, args, opts));
+  spawn(
+    ns: string,
+    cmd: string,
+    args: readonly string[],
+    opts: SpawnOptions = {},
+    via: readonly string[] = [],
+  ): ChildProcess {
+    return this.track(nsSpawn(ns, cmd, args, opts, via));
   }
 
   get namespaces(): readonly string[] {

@@ -30,6 +30,7 @@ import type { Logger } from '../../common/log.js';
 import type { Dataplane, DataplaneOptions } from '../../dataplane/engine.js';
 import type { Netlink } from '../netlink/netlink.js';
 import { VERSION } from '../version.js';
+import { removeBpfPins } from '../../dataplane/bpf-pins.js';
 import { canAdoptTun } from './persistent-tun.js';
 
 /** The engine options a record keeps (DataplaneOptions without the logger; the MAC as hex). */
@@ -231,6 +232,7 @@ export async function startEarly(
       if (JSON.stringify(backend) === rec.backend) return handle;
       await stop();
       log.info({ tun: o.tunName }, 'backend changed: removing the last run’s tun');
+      removeBpfPins(o.tunName, log);
       const n = deps.openNetlink();
       try {
         await n.apply([{ op: 'delLink', dev: o.tunName }]);

@@ -36,6 +36,7 @@ import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import { AUTO_PREFERS_BPF } from './backend.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
 import { DataplaneRecord } from './fast-start.js';
+import { removeBpfPins } from '../../dataplane/bpf-pins.js';
 import { inspectTun, staleTunOps } from './persistent-tun.js';
 import { type PeerPlanContext, PeerRecords, planPeers } from './peer-plan.js';
 import {
@@ -409,8 +410,10 @@ export function createUserspaceBackend(
       dp = null;
       if (d) await d.close();
       if (d && how.release && nl) {
-        // the subnet is no longer ours: the device that would keep serving it goes
+        // the subnet is no longer ours: the device that would keep serving it goes, with the
+        // bpf engine's programs pinned on it
         await record?.remove();
+        removeBpfPins(d.tunName, log);
         await applyAll(nl, [{ op: 'delLink', dev: d.tunName }]);
         log.info({ tun: d.tunName }, 'tun removed with the lease');
       } else {

@@ -1,0 +1,73 @@
+/**
+ * Where the bpf engine pins its tcx links, so that they outlive the process (bpf_loader.h):
+ *
+ *   <WEFT_BPF_PIN_DIR, default /sys/fs/bpf/weft>/<tun>-<network namespace inode>/{tx,rx,bridge}
+ *
+ * (a '.' in the TUN's name becomes '_': bpffs refuses dots in names, e.g. flannel_1-4026531840)
+ * One directory per TUN and network namespace (a bpffs may be shared by every namespace of the
+ * host). Pinned links keep the programs attached, and through them the maps with the last peer
+ * table, after a kill -9: traffic keeps flowing with no process, and the next bpf engine takes
+ * the links over (bpf-engine.ts). The pins follow the persistent TUN's lifetime: a stop that
+ * keeps the TUN keeps them; whatever removes the TUN (a released or revoked lease, another
+ * backend) or starts another engine on it calls removeBpfPins. Pinning needs a bpffs at (or
+ * above) the pin directory; there is none inside `ip netns exec` nor where nobody mounted one,
+ * and then nothing is pinned (logged once by the engine). `WEFT_BPF_PIN_DIR=off` turns it off.
+ */
+import { existsSync, mkdirSync, statSync, statfsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { errorMessage } from '../common/errors.js';
+import type { Logger } from '../common/log.js';
+import { loadNative } from '../common/native.js';
+
+export const PIN_DIR_ENV = 'WEFT_BPF_PIN_DIR';
+export const DEFAULT_PIN_ROOT = '/sys/fs/bpf/weft';
+const BPF_FS_MAGIC = 0xcafe4a11;
+
+/** The name of the pin directory of `tunName` in the network namespace of inode `netnsIno`. */
+export function pinDirName(tunName: string, netnsIno: number): string {
+  return `${tunName.replaceAll('.', '_')}-${netnsIno}`;
+}
+
+/** The pin directory of `tunName` in this network namespace; null when pinning is off. */
+export function bpfPinDir(tunName: string): string | null {
+  const root = process.env[PIN_DIR_ENV] ?? DEFAULT_PIN_ROOT;
+  if (root === '' || root === 'off') return null;
+  return join(root, pinDirName(tunName, statSync('/proc/self/ns/net').ino));
+}
+
+/**
+ * Creates `tunName`'s pin directory and returns it, or says why it cannot be: pinning off, or
+ * no bpffs at the pin root (nothing is created outside a bpffs).
+ */
+export function preparePinDir(tunName: string): { dir: string } | { why: string } {
+  const dir = bpfPinDir(tunName);
+  if (!dir) return { why: `${PIN_DIR_ENV}=off` };
+  let existing = dir;
+  while (!existsSync(existing) && dirname(existing) !== existing) existing = dirname(existing);
+  try {
+    if (statfsSync(existing).type !== BPF_FS_MAGIC)
+      return { why: `${existing} is not on a bpffs (mount -t bpf bpf /sys/fs/bpf)` };
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    return { why: `${dir}: ${errorMessage(err)}` };
+  }
+  return { dir };
+}
+
+/**
+ * Removes what a bpf engine left pinned for `tunName` in this namespace (links detached first):
+ * the TUN goes, or another engine takes it. Returns how many pins went; never throws (logged).
+ */
+export function removeBpfPins(tunName: string, log?: Logger): number {
+  let dir: string | null;
+  try {
+    dir = bpfPinDir(tunName);
+    if (!dir || !existsSync(dir)) return 0;
+    const n = loadNative().bpfUnpin(dir);
+    log?.info({ tun: tunName, dir, pins: n }, 'pinned bpf programs removed');
+    return n;
+  } catch (err) {
+    log?.warn({ tun: tunName, err: errorMessage(err) }, 'cannot remove pinned bpf programs');
+    return 0;
+  }
+}
