@@ -16,7 +16,12 @@
  * faults` reads it), the largest reply gap, "unreachable" answers, and the restarted daemon's exec → the
  * moment its engine forwards with a peer table (its log line against the spawn) and exec → ready.
  * Flags: --rounds N (default 3), --backend udp|vxlan-userspace (default both), --store etcd|embedded
- * (default etcd, as the fault campaign ran).
+ * (default etcd, as the fault campaign ran), --dataplane-engine native|bpf (default native).
+ *
+ * bpf: two clusters per backend, measured in interleaved rounds: `bpf pinned` (the daemons see a
+ * bpffs of their own, testbed/bpffs.ts, so the tcx links are pinned and outlive the kill:
+ * src/dataplane/bpf-pins.ts) and `bpf unpinned` (no bpffs, as inside `ip netns exec` or on a
+ * host without /sys/fs/bpf: the links go with the process).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -32,19 +37,36 @@ const BACKENDS: Record<string, Record<string, unknown>> = {
   'vxlan-userspace': { Type: 'vxlan', Dataplane: 'userspace' },
 };
 
+/** `--name value` or `--name=value`. */
 function flag(name: string): string | undefined {
+  const eq = process.argv.find((a) => a.startsWith(`--${name}=`));
+  if (eq) return eq.slice(name.length + 3);
   const i = process.argv.indexOf(`--${name}`);
   return i > 0 ? process.argv[i + 1] : undefined;
 }
 
+/** The clusters measured side by side for one engine (see the file comment). */
+function variantsOf(engine: string): Array<{ label: string; bpffs: boolean }> {
+  if (engine === 'bpf')
+    return [
+      { label: 'bpf pinned', bpffs: true },
+      { label: 'bpf unpinned', bpffs: false },
+    ];
+  return [{ label: engine, bpffs: false }];
+}
+
 interface Round {
   backend: string;
+  /** The engine asked for (bpf: pinned or not). */
+  engine: string;
   round: number;
   /** The largest gap between replies with pings lost inside it, either way (probes.ts). */
   blackoutMs: number;
   /** The largest gap between replies, lost pings or not (a loaded pinger stalls too). */
   maxGapMs: number;
   replies: number;
+  /** Pings lost between the first and the last reply, both ways (sequence numbers missing). */
+  lost: number;
   unreachable: number;
   /**
    * Restarted daemon: spawn → its engine forwards with a peer table (the fast start's log line,
@@ -55,7 +77,15 @@ interface Round {
   execToReadyMs: number;
 }
 
-async function round(c: Cluster, backend: string, n: number): Promise<Round> {
+/** Echo requests with no reply between the first and the last one answered (`ping` output). */
+function lostInside(out: string): number {
+  const seqs = new Set([...out.matchAll(/bytes from .*icmp_seq=(\d+)/g)].map((m) => Number(m[1])));
+  if (seqs.size === 0) return 0;
+  const all = [...seqs];
+  return Math.max(...all) - Math.min(...all) + 1 - seqs.size;
+}
+
+async function round(c: Cluster, backend: string, engine: string, n: number): Promise<Round> {
   const src = c.nodes[0]!.pods[0]!;
   const dst = c.nodes[1]!.pods[0]!;
   // both ways: replies to the killed node's pod cross its TUN twice, and only a pod on the
@@ -98,10 +128,12 @@ async function round(c: Cluster, backend: string, n: number): Promise<Round> {
   const g = pings.map(({ out }) => pingGaps(out));
   return {
     backend,
+    engine,
     round: n,
     blackoutMs: Math.round(Math.max(...g.map((x) => x.blackoutMs))),
     maxGapMs: Math.round(Math.max(...g.map((x) => x.maxGapMs))),
     replies: Math.min(...g.map((x) => x.replies)),
+    lost: pings.reduce((a, { out }) => a + lostInside(out), 0),
     unreachable: g.reduce((a, x) => a + x.unreachable, 0),
     execToForwardMs,
     execToReadyMs,
@@ -116,32 +148,46 @@ async function main(): Promise<void> {
   const rounds = Number(flag('rounds') ?? 3);
   const only = flag('backend');
   const store = (flag('store') ?? 'etcd') as 'etcd' | 'embedded';
+  const engine = flag('dataplane-engine') ?? 'native';
+  if (!['native', 'bpf'].includes(engine)) {
+    process.stderr.write(`--dataplane-engine: native or bpf, not ${engine}\n`);
+    process.exit(2);
+  }
   const rows: Round[] = [];
   for (const [name, backend] of Object.entries(BACKENDS)) {
     if (only && only !== name) continue;
-    const c = await Cluster.create({
-      nodes: 2,
-      backend,
-      store,
-      launcher: 'dist',
-      flags: ['--log-level=debug'],
-    });
+    const clusters: Array<{ label: string; c: Cluster }> = [];
     try {
+      for (const v of variantsOf(engine)) {
+        const c = await Cluster.create({
+          nodes: 2,
+          backend,
+          store,
+          launcher: 'dist',
+          bpffs: v.bpffs,
+          flags: ['--log-level=debug', '--dataplane-engine', engine],
+        });
+        clusters.push({ label: v.label, c });
+      }
       for (let i = 0; i < rounds; i++) {
-        const r = await round(c, name, i + 1);
-        rows.push(r);
-        process.stdout.write(
-          `${name} round ${r.round}: blackout ${r.blackoutMs} ms, ${r.unreachable} unreachable, ` +
-            `exec→forwarding ${r.execToForwardMs ?? '?'} ms, exec→ready ${r.execToReadyMs} ms\n`,
-        );
+        for (const { label, c } of clusters) {
+          const r = await round(c, name, label, i + 1);
+          rows.push(r);
+          process.stdout.write(
+            `${name} ${label} round ${r.round}: blackout ${r.blackoutMs} ms, ${r.lost} lost, ` +
+              `${r.unreachable} unreachable, ` +
+              `exec→forwarding ${r.execToForwardMs ?? '?'} ms, exec→ready ${r.execToReadyMs} ms\n`,
+          );
+        }
       }
     } finally {
-      await c.destroy();
+      for (const { c } of clusters) await c.destroy();
     }
   }
   const dir = join(PACKAGE_ROOT, 'bench', 'results');
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'restart-latest.json'), `${JSON.stringify(rows, null, 2)}\n`);
+  const file = engine === 'native' ? 'restart-latest.json' : `restart-${engine}-latest.json`;
+  writeFileSync(join(dir, file), `${JSON.stringify(rows, null, 2)}\n`);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) await main();

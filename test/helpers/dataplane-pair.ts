@@ -76,6 +76,7 @@ export function startNode(
   format: 'udp' | 'vxlan',
   engine: DataplaneEngine,
   extra: Record<string, unknown> = {},
+  via: readonly string[] = [],
 ): Node {
   const cfg = {
     format,
@@ -99,6 +100,7 @@ export function startNode(
       process.execPath,
       ['--import', 'tsx', join(ROOT, 'test/helpers/dataplane-node.ts'), JSON.stringify(cfg)],
       { cwd: ROOT },
+      via,
     ),
   );
 }

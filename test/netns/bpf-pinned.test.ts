@@ -20,15 +20,25 @@
  * blackout figures come from bench/restart-blackout.ts.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, readdirSync, statSync, unlinkSync } from 'node:fs';
+import {
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { loadNative, nativeAddonPath } from '../../src/common/native.js';
-import { pinDirName } from '../../src/dataplane/bpf-pins.js';
+import { PIN_DIR_ENV, pinDirName } from '../../src/dataplane/bpf-pins.js';
 import type { BpfPinInfo } from '../../src/common/native-addon.js';
 import { PrivateBpffs } from '../../src/testbed/bpffs.js';
-import { Cluster, type Pod, waitFor } from '../../src/testbed/cluster.js';
-import { isRoot, nsExec, pidsIn } from '../../src/testbed/netns.js';
+import { Cluster, PACKAGE_ROOT, type Pod, waitFor } from '../../src/testbed/cluster.js';
+import { NetnsScope, isRoot, nsExec, pidsIn } from '../../src/testbed/netns.js';
+import { type Node, type Side, startNode, twoNodes } from '../helpers/dataplane-pair.js';
 import { ping } from '../../src/testbed/probes.js';
 import { sample, scrape } from '../helpers/scrape.js';
 
@@ -63,12 +73,25 @@ function weftProcesses(c: Cluster, i: number): number[] {
   });
 }
 
-/** The programs attached with tcx to `dev`'s hook in node i's namespace (the addon's query). */
-function tcx(c: Cluster, i: number, dev: string, hook: 'ingress' | 'egress'): number[] {
+/** The programs attached with tcx to `dev`'s hook in namespace `ns` (the addon's query). */
+function tcxIn(ns: string, dev: string, hook: 'ingress' | 'egress'): number[] {
   const script = `process.stdout.write(JSON.stringify(require(${JSON.stringify(
     nativeAddonPath(),
   )}).bpfTcxProgs(${JSON.stringify(dev)}, '${hook}')))`;
-  return JSON.parse(nsExec(c.nodes[i]!.ns, process.execPath, ['-e', script])) as number[];
+  return JSON.parse(nsExec(ns, process.execPath, ['-e', script])) as number[];
+}
+
+const tcx = (c: Cluster, i: number, dev: string, hook: 'ingress' | 'egress') =>
+  tcxIn(c.nodes[i]!.ns, dev, hook);
+
+/** Whether no program has this id any more (bpf objects are global; read from `ns`). */
+function progGone(ns: string, id: number): boolean {
+  try {
+    nsExec(ns, 'bpftool', ['prog', 'show', 'id', String(id)]);
+    return false;
+  } catch {
+    return true;
+  }
 }
 
 async function kill9(c: Cluster, i: number): Promise<void> {
@@ -216,16 +239,57 @@ describe('udp with --dataplane-engine=bpf: replaced, kept and removed pins', { s
     assert.deepEqual(tcx(c, 1, 'cni0', 'egress'), [], 'no program on the bridge');
     assert.doesNotMatch(c.ipIn(1, 'link', 'show'), /flannel0/, 'the TUN went');
     // The kernel frees a detached program once its last reference is dropped (deferred work).
-    await waitFor(() => progs.every((id) => progGone(c, id)), 10_000, 'the programs freed');
+    await waitFor(
+      () => progs.every((id) => progGone(c.nodes[1]!.ns, id)),
+      10_000,
+      'the programs freed',
+    );
   });
 });
 
-/** Whether no program has this id any more (bpf objects are global; read from node 1). */
-function progGone(c: Cluster, id: number): boolean {
-  try {
-    nsExec(c.nodes[1]!.ns, 'bpftool', ['prog', 'show', 'id', String(id)]);
-    return false;
-  } catch {
-    return true;
-  }
-}
+describe('an engine that is not persistent (in process) leaves nothing at stop', { skip }, () => {
+  const scope = new NetnsScope();
+  let A: Side;
+  let fs: PrivateBpffs;
+  let tmp: string;
+  before(async () => {
+    [A] = twoNodes(scope);
+    tmp = mkdtempSync(join(tmpdir(), 'weft-bpffs-'));
+    fs = await PrivateBpffs.create(join(tmp, 'bpffs'));
+  });
+  after(async () => {
+    await scope.cleanup();
+    await fs?.close();
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  test('stop: no pin, no link on the devices, the programs freed, the TUN gone', async () => {
+    process.env[PIN_DIR_ENV] = join(fs.dir, 'weft');
+    let a: Node;
+    try {
+      a = startNode(scope, A, 'vxlan', 'bpf', { underlay: 'va' }, fs.via(PACKAGE_ROOT));
+    } finally {
+      delete process.env[PIN_DIR_ENV];
+    }
+    assert.equal((await a.ready).engine, 'bpf');
+    const dir = fs.view(
+      join(fs.dir, 'weft', pinDirName('flannel.1', statSync(`/run/netns/${A.ns}`).ino)),
+    );
+    const info = (n: string) => loadNative().bpfPinInfo(join(dir, n));
+    const tx = info('tx')!;
+    const rx = info('rx')!;
+    assert.deepEqual([tx.progName, rx.progName], ['weft_tx', 'weft_rx']);
+    assert.deepEqual(tcxIn(A.ns, 'va', 'ingress'), [rx.progId]);
+    const exited = new Promise((r) => a.proc.once('exit', r));
+    await a.send({ cmd: 'close' });
+    await exited;
+    assert.equal(existsSync(dir), false, 'the pin directory went');
+    assert.deepEqual(tcxIn(A.ns, 'va', 'ingress'), [], 'nothing on the underlay');
+    assert.doesNotMatch(nsExec(A.ns, 'ip', ['link', 'show']), /flannel\.1/, 'the TUN went');
+    await waitFor(
+      () => [tx.progId, rx.progId].every((id) => progGone(A.ns, id)),
+      10_000,
+      'the programs freed',
+    );
+  });
+});
