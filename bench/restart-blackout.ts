@@ -110,10 +110,7 @@ async function round(c: Cluster, backend: string, engine: string, n: number): Pr
   });
   await new Promise((r) => setTimeout(r, 1500));
   const node = c.nodes[1]!;
-  const old = node.daemon!;
-  const gone = new Promise((r) => old.once('exit', r));
-  old.kill('SIGKILL');
-  await gone;
+  await c.killDaemon(1);
   const t0 = Date.now();
   await c.startDaemon(1);
   const execToReadyMs = Date.now() - t0;

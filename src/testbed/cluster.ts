@@ -694,6 +694,17 @@ export class Cluster {
     if (p) await terminate(p);
   }
 
+  /** SIGKILL to node i's daemon; resolves once it has exited. */
+  async killDaemon(i: number): Promise<void> {
+    const node = this.nodes[i]!;
+    const p = node.daemon;
+    node.daemon = null;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const gone = new Promise((r) => p.once('exit', r));
+    p.kill('SIGKILL');
+    await gone;
+  }
+
   async stopDaemons(): Promise<void> {
     await Promise.all(this.nodes.map((n) => this.stopDaemon(n.index)));
   }

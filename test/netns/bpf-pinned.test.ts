@@ -94,22 +94,9 @@ function progGone(ns: string, id: number): boolean {
   }
 }
 
-async function kill9(c: Cluster, i: number): Promise<void> {
-  const p = c.nodes[i]!.daemon!;
-  const gone = new Promise((r) => p.once('exit', r));
-  p.kill('SIGKILL');
-  await gone;
-  c.nodes[i]!.daemon = null;
-}
+const kill9 = (c: Cluster, i: number) => c.killDaemon(i);
 
-const FLAGS = [
-  '--dataplane-engine',
-  'bpf',
-  '--healthz-port',
-  HEALTH_PORT,
-  '--healthz-ip',
-  '127.0.0.1',
-];
+const FLAGS = ['--dataplane-engine=bpf', `--healthz-port=${HEALTH_PORT}`, '--healthz-ip=127.0.0.1'];
 
 const BACKENDS: ReadonlyArray<[string, Record<string, unknown>, string]> = [
   ['udp', { Type: 'udp' }, 'flannel0'],

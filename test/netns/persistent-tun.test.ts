@@ -58,13 +58,7 @@ function tunState(c: Cluster, i: number, dev: string): TunState | null {
   };
 }
 
-async function kill9(c: Cluster, i: number): Promise<void> {
-  const p = c.nodes[i]!.daemon!;
-  const gone = new Promise((r) => p.once('exit', r));
-  p.kill('SIGKILL');
-  await gone;
-  c.nodes[i]!.daemon = null;
-}
+const kill9 = (c: Cluster, i: number) => c.killDaemon(i);
 
 const BACKENDS: ReadonlyArray<[string, Record<string, unknown>, string]> = [
   ['udp', { Type: 'udp' }, 'flannel0'],
