@@ -19,9 +19,9 @@
  * engine adopts the links it finds there (weft's program, same device and hook; anything else is
  * unpinned and replaced), leaves the old programs running until its maps hold a peer table (the
  * last run's record or the store's first snapshot), then swaps its programs in with
- * bpf_link_update, one atomic step per link: no moment without a program. With `persist` (the
- * TUN outlives the engine) close() keeps the pins and the programs attached; without, it removes
- * them with everything else.
+ * bpf_link_update, one atomic step per link: no moment without a program. Only an engine whose
+ * TUN outlives it (`persist`) pins, and its close() keeps the pins and the programs attached;
+ * whoever removes that TUN removes them (bpf-pins.ts removeBpfPins).
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -40,7 +40,7 @@ import {
 import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import { checksum, decap, encap } from './js-codec.js';
-import { preparePinDir } from './bpf-pins.js';
+import { preparePinDir, removeBpfPins } from './bpf-pins.js';
 import { startNativeEngine } from './native-engine.js';
 import { JsPeerTable, encodePeerTable, formatMac, peerEntry } from './peer-table.js';
 import { COUNTERS, emptyWorkerStats } from './stats.js';
@@ -246,7 +246,10 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     throw err;
   }
   let attached: { mode: BpfAttachMode; adopted: string[]; replaced: string[] };
-  const pins = preparePinDir(native.tunName);
+  // Pins follow the TUN: only one that outlives the process (persist) gets them; links a
+  // persistent run left on it go.
+  if (!opts.persist) removeBpfPins(native.tunName, log);
+  const pins = opts.persist ? preparePinDir(native.tunName) : { why: 'the tun is not persistent' };
   const pinDir = 'dir' in pins ? pins.dir : '';
   try {
     bpf.bpfConfigure(id, { ...bpfConfigOf(opts), tun: native.tunName, underlay: opts.underlay });
@@ -307,7 +310,7 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
       closed ??= (async () => {
         bridge.stop();
         // The TUN stays (persist): so do the pinned programs, forwarding until the next engine.
-        const keep = pinned && opts.persist === true;
+        const keep = pinned;
         bpf.bpfClose(id, keep);
         await native.close();
         log.debug(

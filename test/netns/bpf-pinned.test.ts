@@ -16,8 +16,10 @@
  * daemon takes the same links over (same pin paths and link ids, its own programs on them, its
  * counters counting). A pin that no longer fits (its device deleted, a map where a link belongs)
  * is replaced. A SIGTERM keeps the pins as it keeps the TUN; --release-lease-on-exit removes
- * them with the TUN: nothing pinned, no weft program on the devices. Nothing here is timed: the
- * blackout figures come from bench/restart-blackout.ts.
+ * them with the TUN: nothing pinned, no weft program on the devices. The engine on its own
+ * (dataplane-node.ts): a TUN that is not persistent gets no pins and its stop leaves nothing; a
+ * persistent one's pins outlive kill -9 and a clsact start (never pinned) removes them. Nothing
+ * here is timed: the blackout figures come from bench/restart-blackout.ts.
  */
 import assert from 'node:assert/strict';
 import {
@@ -234,7 +236,7 @@ describe('udp with --dataplane-engine=bpf: replaced, kept and removed pins', { s
   });
 });
 
-describe('an engine that is not persistent (in process) leaves nothing at stop', { skip }, () => {
+describe('the engine in process (test/helpers/dataplane-node.ts), with a bpffs', { skip }, () => {
   const scope = new NetnsScope();
   let A: Side;
   let fs: PrivateBpffs;
@@ -249,34 +251,58 @@ describe('an engine that is not persistent (in process) leaves nothing at stop',
     await fs?.close();
     rmSync(tmp, { recursive: true, force: true });
   });
+  const dir = () =>
+    fs.view(join(fs.dir, 'weft', pinDirName('flannel.1', statSync(`/run/netns/${A.ns}`).ino)));
+  const info = (n: string) => loadNative().bpfPinInfo(join(dir(), n));
 
-  test('stop: no pin, no link on the devices, the programs freed, the TUN gone', async () => {
-    process.env[PIN_DIR_ENV] = join(fs.dir, 'weft');
+  async function start(extra: Record<string, unknown>, env: Record<string, string> = {}) {
+    const vars = { [PIN_DIR_ENV]: join(fs.dir, 'weft'), ...env };
+    Object.assign(process.env, vars);
     let a: Node;
     try {
-      a = startNode(scope, A, 'vxlan', 'bpf', { underlay: 'va' }, fs.via(PACKAGE_ROOT));
+      a = startNode(scope, A, 'vxlan', 'bpf', { underlay: 'va', ...extra }, fs.via(PACKAGE_ROOT));
     } finally {
-      delete process.env[PIN_DIR_ENV];
+      for (const k of Object.keys(vars)) delete process.env[k];
     }
     assert.equal((await a.ready).engine, 'bpf');
-    const dir = fs.view(
-      join(fs.dir, 'weft', pinDirName('flannel.1', statSync(`/run/netns/${A.ns}`).ino)),
-    );
-    const info = (n: string) => loadNative().bpfPinInfo(join(dir, n));
-    const tx = info('tx')!;
-    const rx = info('rx')!;
-    assert.deepEqual([tx.progName, rx.progName], ['weft_tx', 'weft_rx']);
-    assert.deepEqual(tcxIn(A.ns, 'va', 'ingress'), [rx.progId]);
+    return a;
+  }
+  async function stop(a: Node, how: 'close' | 'kill') {
     const exited = new Promise((r) => a.proc.once('exit', r));
-    await a.send({ cmd: 'close' });
+    if (how === 'close') await a.send({ cmd: 'close' });
+    else a.proc.kill('SIGKILL');
     await exited;
-    assert.equal(existsSync(dir), false, 'the pin directory went');
+  }
+
+  test('a TUN that is not persistent: nothing pinned; stop leaves no link or program', async () => {
+    const a = await start({});
+    assert.equal(existsSync(dir()), false, 'no pin directory');
+    const [rx] = tcxIn(A.ns, 'va', 'ingress');
+    assert.ok(rx, 'weft_rx attached');
+    await stop(a, 'close');
     assert.deepEqual(tcxIn(A.ns, 'va', 'ingress'), [], 'nothing on the underlay');
     assert.doesNotMatch(nsExec(A.ns, 'ip', ['link', 'show']), /flannel\.1/, 'the TUN went');
+    await waitFor(() => progGone(A.ns, rx), 10_000, 'the program freed');
+  });
+
+  test('persistent: kill -9 leaves the links pinned; a clsact start removes them, its stop all', async () => {
+    const a = await start({ persist: true });
+    const [tx, rx] = [info('tx')!, info('rx')!];
+    assert.deepEqual([tx.progName, rx.progName], ['weft_tx', 'weft_rx']);
+    await stop(a, 'kill');
+    assert.deepEqual(tcxIn(A.ns, 'va', 'ingress'), [rx.progId], 'rx outlived the process');
+    // the harness addresses its TUN afresh: the persistent one goes first
+    nsExec(A.ns, 'ip', ['link', 'del', 'flannel.1']);
+    const b = await start({ persist: true }, { WEFT_BPF_ATTACH: 'clsact' });
+    assert.equal(existsSync(dir()), false, 'the pins went');
+    assert.deepEqual(tcxIn(A.ns, 'va', 'ingress'), [], 'no tcx program left on the underlay');
+    assert.match(nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']), /weft_rx/);
+    await stop(b, 'close');
+    assert.equal(nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']).trim(), '');
     await waitFor(
       () => [tx.progId, rx.progId].every((id) => progGone(A.ns, id)),
       10_000,
-      'the programs freed',
+      'the pinned programs freed',
     );
   });
 });
