@@ -20,6 +20,7 @@ import { WeftError, configError, errorMessage, isWeftError } from '../../common/
 import { type Family, type IPNet, containsIP, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { LogOnce, logger } from '../../common/log.js';
+import { removeBpfPins } from '../../dataplane/bpf-pins.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
@@ -191,6 +192,9 @@ export async function ensureVxlanDevice(
       { dev: w.name, kind: existing.kind, vxlan: existing.vxlan },
       'recreating incompatible device',
     );
+    // The userspace dataplane's TUN of this name (Dataplane auto without the vxlan module last
+    // time): the bpf programs pinned on it go with it.
+    if (existing.kind === 'tun') removeBpfPins(w.name, log);
     await applyAll(nl, [{ op: 'delLink', dev: w.name }]);
   }
   await applyAll(nl, [

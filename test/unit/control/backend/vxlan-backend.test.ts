@@ -1,5 +1,13 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -15,6 +23,7 @@ import { createHostGwBackend } from '../../../../src/control/backend/host-gw.js'
 import { backendFactory, registerBackend } from '../../../../src/control/backend/registry.js';
 import { createVxlanBackend, parseVxlanConfig } from '../../../../src/control/backend/vxlan.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
+import { PIN_DIR_ENV, pinDirName } from '../../../../src/dataplane/bpf-pins.js';
 import { EXT, FAM, backendContext, ownLease } from './fixtures.js';
 
 function fakeWithExt(): FakeNetlink {
@@ -76,6 +85,29 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
     assert.equal(l.vxlan?.port, 8472);
     assert.equal(l.vxlan?.learning, false);
     assert.equal(l.mac, '0a:00:00:00:00:07');
+  });
+
+  test('a TUN the userspace dataplane left is replaced, with what the bpf engine pinned on it', async () => {
+    const nl = fakeWithExt();
+    nl.addLink('flannel.1', { kind: 'tun' });
+    // A pin directory as bpf-pins.ts names it (a plain directory here: the removal is the
+    // same calls; test/netns/bpf-pinned.test.ts runs it on a bpffs).
+    const root = join(dir, 'pins');
+    const pins = join(root, pinDirName('flannel.1', statSync('/proc/self/ns/net').ino));
+    mkdirSync(pins, { recursive: true });
+    writeFileSync(join(pins, 'rx'), '');
+    const saved = process.env[PIN_DIR_ENV];
+    process.env[PIN_DIR_ENV] = root;
+    try {
+      await createVxlanBackend(backendContext({ Type: 'vxlan' }), {
+        openNetlink: () => nl,
+      }).prepare();
+    } finally {
+      if (saved === undefined) delete process.env[PIN_DIR_ENV];
+      else process.env[PIN_DIR_ENV] = saved;
+    }
+    assert.equal(nl.links.get('flannel.1')!.kind, 'vxlan');
+    assert.equal(existsSync(pins), false, 'the pins went with the TUN');
   });
 
   test('the VtepMAC is persisted and reused when the device is gone', async () => {
