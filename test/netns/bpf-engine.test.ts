@@ -25,6 +25,7 @@ import {
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 import { iperf as probeIperf } from '../../src/testbed/probes.js';
 import { TCP_FIXED, delivered } from '../helpers/carried.js';
+import { attachedIn, leftovers } from '../helpers/bpf.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
 
@@ -55,16 +56,8 @@ async function pingBoth(a: Side, b: Side): Promise<void> {
   await nsExecAsync(b.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', a.v6]);
 }
 
-/** weft's programs still loaded anywhere (bpf objects are not per namespace) and its clsact
- * filters on `dev` in `ns`: empty when nothing was left behind. */
-function leftovers(ns: string, dev: string): string[] {
-  const progs = JSON.parse(nsExec(ns, 'bpftool', ['-j', 'prog', 'show'])) as { name?: string }[];
-  const ours = progs
-    .filter((p) => p.name === 'weft_tx' || p.name === 'weft_rx' || p.name === 'weft_bridge')
-    .map((p) => p.name!);
-  const filters = nsExec(ns, 'tc', ['filter', 'show', 'dev', dev, 'ingress']).trim();
-  return filters ? [...ours, filters] : ours;
-}
+/** A's TUN in these tests (test/helpers/dataplane-pair.ts). */
+const tunOf = (format: 'udp' | 'vxlan') => (format === 'udp' ? 'flannel0' : 'flannel.1');
 
 describe('bpf engine between two namespaces', { skip }, () => {
   const scope = new NetnsScope();
@@ -108,7 +101,9 @@ describe('bpf engine between two namespaces', { skip }, () => {
     ] as const) {
       test(`${format}: ${engines[0]} ⇄ ${engines[1]}: ping v4/v6 both ways, iperf3 TCP and UDP`, async () => {
         const nodes = await pair(format, [...engines]);
+        const ids = attachedIn(A.ns, 'va', tunOf(format));
         try {
+          assert.equal(ids.length, 2, `tx and rx attached in A: ${ids.join(', ')}`);
           assert.equal((await nodes[0].ready).engine, 'bpf');
           await pingBoth(A, B);
           const sent = (await iperf(scope, A, B, false)) + (await iperf(scope, A, B, true));
@@ -131,7 +126,7 @@ describe('bpf engine between two namespaces', { skip }, () => {
         } finally {
           await stopPair(nodes);
         }
-        assert.deepEqual(leftovers(A.ns, 'va'), [], 'nothing left behind');
+        assert.deepEqual(await leftovers(A.ns, 'va', tunOf(format), ids), [], 'nothing left');
       });
     }
   }
@@ -246,6 +241,7 @@ describe('bpf engine between two namespaces', { skip }, () => {
 
   test('clsact fallback: a filter left by kill -9 is replaced at restart and removed at stop', async () => {
     process.env.WEFT_BPF_ATTACH = 'clsact';
+    const ids: number[] = [];
     try {
       const first = await start(A, 'vxlan', 'bpf');
       const exited = new Promise((r) => first.proc.once('exit', r));
@@ -253,10 +249,12 @@ describe('bpf engine between two namespaces', { skip }, () => {
       await exited;
       const left = nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']);
       assert.match(left, /weft/, 'the killed process left its filter (clsact outlives it)');
+      ids.push(...attachedIn(A.ns, 'va', 'flannel.1'));
       const nodes: [Node, Node] = [await start(A, 'vxlan', 'bpf'), await start(B, 'vxlan', 'bpf')];
       try {
         const filters = nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']);
         assert.equal(filters.match(/^filter .* handle 0x77ef/gm)?.length, 1, filters);
+        ids.push(...attachedIn(A.ns, 'va', 'flannel.1'));
         await nodes[0].send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
         await nodes[1].send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
         await pingBoth(A, B);
@@ -266,14 +264,17 @@ describe('bpf engine between two namespaces', { skip }, () => {
     } finally {
       delete process.env.WEFT_BPF_ATTACH;
     }
-    assert.deepEqual(leftovers(A.ns, 'va'), [], 'nothing left behind');
+    assert.ok(ids.length > 0, 'the filters held programs');
+    assert.deepEqual(await leftovers(A.ns, 'va', 'flannel.1', ids), [], 'nothing left behind');
   });
 
   test('tcx: kill -9 leaves nothing attached', async () => {
     const a = await start(A, 'vxlan', 'bpf');
+    const ids = attachedIn(A.ns, 'va', 'flannel.1');
+    assert.equal(ids.length, 2, `tx and rx attached: ${ids.join(', ')}`);
     const exited = new Promise((r) => a.proc.once('exit', r));
     a.proc.kill('SIGKILL');
     await exited;
-    assert.deepEqual(leftovers(A.ns, 'va'), []);
+    assert.deepEqual(await leftovers(A.ns, 'va', 'flannel.1', ids), []);
   });
 });

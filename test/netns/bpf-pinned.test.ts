@@ -34,7 +34,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { loadNative, nativeAddonPath } from '../../src/common/native.js';
+import { loadNative } from '../../src/common/native.js';
 import { PIN_DIR_ENV, pinDirName } from '../../src/dataplane/bpf-pins.js';
 import type { BpfPinInfo } from '../../src/common/native-addon.js';
 import { PrivateBpffs } from '../../src/testbed/bpffs.js';
@@ -43,6 +43,7 @@ import { NetnsScope, isRoot, nsExec, pidsIn } from '../../src/testbed/netns.js';
 import { type Node, type Side, startNode, twoNodes } from '../helpers/dataplane-pair.js';
 import { ping } from '../../src/testbed/probes.js';
 import { sample, scrape } from '../helpers/scrape.js';
+import { progGone, tcxIn } from '../helpers/bpf.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf, a private bpffs)';
 const HEALTH_PORT = '9095';
@@ -75,26 +76,8 @@ function weftProcesses(c: Cluster, i: number): number[] {
   });
 }
 
-/** The programs attached with tcx to `dev`'s hook in namespace `ns` (the addon's query). */
-function tcxIn(ns: string, dev: string, hook: 'ingress' | 'egress'): number[] {
-  const script = `process.stdout.write(JSON.stringify(require(${JSON.stringify(
-    nativeAddonPath(),
-  )}).bpfTcxProgs(${JSON.stringify(dev)}, '${hook}')))`;
-  return JSON.parse(nsExec(ns, process.execPath, ['-e', script])) as number[];
-}
-
 const tcx = (c: Cluster, i: number, dev: string, hook: 'ingress' | 'egress') =>
   tcxIn(c.nodes[i]!.ns, dev, hook);
-
-/** Whether no program has this id any more (bpf objects are global; read from `ns`). */
-function progGone(ns: string, id: number): boolean {
-  try {
-    nsExec(ns, 'bpftool', ['prog', 'show', 'id', String(id)]);
-    return false;
-  } catch {
-    return true;
-  }
-}
 
 const kill9 = (c: Cluster, i: number) => c.killDaemon(i);
 
