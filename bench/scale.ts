@@ -14,7 +14,8 @@
  *
  * Measured per row (what "programmed" means: kernel backends — the peer's route is in the
  * node's main table, read by netlink dumps from the bench process every few ms; udp — the
- * daemon's `peer table replaced` debug line with the peer count, its own timestamp):
+ * daemon's `peer table replaced` / `peer table updated` debug line with the peer count, its own
+ * timestamp):
  *   start    daemon spawned with N leases in the store → every peer programmed
  *   event    one lease written → programmed (p50/p99 over --events writes; removals too),
  *            from the moment the write is sent
@@ -366,14 +367,18 @@ function kernelObserver(ns: string, backend: BackendName): Observer {
   };
 }
 
-/** udp: the daemon logs `peer table replaced {peers}` at debug level, with its time. */
+/**
+ * udp: the daemon logs `peer table replaced {peers}` (a whole table) or `peer table updated
+ * {peers}` (a delta) at debug level, with its time.
+ */
+const TABLE_LINES = new Set(['peer table replaced', 'peer table updated']);
+
 function logObserver(lines: Array<{ time: number; msg: string; peers?: number }>): Observer {
   return {
     async poll() {
       for (let k = lines.length - 1; k >= 0; k--) {
         const l = lines[k]!;
-        if (l.msg === 'peer table replaced')
-          return { at: l.time, subnets: null, count: l.peers ?? 0 };
+        if (TABLE_LINES.has(l.msg)) return { at: l.time, subnets: null, count: l.peers ?? 0 };
       }
       return { at: Date.now(), subnets: null, count: 0 };
     },
@@ -487,7 +492,7 @@ async function measure(
       if (!line.startsWith('{')) return;
       try {
         const l = JSON.parse(line) as { time: number | string; msg: string; peers?: number };
-        if (l.msg === 'peer table replaced')
+        if (TABLE_LINES.has(l.msg))
           lines.push({ time: new Date(l.time).getTime(), msg: l.msg, peers: l.peers });
       } catch {
         // not a log line

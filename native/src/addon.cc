@@ -342,6 +342,18 @@ std::unique_ptr<PeerTable> TableArg(const Napi::CallbackInfo& info, size_t i) {
   return t;
 }
 
+// Two Buffers of records at info[i], info[i + 1] → a checked delta (peer_table.h).
+PeerDelta DeltaArg(const Napi::CallbackInfo& info, size_t i, const char* who) {
+  Napi::Buffer<uint8_t> removed = BufArg(info, i, "removed records");
+  Napi::Buffer<uint8_t> upserts = BufArg(info, i + 1, "upserted records");
+  PeerDelta d;
+  std::string error;
+  if (!PeerDelta::Parse(removed.Data(), removed.Length(), upserts.Data(), upserts.Length(), &d, &error)) {
+    throw Napi::RangeError::New(info.Env(), std::string(who) + ": " + error);
+  }
+  return d;
+}
+
 CodecConfig ConfigArg(const Napi::CallbackInfo& info, size_t i) {
   CodecConfig cfg;
   if (info.Length() <= i || !info[i].IsObject()) {
@@ -452,6 +464,70 @@ Napi::Value PeerLookup(const Napi::CallbackInfo& info) {
   return lookup(info.Length() > 1 ? info[1] : env.Undefined());
 }
 
+// peerTableApply(table, [[removed, upserts], ...], lookups: Buffer[], publics: Buffer[])
+//   → { table, lookups, publics }: the table built from `table` with each delta applied in turn,
+// as records (peer_table.h format, table order), the record index each lookup address matches
+// (-1: none) and whether each public address is a record's. A delta that does not apply throws.
+Napi::Value PeerTableApply(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::unique_ptr<PeerTable> table = TableArg(info, 0);
+  if (info.Length() < 4 || !info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray()) {
+    throw Napi::TypeError::New(env, "peerTableApply(table, deltas, lookups, publics)");
+  }
+  Napi::Array steps = info[1].As<Napi::Array>();
+  for (uint32_t i = 0; i < steps.Length(); i++) {
+    Napi::Value step = steps.Get(i);
+    if (!step.IsArray()) throw Napi::TypeError::New(env, "dataplane: a delta is [removed, upserts]");
+    Napi::Array pair = step.As<Napi::Array>();
+    Napi::Value r = pair.Get(0u), u = pair.Get(1u);
+    if (!r.IsBuffer() || !u.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: a delta is [removed, upserts]");
+    auto rb = r.As<Napi::Buffer<uint8_t>>(), ub = u.As<Napi::Buffer<uint8_t>>();
+    PeerDelta d;
+    std::string error;
+    if (!PeerDelta::Parse(rb.Data(), rb.Length(), ub.Data(), ub.Length(), &d, &error) ||
+        !table->Check(d, &error)) {
+      throw Napi::RangeError::New(env, "dataplane: delta " + std::to_string(i) + ": " + error);
+    }
+    table->Apply(d);
+  }
+  Napi::Object o = Napi::Object::New(env);
+  Napi::Buffer<uint8_t> out = Napi::Buffer<uint8_t>::New(env, table->size() * kPeerRecordSize);
+  std::memset(out.Data(), 0, out.Length());
+  for (size_t i = 0; i < table->size(); i++) {
+    const PeerRecord& r = table->records()[i];
+    uint8_t* p = out.Data() + i * kPeerRecordSize;
+    p[0] = r.family;
+    p[1] = r.prefix;
+    p[2] = r.flags;
+    p[3] = r.public_family;
+    p[4] = static_cast<uint8_t>(r.port >> 8);
+    p[5] = static_cast<uint8_t>(r.port);
+    std::memcpy(p + 6, r.vtep_mac, 6);
+    std::memcpy(p + 16, r.subnet, 16);
+    std::memcpy(p + 32, r.public_ip, 16);
+  }
+  o.Set("table", out);
+  for (const char* what : {"lookups", "publics"}) {
+    bool pub = what[0] == 'p';
+    Napi::Array in = info[pub ? 3 : 2].As<Napi::Array>();
+    Napi::Array res = Napi::Array::New(env, in.Length());
+    for (uint32_t i = 0; i < in.Length(); i++) {
+      Napi::Value v = in.Get(i);
+      if (!v.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: address must be a Buffer");
+      auto a = v.As<Napi::Buffer<uint8_t>>();
+      if (a.Length() != 4 && a.Length() != 16) throw Napi::RangeError::New(env, "dataplane: address must be 4 or 16 bytes");
+      if (pub) {
+        res.Set(i, Napi::Boolean::New(env, table->HasPublic(a.Length(), a.Data())));
+      } else {
+        const PeerRecord* r = table->Lookup(a.Length(), a.Data());
+        res.Set(i, Napi::Number::New(env, r ? static_cast<double>(r - table->records()) : -1));
+      }
+    }
+    o.Set(what, res);
+  }
+  return o;
+}
+
 Napi::Array BufferArray(Napi::Env env, const std::vector<Bytes>& bufs) {
   Napi::Array out = Napi::Array::New(env, bufs.size());
   for (size_t i = 0; i < bufs.size(); i++) {
@@ -503,6 +579,7 @@ void DefineCodec(Napi::Env env, Napi::Object exports) {
   exports.Set("codecDecap", Napi::Function::New(env, CodecDecap));
   exports.Set("vxlanSourcePort", Napi::Function::New(env, SourcePort));
   exports.Set("peerLookup", Napi::Function::New(env, PeerLookup));
+  exports.Set("peerTableApply", Napi::Function::New(env, PeerTableApply));
   exports.Set("checksum", Napi::Function::New(env, InetChecksum));
   exports.Set("tsoSplit", Napi::Function::New(env, TsoSplit));
   exports.Set("groCoalesce", Napi::Function::New(env, GroCoalesce));
@@ -666,6 +743,15 @@ Napi::Value EngineSetPeers(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(e->peer_count()));
 }
 
+// engineUpdatePeers(id, removed, upserts) → peers in the table after the change
+Napi::Value EngineUpdatePeers(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Engine> e = EngineArg(info);
+  PeerDelta d = DeltaArg(info, 1, "dataplane");
+  std::string error;
+  if (!e->UpdatePeers(d, &error)) throw Napi::RangeError::New(info.Env(), "dataplane: " + error);
+  return Napi::Number::New(info.Env(), static_cast<double>(e->peer_count()));
+}
+
 // engineCounters(id) → Float64Array of workers × counterNames().length
 Napi::Value EngineCounters(const Napi::CallbackInfo& info) {
   std::shared_ptr<Engine> e = EngineArg(info);
@@ -709,6 +795,7 @@ void DefineEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineStopAll", Napi::Function::New(env, EngineStopAll));
   exports.Set("exitWatchdog", Napi::Function::New(env, ExitWatchdog));
   exports.Set("engineSetPeers", Napi::Function::New(env, EngineSetPeers));
+  exports.Set("engineUpdatePeers", Napi::Function::New(env, EngineUpdatePeers));
   exports.Set("engineCounters", Napi::Function::New(env, EngineCounters));
   exports.Set("counterNames", Napi::Function::New(env, CounterNames));
   exports.Set("offloadNames", Napi::Function::New(env, AllOffloadNames));
@@ -782,6 +869,15 @@ Napi::Value SetPeers(const Napi::CallbackInfo& info) {
   Napi::Buffer<uint8_t> b = info[1].As<Napi::Buffer<uint8_t>>();
   std::string error;
   if (!e->SetPeers(b.Data(), b.Length(), &error)) throw Napi::RangeError::New(info.Env(), "bpf: " + error);
+  return info.Env().Undefined();
+}
+
+// bpfUpdatePeers(id, removed, upserts): the peer maps changed by the delta alone
+Napi::Value UpdatePeers(const Napi::CallbackInfo& info) {
+  std::shared_ptr<BpfEngine> e = Arg(info);
+  PeerDelta d = dpbind::DeltaArg(info, 1, "bpf");
+  std::string error;
+  if (!e->UpdatePeers(d, &error)) throw Napi::RangeError::New(info.Env(), "bpf: " + error);
   return info.Env().Undefined();
 }
 
@@ -929,6 +1025,7 @@ void Define(Napi::Env env, Napi::Object exports) {
   exports.Set("bpfLoad", Napi::Function::New(env, Load));
   exports.Set("bpfConfigure", Napi::Function::New(env, Configure));
   exports.Set("bpfSetPeers", Napi::Function::New(env, SetPeers));
+  exports.Set("bpfUpdatePeers", Napi::Function::New(env, UpdatePeers));
   exports.Set("bpfTestRun", Napi::Function::New(env, TestRun));
   exports.Set("bpfAttach", Napi::Function::New(env, Attach));
   exports.Set("bpfSetPorts", Napi::Function::New(env, SetPorts));

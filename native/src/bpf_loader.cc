@@ -13,6 +13,8 @@
 #include <cstring>
 #include <algorithm>
 #include <cstddef>
+#include <set>
+#include <utility>
 
 #include "peer_table.h"
 
@@ -240,33 +242,53 @@ bool BpfEngine::WritePeer(int family, const uint8_t* key, const uint8_t* value, 
   return true;
 }
 
+namespace {
+
+// A record's peer map entry: key = family byte + LPM key (prefixlen u32 host order + address,
+// host bits cleared, so the trie holds one entry per subnet), and its value.
+void PeerEntryOf(const PeerRecord& r, std::string* key_out, std::string* value_out) {
+  size_t alen = r.family == 4 ? 4 : 16;
+  uint8_t key[1 + 4 + 16] = {};
+  key[0] = r.family;
+  uint32_t prefixlen = r.prefix;
+  std::memcpy(key + 1, &prefixlen, 4);
+  for (size_t b = 0; b < alen; b++) {
+    int bits = static_cast<int>(r.prefix) - static_cast<int>(b * 8);
+    uint8_t mask = bits >= 8 ? 0xff : bits <= 0 ? 0 : static_cast<uint8_t>(0xff << (8 - bits));
+    key[5 + b] = r.subnet[b] & mask;
+  }
+  MapPeer v{};
+  v.pub_family = r.public_family;
+  v.has_mac = r.has_vtep_mac() ? 1 : 0;
+  v.port = htons(r.port);
+  std::memcpy(v.mac, r.vtep_mac, 6);
+  std::memcpy(v.pub, r.public_ip, r.public_len());
+  key_out->assign(reinterpret_cast<char*>(key), 5 + alen);
+  value_out->assign(reinterpret_cast<char*>(&v), sizeof(v));
+}
+
+// The IPv4 public address of a map value (the source map's key); false for an IPv6 one.
+bool SourceOf(const std::string& value, uint32_t* a) {
+  MapPeer v;
+  std::memcpy(&v, value.data(), sizeof(v));
+  if (v.pub_family != 4) return false;
+  std::memcpy(a, v.pub, 4);
+  return true;
+}
+
+}  // namespace
+
 bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
   std::unique_ptr<PeerTable> t = PeerTable::Build(table, len, error);
   if (!t) return false;
-  // The wanted contents: key = family byte + LPM key (prefixlen u32 host order + address).
+  // The wanted contents (PeerEntryOf).
   std::map<std::string, std::string> want;
   std::map<uint32_t, uint32_t> sources;
   for (size_t i = 0; i < t->size(); i++) {
     const PeerRecord& r = t->records()[i];
-    size_t alen = r.family == 4 ? 4 : 16;
-    uint8_t key[1 + 4 + 16] = {};
-    key[0] = r.family;
-    uint32_t prefixlen = r.prefix;
-    std::memcpy(key + 1, &prefixlen, 4);
-    // Host bits cleared, so the trie holds one entry per subnet.
-    for (size_t b = 0; b < alen; b++) {
-      int bits = static_cast<int>(r.prefix) - static_cast<int>(b * 8);
-      uint8_t mask = bits >= 8 ? 0xff : bits <= 0 ? 0 : static_cast<uint8_t>(0xff << (8 - bits));
-      key[5 + b] = r.subnet[b] & mask;
-    }
-    MapPeer v{};
-    v.pub_family = r.public_family;
-    v.has_mac = r.has_vtep_mac() ? 1 : 0;
-    v.port = htons(r.port);
-    std::memcpy(v.mac, r.vtep_mac, 6);
-    std::memcpy(v.pub, r.public_ip, r.public_len());
-    want[std::string(reinterpret_cast<char*>(key), 5 + alen)] =
-        std::string(reinterpret_cast<char*>(&v), sizeof(v));
+    std::string k, v;
+    PeerEntryOf(r, &k, &v);
+    want[k] = v;
     if (r.public_family == 4) {
       uint32_t a;
       std::memcpy(&a, r.public_ip, 4);
@@ -315,6 +337,72 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
       return false;
     }
     it = sources_.erase(it);
+  }
+  return true;
+}
+
+bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
+  std::vector<std::pair<std::string, std::string>> removed(d.removed.size()), upserts(d.upserts.size());
+  for (size_t i = 0; i < d.removed.size(); i++) {
+    PeerEntryOf(d.removed[i], &removed[i].first, &removed[i].second);
+    if (!peers_.count(removed[i].first)) {
+      *error = "removed: peer record " + std::to_string(i) + ": subnet not in the table";
+      return false;
+    }
+  }
+  for (size_t i = 0; i < d.upserts.size(); i++) {
+    PeerEntryOf(d.upserts[i], &upserts[i].first, &upserts[i].second);
+  }
+  // Sources an entry leaves: deleted once no entry names them, after the entries change.
+  std::vector<uint32_t> left;
+  auto leave = [&](const std::string& value) {
+    uint32_t a;
+    if (SourceOf(value, &a) && --sources_[a] == 0) left.push_back(a);
+  };
+  // Adds and changes first, each source before the entry that names it.
+  for (auto& [k, v] : upserts) {
+    auto it = peers_.find(k);
+    if (it != peers_.end() && it->second == v) continue;
+    uint32_t a;
+    if (SourceOf(v, &a) && sources_[a]++ == 0) {
+      uint32_t one = 1;
+      if (bpf_map_update_elem(sources_fd_, &a, &one, BPF_ANY) < 0) {
+        sources_[a]--;
+        *error = Errno("source map update", errno);
+        return false;
+      }
+    }
+    if (!WritePeer(k[0], reinterpret_cast<const uint8_t*>(k.data()) + 1,
+                   reinterpret_cast<const uint8_t*>(v.data()), error))
+      return false;
+    if (it != peers_.end()) {
+      leave(it->second);
+      it->second = v;
+    } else {
+      peers_[k] = v;
+    }
+  }
+  // Then what left: a subnet removed and upserted in one delta was replaced above.
+  std::set<std::string> upserted;
+  for (auto& e : upserts) upserted.insert(e.first);
+  for (auto& [k, v] : removed) {
+    if (upserted.count(k)) continue;
+    auto it = peers_.find(k);
+    int fd = k[0] == 4 ? peers4_fd_ : peers6_fd_;
+    if (bpf_map_delete_elem(fd, k.data() + 1) < 0 && errno != ENOENT) {
+      *error = Errno("peer map delete", errno);
+      return false;
+    }
+    leave(it->second);
+    peers_.erase(it);
+  }
+  for (uint32_t a : left) {
+    if (sources_[a] != 0) continue;
+    sources_.erase(a);
+    if (bpf_map_delete_elem(sources_fd_, &a) < 0 && errno != ENOENT) {
+      *error = Errno("source map delete", errno);
+      return false;
+    }
   }
   return true;
 }

@@ -25,6 +25,8 @@ struct bpf_object;
 
 namespace weft {
 
+struct PeerDelta;  // peer_table.h
+
 enum class BpfProgram { kTx = 0, kRx = 1 };
 
 // How the programs are attached: tcx links (kernel ≥ 6.6) or clsact + cls_bpf filters.
@@ -81,6 +83,11 @@ class BpfEngine {
   // before and after is never missing in between. False and `error` on a bad table or a map
   // write that failed (the maps then hold the old entries plus some new ones).
   bool SetPeers(const uint8_t* table, size_t len, std::string* error);
+  // Changes the peer maps by `d` alone (peer_table.h): upserted entries (and the sources they
+  // name) are written first, removed ones deleted after, so a peer present before and after is
+  // never missing. False and `error` when a removed subnet is not in the maps (nothing written)
+  // or a map write failed.
+  bool UpdatePeers(const PeerDelta& d, std::string* error);
 
   // Runs one program on `in` (an Ethernet frame) under BPF_PROG_TEST_RUN, with the skb marked
   // GSO when gso_size > 0. Returns 0 or -errno; `retval` is the program's verdict and `out` the

@@ -1032,6 +1032,7 @@ Engine::~Engine() {
   if (tap_fd_ >= 0) close(tap_fd_);
   delete table_.load();
   for (const Retired& r : retired_) delete r.table;
+  delete spare_.table;
 }
 
 const PeerTable* Engine::AcquireTable(std::atomic<uint64_t>* seen) {
@@ -1050,24 +1051,69 @@ bool Engine::SetPeers(const uint8_t* buf, size_t len, std::string* error) {
   if (!t) return false;
   AttachTapTemplates(t.get());
   std::lock_guard<std::mutex> lock(control_mu_);
-  const PeerTable* old = table_.exchange(t.release(), std::memory_order_seq_cst);
-  uint64_t g = gen_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  retired_.push_back({old, g});
+  // A whole new table: the spare cannot be brought up to it by deltas.
+  if (spare_.table != nullptr) retired_.push_back(spare_);
+  spare_ = {nullptr, 0};
+  spare_behind_.clear();
+  PublishLocked(t.release(), {});
   ReclaimLocked();
   return true;
+}
+
+bool Engine::UpdatePeers(const PeerDelta& d, std::string* error) {
+  std::lock_guard<std::mutex> lock(control_mu_);
+  const PeerTable* cur = table_.load(std::memory_order_seq_cst);
+  if (!cur->Check(d, error)) return false;
+  PeerTable* next;
+  if (spare_.table != nullptr && !InUseLocked(spare_.gen)) {
+    next = const_cast<PeerTable*>(spare_.table);
+    for (const PeerDelta& behind : spare_behind_) ApplyDelta(next, behind);
+  } else {
+    if (spare_.table != nullptr) retired_.push_back(spare_);
+    next = new PeerTable(*cur);
+  }
+  spare_ = {nullptr, 0};
+  spare_behind_.clear();
+  ApplyDelta(next, d);
+  PublishLocked(next, {d});
+  ReclaimLocked();
+  return true;
+}
+
+void Engine::ApplyDelta(PeerTable* t, const PeerDelta& d) const {
+  if (tap_fd_ >= 0 && t->aux_stride() == 0) AttachTapTemplates(t);
+  t->Apply(d, [this](const PeerRecord& r, uint8_t* aux) {
+    TapTemplate tpl;
+    BuildTapTemplate(r, tap_cfg_, &tpl);
+    std::memcpy(aux, &tpl, sizeof(tpl));
+  });
+}
+
+void Engine::PublishLocked(PeerTable* t, std::vector<PeerDelta> behind) {
+  const PeerTable* old = table_.exchange(t, std::memory_order_seq_cst);
+  uint64_t g = gen_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (behind.empty()) {
+    retired_.push_back({old, g});
+  } else {
+    spare_ = {old, g};
+    spare_behind_ = std::move(behind);
+  }
+}
+
+bool Engine::InUseLocked(uint64_t gen) const {
+  for (auto& w : workers_) {
+    for (const auto& seen : w->seen) {
+      uint64_t s = seen.load(std::memory_order_seq_cst);
+      if (s != 0 && s < gen) return true;
+    }
+  }
+  return false;
 }
 
 void Engine::ReclaimLocked() {
   size_t keep = 0;
   for (const Retired& r : retired_) {
-    bool in_use = false;
-    for (auto& w : workers_) {
-      for (const auto& seen : w->seen) {
-        uint64_t s = seen.load(std::memory_order_seq_cst);
-        if (s != 0 && s < r.gen) in_use = true;
-      }
-    }
-    if (in_use) {
+    if (InUseLocked(r.gen)) {
       retired_[keep++] = r;
     } else {
       delete r.table;
@@ -1077,7 +1123,7 @@ void Engine::ReclaimLocked() {
 }
 
 void Engine::AttachTapTemplates(PeerTable* t) const {
-  if (tap_fd_ < 0 || t->size() == 0) return;
+  if (tap_fd_ < 0) return;
   std::vector<uint8_t> aux(t->size() * sizeof(TapTemplate));
   for (size_t i = 0; i < t->size(); i++) {
     TapTemplate tpl;

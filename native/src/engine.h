@@ -149,6 +149,11 @@ class Engine {
   // Any thread (serialised with other SetPeers): copies `buf` (peer_table.h format) into a new
   // table that packets read after the return see; false with `error` (old table kept) if invalid.
   bool SetPeers(const uint8_t* buf, size_t len, std::string* error);
+  // Any thread (serialised with SetPeers): applies `d` to the current table, at a cost
+  // proportional to the delta: to the table the last change replaced, brought up to date,
+  // when no packet thread still reads it (else to a copy of the current one), then swapped in
+  // as SetPeers swaps. False with `error` (table kept) when `d` does not apply.
+  bool UpdatePeers(const PeerDelta& d, std::string* error);
   // Any thread, lock-free: copies worker `w`'s counters (both directions summed) into
   // out[0..kCounterCount); relaxed reads, so a snapshot may mix a few packets' worth of moments.
   void ReadCounters(int w, uint64_t* out) const;
@@ -211,6 +216,10 @@ class Engine {
   const PeerTable* AcquireTable(std::atomic<uint64_t>* seen);
   void SetUpSteering();
   void ReclaimLocked();
+  // Whether a packet thread may still read a table retired at generation `gen`.
+  bool InUseLocked(uint64_t gen) const;
+  // Swaps `t` in; the table it replaces becomes the spare, `pending` behind it.
+  void PublishLocked(PeerTable* t, std::vector<PeerDelta> pending);
   // Opens the egress TAP, sets its sysctls, brings it up and probes it (tap_tx.h); on any
   // failure closes it and leaves tap_note_ saying why (TCP then leaves by the sockets).
   void SetUpTap(const sockaddr_storage& bind);
@@ -218,6 +227,8 @@ class Engine {
   void CheckFifo();
   // Attaches the TAP header templates to a table about to be published.
   void AttachTapTemplates(PeerTable* t) const;
+  // Applies `d` to an unpublished table, the TAP templates of the records it writes with it.
+  void ApplyDelta(PeerTable* t, const PeerDelta& d) const;
 
   EngineConfig cfg_;
   std::string tun_name_;
@@ -244,6 +255,10 @@ class Engine {
   std::atomic<uint64_t> gen_{1};
   std::mutex control_mu_;  // serialises SetPeers; never taken by a packet thread
   std::vector<Retired> retired_;
+  // The table the last swap replaced (null: none to reuse) and the deltas that bring it to the
+  // current one: UpdatePeers applies them and the new delta to it once no reader holds it.
+  Retired spare_{nullptr, 0};
+  std::vector<PeerDelta> spare_behind_;
 };
 
 }  // namespace weft

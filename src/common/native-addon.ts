@@ -193,6 +193,17 @@ export interface NativeAddon {
   /** Test export: the record index for `addr` (-1: none); for an array, one per address. */
   peerLookup(table: Buffer, addr: Buffer): number;
   peerLookup(table: Buffer, addrs: readonly Buffer[]): number[];
+  /**
+   * Test export: the native table built from `table` with each delta ([removed, upserts]) applied
+   * in place in turn: its records (table order), the record index each of `lookups` matches (-1:
+   * none), and whether each of `publics` is a record's public address.
+   */
+  peerTableApply(
+    table: Buffer,
+    deltas: ReadonlyArray<readonly [Buffer, Buffer]>,
+    lookups: readonly Buffer[],
+    publics: readonly Buffer[],
+  ): { table: Buffer; lookups: number[]; publics: boolean[] };
   checksum(data: Buffer): number;
   /**
    * Test export: the segments SplitTso cuts from a virtio_net_hdr + TCP GSO packet (inPlace:
@@ -221,6 +232,11 @@ export interface NativeAddon {
   engineClose(id: number): void;
   /** Replaces the peer table; → the number of peers. */
   engineSetPeers(id: number, table: Buffer): number;
+  /**
+   * Changes the peer table by a delta (peer-table.ts PeerDelta: removed subnets, then records
+   * added or replaced by subnet); → the number of peers. Throws, table kept, when it does not apply.
+   */
+  engineUpdatePeers(id: number, removed: Buffer, upserts: Buffer): number;
   /** workers × counterNames().length counters. */
   engineCounters(id: number): Float64Array;
 
@@ -238,6 +254,8 @@ export interface NativeAddon {
   bpfConfigure(id: number, cfg: BpfConfig): void;
   /** The peer maps become exactly this table (peer-table.ts layout), adds before removals. */
   bpfSetPeers(id: number, table: Buffer): void;
+  /** The peer maps changed by a delta alone (as engineUpdatePeers), upserts before removals. */
+  bpfUpdatePeers(id: number, removed: Buffer, upserts: Buffer): void;
   /**
    * BPF_PROG_TEST_RUN of one program on an Ethernet frame: the verdict (TC_ACT_*) and the frame
    * it left. gsoSize > 0 marks the skb GSO (the kernel then refuses encap: no gso_type).
@@ -301,6 +319,7 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   codecDecap: true,
   vxlanSourcePort: true,
   peerLookup: true,
+  peerTableApply: true,
   checksum: true,
   tsoSplit: true,
   groCoalesce: true,
@@ -313,12 +332,14 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   engineStop: true,
   engineClose: true,
   engineSetPeers: true,
+  engineUpdatePeers: true,
   engineCounters: true,
   engineStopAll: true,
   exitWatchdog: true,
   bpfLoad: true,
   bpfConfigure: true,
   bpfSetPeers: true,
+  bpfUpdatePeers: true,
   bpfTestRun: true,
   bpfAttach: true,
   bpfSetPorts: true,

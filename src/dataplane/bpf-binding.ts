@@ -20,6 +20,7 @@ export type NativeBpf = Pick<
   | 'bpfLoad'
   | 'bpfConfigure'
   | 'bpfSetPeers'
+  | 'bpfUpdatePeers'
   | 'bpfTestRun'
   | 'bpfAttach'
   | 'bpfSetPorts'

@@ -301,6 +301,11 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
       if (closed) return;
       setTable(table);
     },
+    updatePeerTable(delta) {
+      if (closed) return;
+      native.updatePeerTable(delta);
+      bpf.bpfUpdatePeers(id, delta.removed, delta.upserts);
+    },
     stats() {
       const slowStats = native.stats();
       if (closed) return { ...slowStats, engine: 'bpf' };

@@ -5,7 +5,7 @@
 import type { WeftError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { OffloadName } from './offloads.js';
-import type { PeerEntry } from './peer-table.js';
+import type { PeerDelta, PeerEntry } from './peer-table.js';
 import type { DataplaneStats } from './stats.js';
 
 /** The framing: flannel-udp or VXLAN in UDP, or IPIP (raw IP protocol 4; native engine only). */
@@ -78,6 +78,15 @@ export interface Dataplane {
    * buffer is copied (or decoded) before the call returns; the caller may reuse it.
    */
   setPeerTable(table: Buffer): void;
+  /**
+   * Changes the current table by a delta (peer-table.ts PeerDelta): what setPeerTable(the whole
+   * new table) would do, at the cost of the change (the native engine applies it to a table no
+   * packet thread reads, then swaps it in; the bpf engine writes only the changed map entries,
+   * additions before removals). Throws, the table unchanged, when the delta does not apply (a
+   * removed subnet not in the table, a subnet twice in one list, a malformed record): the caller
+   * then hands over the whole table. The js engine decodes its whole table again (O(peers)).
+   */
+  updatePeerTable(delta: PeerDelta): void;
   stats(): DataplaneStats;
   close(): Promise<void>;
   /**

@@ -20,7 +20,7 @@ import type { NativeAddon } from '../common/native-addon.js';
 import { checksum, decap, encap } from './js-codec.js';
 import type { CodecConfig } from './js-codec.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
-import { JsPeerTable, encodePeerTable } from './peer-table.js';
+import { JsPeerTable, applyPeerDelta, encodePeerTable } from './peer-table.js';
 import { COUNTERS, COUNTERS_PER_WORKER, DROP_REASONS, decodeCounters } from './stats.js';
 import type { CounterName, DropReason } from './stats.js';
 import { openTunHelper } from './tun-helper.js';
@@ -232,6 +232,9 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
     failed,
     setPeers(entries) {
       table = new JsPeerTable(encodePeerTable(entries));
+    },
+    updatePeerTable(delta) {
+      table = new JsPeerTable(applyPeerDelta(table.buffer, delta));
     },
     setPeerTable(buf) {
       table = new JsPeerTable(buf);

@@ -274,6 +274,10 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       if (phase === 'closing') return;
       native.engineSetPeers(id, table);
     },
+    updatePeerTable(delta) {
+      if (phase === 'closing') return;
+      native.engineUpdatePeers(id, delta.removed, delta.upserts);
+    },
     stats() {
       if (phase === 'closing') return decodeCounters('native', []);
       return {

@@ -13,6 +13,10 @@
  *
  * `JsPeerTable` decodes the same buffer for the js engine and as the reference the native
  * longest-prefix match is tested against.
+ *
+ * A change to a table travels as a `PeerDelta`, two buffers of the same records: the subnets of
+ * `removed` leave the table, then each record of `upserts` is added or replaces the record of its
+ * subnet (`applyPeerDelta` is the reference; the native engine applies it in place).
  */
 import { WeftError } from '../common/errors.js';
 import { ipFromBytes, ipToBytes, maskOf, parseCIDR, parseIP } from '../common/ip.js';
@@ -59,6 +63,99 @@ export function encodePeerTable(entries: readonly PeerEntry[]): Buffer {
   return buf;
 }
 
+/** A change to a peer table (records in the layout above; `removed` is read for subnets only). */
+export interface PeerDelta {
+  readonly removed: Buffer;
+  readonly upserts: Buffer;
+}
+
+/**
+ * The subnet of the record at `off` as a map key: family, prefix and the address with its host
+ * bits cleared (as the engines canonicalise it).
+ */
+export function recordSubnetKey(buf: Buffer, off: number): string {
+  const family = buf[off]!;
+  const prefix = buf[off + 1]!;
+  let key = `${family}/${prefix}/`;
+  const len = family === 4 ? 4 : 16;
+  for (let b = 0; b < len; b++) {
+    const bits = prefix - b * 8;
+    const mask = bits >= 8 ? 0xff : bits <= 0 ? 0 : (0xff << (8 - bits)) & 0xff;
+    key += (buf[off + 16 + b]! & mask).toString(16).padStart(2, '0');
+  }
+  return key;
+}
+
+function checkLength(buf: Buffer, what: string): void {
+  if (buf.length % PEER_RECORD_SIZE !== 0) {
+    throw new WeftError(
+      'WEFT_ERR_DATAPLANE',
+      `${what}length ${buf.length} is not a multiple of ${PEER_RECORD_SIZE}`,
+    );
+  }
+}
+
+/**
+ * The reference for a delta: the records of `table` changed by `delta` (replaced records keep
+ * their place, new ones are appended). Throws, as the native engine refuses it, when a subnet
+ * repeats within `removed` or within `upserts`, an upsert is malformed, or a removed subnet is
+ * not in the table.
+ */
+export function applyPeerDelta(table: Buffer, delta: PeerDelta): Buffer {
+  checkLength(table, 'peer table ');
+  checkLength(delta.removed, 'removed: peer table ');
+  checkLength(delta.upserts, 'upserts: peer table ');
+  const keys = (buf: Buffer, what: string): string[] => {
+    const out: string[] = [];
+    const seen = new Set<string>();
+    for (let o = 0; o < buf.length; o += PEER_RECORD_SIZE) {
+      const k = recordSubnetKey(buf, o);
+      if (seen.has(k)) {
+        throw new WeftError(
+          'WEFT_ERR_DATAPLANE',
+          `${what}: peer record ${o / PEER_RECORD_SIZE}: subnet repeats an earlier record`,
+        );
+      }
+      seen.add(k);
+      out.push(k);
+    }
+    return out;
+  };
+  const removed = keys(delta.removed, 'removed');
+  const upserts = keys(delta.upserts, 'upserts');
+  try {
+    new JsPeerTable(delta.upserts); // the records' fields, as the engines check them
+  } catch (err) {
+    throw new WeftError('WEFT_ERR_DATAPLANE', `upserts: ${(err as Error).message}`);
+  }
+  const at = new Map<string, number>();
+  for (let o = 0; o < table.length; o += PEER_RECORD_SIZE) at.set(recordSubnetKey(table, o), o);
+  removed.forEach((k, i) => {
+    if (!at.has(k)) {
+      throw new WeftError(
+        'WEFT_ERR_DATAPLANE',
+        `removed: peer record ${i}: subnet not in the table`,
+      );
+    }
+  });
+  const gone = new Set(removed);
+  const replaced = new Map<string, number>();
+  upserts.forEach((k, i) => replaced.set(k, i * PEER_RECORD_SIZE));
+  const parts: Buffer[] = [];
+  for (let o = 0; o < table.length; o += PEER_RECORD_SIZE) {
+    const k = recordSubnetKey(table, o);
+    const u = replaced.get(k);
+    if (u !== undefined && !gone.has(k)) {
+      parts.push(delta.upserts.subarray(u, u + PEER_RECORD_SIZE));
+      replaced.delete(k);
+    } else if (!gone.has(k)) {
+      parts.push(table.subarray(o, o + PEER_RECORD_SIZE));
+    }
+  }
+  for (const u of replaced.values()) parts.push(delta.upserts.subarray(u, u + PEER_RECORD_SIZE));
+  return Buffer.concat(parts);
+}
+
 /** A convenience for tests and tools: `{subnet: '10.5.1.0/24', publicIP: '192.0.2.1', ...}`. */
 export function peerEntry(
   subnet: string,
@@ -100,6 +197,8 @@ interface PrefixLevel {
  */
 export class JsPeerTable {
   readonly peers: readonly DecodedPeer[];
+  /** The records decoded (a copy: the caller may reuse its buffer). */
+  readonly buffer: Buffer;
   readonly #levels: PrefixLevel[];
   readonly #publics: Set<string>;
 
@@ -110,6 +209,7 @@ export class JsPeerTable {
         `peer table length ${buf.length} is not a multiple of ${PEER_RECORD_SIZE}`,
       );
     }
+    this.buffer = Buffer.from(buf);
     const peers: DecodedPeer[] = [];
     const seen = new Set<string>();
     for (let i = 0; i * PEER_RECORD_SIZE < buf.length; i++) {

@@ -4,8 +4,9 @@
  *
  * While it runs, the userspace backend keeps a record of its dataplane beside the subnet file,
  * `<subnet file>.dataplane.json`: the engine options, the net-conf Backend block and the last peer
- * table it handed over (written at start, then after each table change, one write at a time,
- * the latest table winning). On the next start, `startEarly` reads it first thing and, when the
+ * table it handed over (written at start, then after table changes, one write at a time and at
+ * most one a second (RECORD_INTERVAL_MS), the latest table winning; the table is read when the
+ * write begins, so a churn costs a write a second, not a table per change). On the next start, `startEarly` reads it first thing and, when the
  * persistent TUN it names is still there with no queue attached (a kill -9, a crash or a stop
  * left it), starts the same engine on it with that table — the table of a few seconds ago, so
  * pods' traffic flows while the daemon loads its store client, reads the config and acquires its
@@ -61,22 +62,48 @@ function sameOptions(a: SavedOptions, b: SavedOptions): boolean {
   return norm(a) === norm(b);
 }
 
+/** The least time between two writes of the record while tables change. */
+export const RECORD_INTERVAL_MS = 1000;
+
+/** Waits `ms`, or less when `signal` fires first. */
+export type Pause = (ms: number, signal: AbortSignal) => Promise<void>;
+
+const pause: Pause = (ms, signal) =>
+  new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    t.unref();
+    signal.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+  });
+
 /**
  * The record file, written by the running backend: one write in flight at a time, the latest
- * table pending behind it (a burst of lease changes costs a write or two, not one each).
+ * table pending behind it, and RECORD_INTERVAL_MS between the starts of two writes (a burst or
+ * a churn of lease changes costs a write a second, not one each); flush() and remove() do not
+ * wait for the interval.
  */
 export class DataplaneRecord {
   readonly #path: string;
   readonly #log: Logger;
+  readonly #intervalMs: number;
+  readonly #pause: Pause;
   #head: Omit<Record_, 'peers'> | null = null;
-  #peers: Buffer = Buffer.alloc(0);
+  #peers: () => Buffer = () => Buffer.alloc(0);
   #writing: Promise<void> | null = null;
   #dirty = false;
   #removed = false;
+  #lastWrite = -Infinity;
+  #hurry = new AbortController();
 
-  constructor(subnetFile: string, log: Logger) {
+  constructor(subnetFile: string, log: Logger, opts: { intervalMs?: number; pause?: Pause } = {}) {
     this.#path = recordPath(subnetFile);
     this.#log = log;
+    this.#intervalMs = opts.intervalMs ?? RECORD_INTERVAL_MS;
+    this.#pause = opts.pause ?? pause;
   }
 
   /** The engine now running under `backend` (the net-conf Backend block). */
@@ -89,15 +116,20 @@ export class DataplaneRecord {
     this.#schedule();
   }
 
-  /** The table just handed to the engine (kept, not copied: callers hand over a fresh buffer). */
-  peers(table: Buffer): void {
-    this.#peers = table;
+  /**
+   * The table just handed to the engine changed: `table` gives it (a buffer kept as it is, or a
+   * function called when the write begins).
+   */
+  peers(table: Buffer | (() => Buffer)): void {
+    this.#peers = typeof table === 'function' ? table : () => table;
     this.#schedule();
   }
 
-  /** Resolves once what was asked so far is on disk. */
+  /** Resolves once what was asked so far is on disk (at once, without the interval). */
   async flush(): Promise<void> {
+    this.#hurry.abort();
     while (this.#writing) await this.#writing;
+    this.#hurry = new AbortController();
   }
 
   /** Removes the file (the TUN went with the lease); no write after this. */
@@ -113,8 +145,14 @@ export class DataplaneRecord {
     if (this.#writing) return;
     this.#writing = (async () => {
       while (this.#dirty && !this.#removed) {
+        const wait = this.#lastWrite + this.#intervalMs - performance.now();
+        if (wait > 0 && !this.#hurry.signal.aborted) {
+          await this.#pause(wait, this.#hurry.signal);
+          if (this.#removed) break;
+        }
         this.#dirty = false;
-        const rec: Record_ = { ...this.#head!, peers: this.#peers.toString('base64') };
+        this.#lastWrite = performance.now();
+        const rec: Record_ = { ...this.#head!, peers: this.#peers().toString('base64') };
         const tmp = `${this.#path}.tmp`;
         try {
           await writeFile(tmp, JSON.stringify(rec), { mode: 0o600 });

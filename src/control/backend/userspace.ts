@@ -2,7 +2,8 @@
  * What the two userspace backends (udp, vxlan-userspace) share: a Dataplane whose TUN carries the
  * subnet's network address and a route for the whole cluster network, and a peer table planned
  * from the lease events (peer-plan.ts: only the leases an event names are parsed) and handed
- * over as one buffer per flush window.
+ * over once per flush window: the first snapshot (and a new engine) as the whole table, after
+ * that only what changed (a PeerDelta; the whole table again should the engine refuse one).
  *
  *   prepare  → the dataplane starts (TUN exists, sockets bound, workers in their loops)
  *   start    → TUN MTU, address <subnet network address>/32 (/128), up, route <network> dev TUN
@@ -280,9 +281,10 @@ export function createUserspaceBackend(
       if (!dp || !nl) throw new Error(`${spec.type}: run before prepare`);
       let running = dp;
       const netlink = nl;
-      // Records per lease, encoded when the lease changes; the table handed to the dataplane is
-      // one copy of them, once per flush window (events already received are coalesced).
+      // Records per lease, encoded when the lease changes; once per flush window (events already
+      // received are coalesced) the dataplane takes what changed, or the whole table when `whole`.
       const records = new PeerRecords();
+      let whole = true;
       // A dataplane that dies is fatal: the daemon exits 1 and its supervisor restarts it. The
       // engine in use is watched (the re-check may start a new one on a new TUN).
       let fail: (err: unknown) => void = () => undefined;
@@ -293,6 +295,17 @@ export function createUserspaceBackend(
           if (d === running) fail(err);
         });
       watch(running);
+      const handOverTable = () => {
+        try {
+          running.setPeerTable(records.takeTable());
+          whole = false;
+          log.debug({ peers: records.size }, 'peer table replaced');
+        } catch (err) {
+          // the engine keeps its old table: the next flush hands over the whole table again
+          whole = true;
+          log.error({ err: errorMessage(err) }, 'peer table refused');
+        }
+      };
       // The TUN deleted by hand: its queues point at nothing, so the engine starts again on a
       // new TUN of the same name (same options, the current peer table); restoreTun then puts
       // back its link state, address and route.
@@ -306,7 +319,7 @@ export function createUserspaceBackend(
         const current = running;
         registerDataplaneMetrics(ctx.metrics, () => current.stats());
         watch(current);
-        current.setPeerTable(records.table());
+        handOverTable();
       };
       // The TUN's state is re-checked by the kernel backends' resync loop (no peers of its own).
       const recheck = new AbortController();
@@ -352,14 +365,23 @@ export function createUserspaceBackend(
       const push = () => {
         clearTimeout(scheduled ?? undefined);
         scheduled = null;
-        try {
-          const table = records.table();
-          running.setPeerTable(table);
-          record?.peers(table);
-          log.debug({ peers: records.size }, 'peer table replaced');
-        } catch (err) {
-          log.error({ err: errorMessage(err) }, 'peer table refused');
+        if (whole) {
+          handOverTable();
+        } else {
+          const delta = records.takeDelta();
+          if (delta.changes === 0) return;
+          try {
+            running.updatePeerTable(delta);
+            log.debug({ peers: records.size, changes: delta.changes }, 'peer table updated');
+          } catch (err) {
+            log.warn(
+              { err: errorMessage(err) },
+              'peer table change refused; handing over the whole table',
+            );
+            handOverTable();
+          }
         }
+        record?.peers(() => records.table());
       };
       const update = (batch: readonly LeaseEvent[]) => {
         const changes = planPeers(batch, planCtx);

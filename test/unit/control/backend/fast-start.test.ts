@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -11,7 +11,7 @@ import {
 } from '../../../../src/control/backend/fast-start.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
 import type { Dataplane, DataplaneOptions } from '../../../../src/dataplane/engine.js';
-import { encodePeerTable, parseMac } from '../../../../src/dataplane/peer-table.js';
+import { applyPeerDelta, encodePeerTable, parseMac } from '../../../../src/dataplane/peer-table.js';
 import { parseCIDR, parseIP } from '../../../../src/common/ip.js';
 import { decodeCounters } from '../../../../src/dataplane/stats.js';
 
@@ -82,6 +82,9 @@ function deps(nl: FakeNetlink) {
         setPeers() {},
         setPeerTable(t) {
           dp.tables.push(Buffer.from(t));
+        },
+        updatePeerTable(d) {
+          dp.tables.push(applyPeerDelta(dp.tables.at(-1) ?? Buffer.alloc(0), d));
         },
         stats: () => decodeCounters('native', []),
         async close() {
@@ -178,5 +181,49 @@ describe('fast start', () => {
     r.peers(Buffer.alloc(0));
     await r.flush();
     assert.ok(!existsSync(recordPath(file)), 'no write after remove');
+  });
+
+  test('while tables change the record waits out its interval, then writes the table of that moment, read once', async () => {
+    const file = subnetFile();
+    const held: Array<() => void> = [];
+    let paused!: () => void;
+    const pausedOnce = new Promise<void>((resolve) => (paused = resolve));
+    const r = new DataplaneRecord(file, log, {
+      intervalMs: 60_000,
+      pause: (_ms, signal) =>
+        new Promise<void>((resolve) => {
+          held.push(resolve);
+          signal.addEventListener('abort', () => resolve(), { once: true });
+          paused();
+        }),
+    });
+    const reads: string[] = [];
+    const table = (name: string, b: Buffer) => () => {
+      reads.push(name);
+      return b;
+    };
+    const written = () =>
+      (JSON.parse(readFileSync(recordPath(file), 'utf8')) as { peers: string }).peers;
+    r.start(BACKEND, OPTIONS); // the first write goes at once
+    r.peers(table('a', Buffer.alloc(0)));
+    await pausedOnce; // the first write is done; the next waits for the interval
+    assert.equal(written(), '');
+    r.peers(table('b', Buffer.alloc(0)));
+    r.peers(table('c', TABLE));
+    assert.deepEqual(reads, [], 'no table is read while the record waits');
+    held[0]!();
+    await r.flush();
+    assert.deepEqual(reads, ['c']);
+    assert.equal(written(), TABLE.toString('base64'));
+  });
+
+  test('flush() writes what is pending without waiting for the interval', async () => {
+    const file = subnetFile();
+    const r = new DataplaneRecord(file, log, { intervalMs: 3_600_000 });
+    r.start(BACKEND, OPTIONS);
+    r.peers(TABLE);
+    await r.flush(); // would take an hour if it waited
+    const rec = JSON.parse(readFileSync(recordPath(file), 'utf8')) as { peers: string };
+    assert.equal(rec.peers, TABLE.toString('base64'));
   });
 });

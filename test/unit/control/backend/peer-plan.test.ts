@@ -4,7 +4,12 @@ import { parseIP, type Family } from '../../../../src/common/ip.js';
 import { PeerRecords, planPeers } from '../../../../src/control/backend/peer-plan.js';
 import { underlayBinds } from '../../../../src/control/backend/userspace.js';
 import type { Lease, LeaseEvent } from '../../../../src/control/lease/types.js';
-import { JsPeerTable, encodePeerTable } from '../../../../src/dataplane/peer-table.js';
+import {
+  JsPeerTable,
+  PEER_RECORD_SIZE,
+  applyPeerDelta,
+  encodePeerTable,
+} from '../../../../src/dataplane/peer-table.js';
 import { EXT, peerLease } from './fixtures.js';
 
 const lease = (i: number): Lease =>
@@ -99,6 +104,99 @@ describe('PeerRecords', () => {
     records.apply(changes);
     assert.equal(records.apply(planPeers([{ type: 'added', lease: lease(1) }], ctx)), false);
     assert.deepEqual(records.table(), encodePeerTable(changes.flatMap((c) => c.entries)));
+  });
+});
+
+describe('PeerRecords deltas (what changed since the last handover)', () => {
+  const plan = (records: PeerRecords, events: LeaseEvent[]) =>
+    records.apply(planPeers(events, context().ctx));
+  const sorted = (b: Buffer) => {
+    const out: string[] = [];
+    for (let o = 0; o < b.length; o += PEER_RECORD_SIZE)
+      out.push(b.subarray(o, o + PEER_RECORD_SIZE).toString('hex'));
+    return out.sort();
+  };
+  const recordsOf = (l: Lease) =>
+    encodePeerTable(planPeers([{ type: 'added', lease: l }], context().ctx)[0]!.entries);
+
+  test('a lease added after the handover: its records are the upserts', () => {
+    const records = new PeerRecords();
+    plan(records, [{ type: 'added', lease: lease(1) }]);
+    records.takeTable();
+    plan(records, [{ type: 'added', lease: lease(2) }]);
+    const d = records.takeDelta();
+    assert.deepEqual(sorted(d.upserts), sorted(recordsOf(lease(2))));
+    assert.equal(d.removed.length, 0);
+    assert.equal(d.changes, 2); // its IPv4 and IPv6 records
+  });
+
+  test('a lease removed: its records are the removed ones', () => {
+    const records = new PeerRecords();
+    plan(records, [
+      { type: 'added', lease: lease(1) },
+      { type: 'added', lease: lease(2) },
+    ]);
+    records.takeTable();
+    plan(records, [{ type: 'removed', lease: lease(1) }]);
+    const d = records.takeDelta();
+    assert.deepEqual(sorted(d.removed), sorted(recordsOf(lease(1))));
+    assert.equal(d.upserts.length, 0);
+  });
+
+  test('a lease whose public address changed: its records are upserted, none removed', () => {
+    const records = new PeerRecords();
+    plan(records, [{ type: 'added', lease: lease(1) }]);
+    records.takeTable();
+    const moved = peerLease(
+      { publicIP: '192.168.200.1' },
+      { v4: '10.6.1.0/24', v6: 'fc00:0:101::/64' },
+    );
+    plan(records, [{ type: 'added', lease: moved }]);
+    const d = records.takeDelta();
+    assert.deepEqual(sorted(d.upserts), sorted(recordsOf(moved)));
+    assert.equal(d.removed.length, 0);
+  });
+
+  test('a lease added and removed within one window is no change', () => {
+    const records = new PeerRecords();
+    plan(records, [{ type: 'added', lease: lease(1) }]);
+    records.takeTable();
+    plan(records, [{ type: 'added', lease: lease(2) }]);
+    plan(records, [{ type: 'removed', lease: lease(2) }]);
+    assert.equal(records.takeDelta().changes, 0);
+  });
+
+  test('a lease removed and added back unchanged within one window is no change', () => {
+    const records = new PeerRecords();
+    plan(records, [{ type: 'added', lease: lease(1) }]);
+    records.takeTable();
+    plan(records, [{ type: 'removed', lease: lease(1) }]);
+    plan(records, [{ type: 'added', lease: lease(1) }]);
+    assert.equal(records.takeDelta().changes, 0);
+  });
+
+  test('the handed-over table with every delta applied is the table, over a random run', () => {
+    const records = new PeerRecords();
+    let engine: Buffer = Buffer.alloc(0);
+    let n = 0;
+    const live: number[] = [];
+    let seed = 3;
+    const rand = (k: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % k;
+    for (let step = 0; step < 200; step++) {
+      const events: LeaseEvent[] = [];
+      for (let k = rand(5); k > 0; k--) {
+        live.push(++n);
+        events.push({ type: 'added', lease: lease(n) });
+      }
+      for (let k = rand(5); k > 0 && live.length > 0; k--) {
+        const [gone] = live.splice(rand(live.length), 1);
+        events.push({ type: 'removed', lease: lease(gone!) });
+      }
+      plan(records, events);
+      if (step % 50 === 0) engine = records.takeTable();
+      else engine = applyPeerDelta(engine, records.takeDelta());
+      assert.deepEqual(sorted(engine), sorted(records.table()), `after step ${step}`);
+    }
   });
 });
 
