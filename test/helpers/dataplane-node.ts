@@ -4,6 +4,7 @@
  * Dataplane, addresses its TUN (`ip`, as a test harness may), then serves JSON-line commands on
  * stdin and answers on stdout:
  *   {"cmd":"peers","peers":[{subnet, publicIP, port, vtepMac?}]}  → {"ok":true,"peers":n}
+ *   {"cmd":"delta","removed":[...],"upserts":[...]}  updatePeerTable → {"ok":true}
  *   {"cmd":"stats"}                                               → {"ok":true,"stats":{...}}
  *   {"cmd":"cycle","n":N}   close and start the dataplane N times → {"ok":true,"fds":[before,after]}
  *   {"cmd":"close"}                                               → {"ok":true} and exit
@@ -15,7 +16,12 @@ import { createInterface } from 'node:readline';
 import { startDataplane } from '../../src/dataplane/index.js';
 import type { Dataplane, DataplaneOptions } from '../../src/dataplane/index.js';
 import type { PeerEntry } from '../../src/dataplane/peer-table.js';
-import { parseMac, peerEntry } from '../../src/dataplane/peer-table.js';
+import {
+  applyPeerDelta,
+  encodePeerTable,
+  parseMac,
+  peerEntry,
+} from '../../src/dataplane/peer-table.js';
 
 interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log'> {
   readonly vtepMac: string;
@@ -24,6 +30,13 @@ interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log'> {
   readonly clusterRoute: string;
   readonly tunAddr6?: string;
   readonly clusterRoute6?: string;
+}
+
+interface PeerSpec {
+  readonly subnet: string;
+  readonly publicIP: string;
+  readonly port: number;
+  readonly vtepMac?: string;
 }
 
 const cfg = JSON.parse(process.argv[2] ?? '{}') as Config;
@@ -44,6 +57,8 @@ async function start(): Promise<Dataplane> {
 const fds = () => readdirSync('/proc/self/fd').length;
 let dp = await start();
 let peers: PeerEntry[] = [];
+/** The table as deltas left it (what a `cycle` hands the new engine). */
+let table: Buffer | null = null;
 out({ ready: true, tun: dp.tunName, engine: dp.engine });
 
 const rl = createInterface({ input: process.stdin });
@@ -52,19 +67,33 @@ for await (const line of rl) {
   const m = JSON.parse(line) as {
     cmd: string;
     n?: number;
-    peers?: { subnet: string; publicIP: string; port: number; vtepMac?: string }[];
+    peers?: PeerSpec[];
+    removed?: PeerSpec[];
+    upserts?: PeerSpec[];
   };
+  const entries = (ps: PeerSpec[] | undefined) =>
+    (ps ?? []).map((p) => peerEntry(p.subnet, p.publicIP, p.port, p.vtepMac));
   try {
     if (m.cmd === 'peers') {
-      peers = (m.peers ?? []).map((p) => peerEntry(p.subnet, p.publicIP, p.port, p.vtepMac));
+      peers = entries(m.peers);
+      table = null;
       dp.setPeers(peers);
       out({ ok: true, peers: peers.length });
+    } else if (m.cmd === 'delta') {
+      const delta = {
+        removed: encodePeerTable(entries(m.removed)),
+        upserts: encodePeerTable(entries(m.upserts)),
+      };
+      dp.updatePeerTable(delta);
+      table = applyPeerDelta(table ?? encodePeerTable(peers), delta);
+      out({ ok: true });
     } else if (m.cmd === 'cycle') {
       const before = fds();
       for (let i = 0; i < (m.n ?? 1); i++) {
         await dp.close();
         dp = await start();
-        dp.setPeers(peers);
+        if (table) dp.setPeerTable(table);
+        else dp.setPeers(peers);
       }
       out({ ok: true, fds: [before, fds()] });
     } else if (m.cmd === 'stats') {

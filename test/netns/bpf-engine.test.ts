@@ -217,6 +217,23 @@ describe('bpf engine between two namespaces', { skip }, () => {
     }
   });
 
+  test('a peer leaving by a delta: its traffic stops; back by a delta: it flows', async () => {
+    const nodes = await pair('vxlan', ['bpf', 'bpf']);
+    try {
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
+      await nodes[1].send({ cmd: 'delta', removed: peersOf(A, 'vxlan'), upserts: [] });
+      const before = await stats(nodes[1]);
+      await assert.rejects(nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]));
+      const after = await stats(nodes[1]);
+      assert.equal(after.bpf!.rx_packets, before.bpf!.rx_packets, 'nothing decapsulated from it');
+      assert.ok(after.total.drops.unknown_source! - before.total.drops.unknown_source! >= 3);
+      await nodes[1].send({ cmd: 'delta', removed: [], upserts: peersOf(A, 'vxlan') });
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '5', B.v4]);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
   test('a probe that fails (test knob) falls back to native, which carries the traffic', async () => {
     process.env[PROBE_FAIL_ENV] = '1';
     let a: Node;

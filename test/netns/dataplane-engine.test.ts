@@ -309,6 +309,69 @@ while True:
     }
   });
 
+  test('peer table deltas applied 300 times under a ping flood lose no packet', async () => {
+    const nodes = await startPair(scope, [A, B], 'udp', 'native');
+    try {
+      const pinging = nsExecAsync(
+        A.ns,
+        'ping',
+        ['-c', '200', '-i', '0.01', '-w', '60', B.v4],
+        90_000,
+      );
+      const filler = (k: number) => ({
+        subnet: `10.8.${k % 200}.0/24`,
+        publicIP: `192.168.77.${k % 250}`,
+        port: 8285,
+      });
+      for (let i = 0; i < 300; i++) {
+        // Each delta adds a filler peer and removes an older one; every tenth also upserts the
+        // live peer's records again (replaced by the same records).
+        await nodes[0].send({
+          cmd: 'delta',
+          removed: i >= 20 ? [filler(i - 20)] : [],
+          upserts: [filler(i), ...(i % 10 === 0 ? peersOf(B, 'udp') : [])],
+        });
+      }
+      const out = await pinging;
+      const answered = new Set([...out.matchAll(/icmp_seq=(\d+)/g)].map((m) => Number(m[1])));
+      const lost = Array.from({ length: 200 }, (_, i) => i + 1).filter((q) => !answered.has(q));
+      assert.deepEqual(lost, [], out);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('a peer a delta removes is unreachable; a delta that adds it back restores it', async () => {
+    const nodes = await startPair(scope, [A, B], 'udp', 'native');
+    try {
+      await nodes[0].send({ cmd: 'delta', removed: peersOf(B, 'udp'), upserts: [] });
+      const out = await nsExecAsync(A.ns, 'ping', ['-c', '1', '-W', '10', B.v4]).catch(
+        (e: Error) => e.message,
+      );
+      assert.match(out, /Destination Net Unreachable/);
+      await nodes[0].send({ cmd: 'delta', removed: [], upserts: peersOf(B, 'udp') });
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '5', B.v4]);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('a delta that does not apply is refused and the table kept', async () => {
+    const nodes = await startPair(scope, [A, B], 'udp', 'native');
+    try {
+      const r = await nodes[0].send({
+        cmd: 'delta',
+        removed: [{ subnet: '10.9.9.0/24', publicIP: '192.168.77.1', port: 8285 }],
+        upserts: [],
+      });
+      assert.equal(r.ok, false);
+      assert.match(String(r.error), /subnet not in the table/);
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '5', B.v4]);
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
   test('a destination without a peer is answered with ICMP net-unreachable', async () => {
     const nodes = await startPair(scope, [A, B], 'udp', 'native');
     try {
