@@ -18,11 +18,12 @@
  * blackout figures come from bench/restart-blackout.ts.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Cluster, CLUSTER_NETWORK, type Pod, waitFor } from '../../src/testbed/cluster.js';
 import { isRoot } from '../../src/testbed/netns.js';
 import { ping } from '../../src/testbed/probes.js';
+import { PEER_RECORD_SIZE } from '../../src/dataplane/peer-table.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 
@@ -60,6 +61,18 @@ function tunState(c: Cluster, i: number, dev: string): TunState | null {
 
 const kill9 = (c: Cluster, i: number) => c.killDaemon(i);
 
+/** Peers in node `i`'s fast-start record (`<subnet file>.dataplane.json`); 0 when absent. */
+function recordedPeers(c: Cluster, i: number): number {
+  try {
+    const rec = JSON.parse(readFileSync(`${c.nodes[i]!.subnetFile}.dataplane.json`, 'utf8')) as {
+      peers: string;
+    };
+    return Buffer.from(rec.peers, 'base64').length / PEER_RECORD_SIZE;
+  } catch {
+    return 0; // not written yet
+  }
+}
+
 const BACKENDS: ReadonlyArray<[string, Record<string, unknown>, string]> = [
   ['udp', { Type: 'udp' }, 'flannel0'],
   ['vxlan userspace', { Type: 'vxlan', Dataplane: 'userspace' }, 'flannel.1'],
@@ -80,6 +93,8 @@ for (const [name, backend, dev] of BACKENDS) {
       const before = tunState(c, 1, dev)!;
       assert.ok(before.persist && before.multiQueue && before.queues > 0, JSON.stringify(before));
       const addr = c.nodes[1]!.env.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0/32');
+      // the record follows table changes within a second (fast-start.ts): it holds the peer
+      await waitFor(() => recordedPeers(c, 1) === 1, 10_000, 'the record holds the peer');
       await kill9(c, 1);
 
       const left = tunState(c, 1, dev);

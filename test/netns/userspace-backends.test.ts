@@ -13,13 +13,15 @@
  * udp: every pod pair pings; iperf3 TCP and UDP; the TUN is flannel0 with MTU − 28; /metrics has
  * the dataplane counters; a flood of random datagrams at port 8285 while pods ping (no loss,
  * daemon alive, drops counted); spoofed inner sources all dropped.
- * vxlan userspace ⇄ kernel vxlan, both directions: ping, iperf3 TCP and UDP.
+ * vxlan userspace ⇄ kernel vxlan, both directions: ping, iperf3 TCP and UDP; the kernel node's
+ * lease removed and written again (the userspace nodes' tables change by delta).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
 import { OFFLOAD_NAMES } from '../../src/dataplane/offloads.js';
 import {
   Cluster,
@@ -231,4 +233,27 @@ describe('vxlan userspace ⇄ kernel vxlan', { skip }, () => {
   test('iperf3 TCP both directions', () => bothWays(c.pods[1]!, TCP_FIXED));
 
   test('iperf3 UDP both directions', () => bothWays(c.pods[0]!, UDP_PACED));
+
+  test('the kernel node’s lease removed: it leaves the userspace table (net unreachable); written again: pods ping', async () => {
+    const store = new EmbeddedRegistry(c.storeDir);
+    try {
+      const key = '10.5.200.0-24';
+      const kept = (await store.listSubnets()).leases.find((l) => l.key === key)!;
+      assert.ok(kept, 'the kernel node holds a lease');
+      await store.deleteSubnet(key);
+      await waitFor(
+        () =>
+          nsExecAsync(c.pods[0]!.ns, 'ping', ['-c', '1', '-W', '5', KPOD_IP]).then(
+            () => false,
+            (err: Error) => /Destination Net Unreachable/.test(err.message),
+          ),
+        30_000,
+        'net unreachable once the lease is gone',
+      );
+      await store.createSubnet(key, kept.value, 3_600_000);
+      await ping(c.pods[0]!, KPOD_IP, 1); // sends on until a reply comes (≤ 30 s)
+    } finally {
+      await store.close();
+    }
+  });
 });

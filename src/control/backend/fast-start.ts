@@ -92,7 +92,7 @@ export class DataplaneRecord {
   readonly #intervalMs: number;
   readonly #pause: Pause;
   #head: Omit<Record_, 'peers'> | null = null;
-  #peers: () => Buffer = () => Buffer.alloc(0);
+  #peers: (() => Buffer) | null = null;
   #writing: Promise<void> | null = null;
   #dirty = false;
   #removed = false;
@@ -151,8 +151,10 @@ export class DataplaneRecord {
           if (this.#removed) break;
         }
         this.#dirty = false;
-        this.#lastWrite = performance.now();
-        const rec: Record_ = { ...this.#head!, peers: this.#peers().toString('base64') };
+        // the interval runs from the last write of a table (start's own write has none yet)
+        if (this.#peers) this.#lastWrite = performance.now();
+        const table = this.#peers?.() ?? Buffer.alloc(0);
+        const rec: Record_ = { ...this.#head!, peers: table.toString('base64') };
         const tmp = `${this.#path}.tmp`;
         try {
           await writeFile(tmp, JSON.stringify(rec), { mode: 0o600 });

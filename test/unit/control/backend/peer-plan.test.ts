@@ -116,13 +116,21 @@ describe('PeerRecords deltas (what changed since the last handover)', () => {
       out.push(b.subarray(o, o + PEER_RECORD_SIZE).toString('hex'));
     return out.sort();
   };
+  /** Records holding these leases, the whole table just handed over. */
+  const handedOver = (...leases: Lease[]) => {
+    const records = new PeerRecords();
+    plan(
+      records,
+      leases.map((l) => ({ type: 'added', lease: l })),
+    );
+    records.takeTable();
+    return records;
+  };
   const recordsOf = (l: Lease) =>
     encodePeerTable(planPeers([{ type: 'added', lease: l }], context().ctx)[0]!.entries);
 
   test('a lease added after the handover: its records are the upserts', () => {
-    const records = new PeerRecords();
-    plan(records, [{ type: 'added', lease: lease(1) }]);
-    records.takeTable();
+    const records = handedOver(lease(1));
     plan(records, [{ type: 'added', lease: lease(2) }]);
     const d = records.takeDelta();
     assert.deepEqual(sorted(d.upserts), sorted(recordsOf(lease(2))));
@@ -131,12 +139,7 @@ describe('PeerRecords deltas (what changed since the last handover)', () => {
   });
 
   test('a lease removed: its records are the removed ones', () => {
-    const records = new PeerRecords();
-    plan(records, [
-      { type: 'added', lease: lease(1) },
-      { type: 'added', lease: lease(2) },
-    ]);
-    records.takeTable();
+    const records = handedOver(lease(1), lease(2));
     plan(records, [{ type: 'removed', lease: lease(1) }]);
     const d = records.takeDelta();
     assert.deepEqual(sorted(d.removed), sorted(recordsOf(lease(1))));
@@ -144,9 +147,7 @@ describe('PeerRecords deltas (what changed since the last handover)', () => {
   });
 
   test('a lease whose public address changed: its records are upserted, none removed', () => {
-    const records = new PeerRecords();
-    plan(records, [{ type: 'added', lease: lease(1) }]);
-    records.takeTable();
+    const records = handedOver(lease(1));
     const moved = peerLease(
       { publicIP: '192.168.200.1' },
       { v4: '10.6.1.0/24', v6: 'fc00:0:101::/64' },
@@ -158,18 +159,14 @@ describe('PeerRecords deltas (what changed since the last handover)', () => {
   });
 
   test('a lease added and removed within one window is no change', () => {
-    const records = new PeerRecords();
-    plan(records, [{ type: 'added', lease: lease(1) }]);
-    records.takeTable();
+    const records = handedOver(lease(1));
     plan(records, [{ type: 'added', lease: lease(2) }]);
     plan(records, [{ type: 'removed', lease: lease(2) }]);
     assert.equal(records.takeDelta().changes, 0);
   });
 
   test('a lease removed and added back unchanged within one window is no change', () => {
-    const records = new PeerRecords();
-    plan(records, [{ type: 'added', lease: lease(1) }]);
-    records.takeTable();
+    const records = handedOver(lease(1));
     plan(records, [{ type: 'removed', lease: lease(1) }]);
     plan(records, [{ type: 'added', lease: lease(1) }]);
     assert.equal(records.takeDelta().changes, 0);
