@@ -5,6 +5,8 @@
  *                          netlink), sockets are bound, workers are in their loops
  *   setPeers(entries)    → the whole peer table is replaced (one buffer); packets in flight
  *                          finish with the old table, later ones see the new one
+ *   updatePeerTable(d)   → the same for a change (records removed, added or replaced by
+ *                          subnet), at the cost of the change
  *   stats()              → counters read without stopping anything
  *   close()              → workers leave their loops, threads exit, every fd is closed, the
  *                          TUN device disappears with its addresses and routes (unless
