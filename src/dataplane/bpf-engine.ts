@@ -276,9 +276,8 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   let takeOver = adopted.length > 0;
   const bridge = watchPodBridge(bpf, id, log);
   let closed: Promise<void> | null = null;
-  const setTable = (table: Buffer) => {
-    native.setPeerTable(table);
-    bpf.bpfSetPeers(id, table);
+  // After our maps hold a table (whole, or changed by a delta), our programs take the links.
+  const takeOverOnce = () => {
     if (!takeOver) return;
     takeOver = false;
     try {
@@ -287,6 +286,11 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     } catch (err) {
       log.warn({ dir: pinDir, err: errorMessage(err) }, 'pinned bpf links not taken over');
     }
+  };
+  const setTable = (table: Buffer) => {
+    native.setPeerTable(table);
+    bpf.bpfSetPeers(id, table);
+    takeOverOnce();
   };
   return {
     engine: 'bpf',
@@ -305,6 +309,7 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
       if (closed) return;
       native.updatePeerTable(delta);
       bpf.bpfUpdatePeers(id, delta.removed, delta.upserts);
+      takeOverOnce();
     },
     stats() {
       const slowStats = native.stats();
