@@ -251,7 +251,16 @@ describe('vxlan userspace ⇄ kernel vxlan', { skip }, () => {
         'net unreachable once the lease is gone',
       );
       await store.createSubnet(key, kept.value, 3_600_000);
-      await ping(c.pods[0]!, KPOD_IP, 1); // sends on until a reply comes (≤ 30 s)
+      // (an answer of net unreachable ends a ping too: asked again until the peer is back)
+      await waitFor(
+        () =>
+          nsExecAsync(c.pods[0]!.ns, 'ping', ['-c', '1', '-W', '5', KPOD_IP]).then(
+            () => true,
+            () => false,
+          ),
+        30_000,
+        'ping once the lease is back',
+      );
     } finally {
       await store.close();
     }
