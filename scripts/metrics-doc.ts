@@ -7,7 +7,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { Registry } from 'prom-client';
+import type { Registry } from '../src/common/prometheus.js';
 import { kernelMetrics } from '../src/control/backend/kernel-common.js';
 import { leaseConflictCounter } from '../src/control/backend/peer-check.js';
 import { createDaemonMetrics } from '../src/control/metrics/metrics.js';
@@ -41,11 +41,10 @@ export async function metricFamilies(): Promise<MetricFamily[]> {
   const out: MetricFamily[] = [];
   for (const [source, register] of SOURCES) {
     register(registry);
-    for (const m of await registry.getMetricsAsJSON()) {
+    for (const m of registry.getMetricsAsJSON()) {
       if (!m.name.startsWith('weft_') || seen.has(m.name)) continue;
       seen.add(m.name);
-      const metric = registry.getSingleMetric(m.name) as unknown as { labelNames?: string[] };
-      const labels = [...(metric.labelNames ?? [])];
+      const labels = [...registry.getSingleMetric(m.name)!.labelNames];
       const labelValues: Record<string, string[]> = {};
       for (const l of labels) {
         const values = [
@@ -54,7 +53,7 @@ export async function metricFamilies(): Promise<MetricFamily[]> {
         // build_info's values are this build's, not a fixed set
         if (values.length > 0 && m.name !== 'weft_build_info') labelValues[l] = values;
       }
-      out.push({ name: m.name, type: String(m.type), help: m.help, labels, labelValues, source });
+      out.push({ name: m.name, type: m.type, help: m.help, labels, labelValues, source });
     }
   }
   return out;

@@ -11,7 +11,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Registry } from 'prom-client';
+import type { Registry } from '../common/prometheus.js';
 import { errorMessage } from '../common/errors.js';
 import { LogOnce, logger } from '../common/log.js';
 
@@ -49,10 +49,14 @@ export async function startHealthServer(o: {
       res.writeHead(ready ? 200 : 503, { 'content-type': 'text/plain' });
       res.end(ready ? 'ready\n' : 'not ready\n');
     } else if (path === '/metrics') {
-      o.metrics.metrics().then(
-        (text) => res.writeHead(200, { 'content-type': o.metrics.contentType }).end(text),
-        (err: unknown) => res.writeHead(500).end(String(err)),
-      );
+      let text: string;
+      try {
+        text = o.metrics.metrics();
+      } catch (err) {
+        res.writeHead(500).end(String(err));
+        return;
+      }
+      res.writeHead(200, { 'content-type': o.metrics.contentType }).end(text);
     } else {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
     }

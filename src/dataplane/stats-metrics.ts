@@ -2,8 +2,7 @@
  * The dataplane counters' Prometheus view, `weft_dataplane_*`, read from the engine at scrape
  * time (never per packet). The counter layout itself is in stats.ts.
  */
-import { Counter, Gauge } from 'prom-client';
-import type { Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from '../common/prometheus.js';
 import { OFFLOAD_NAMES } from './offloads.js';
 import { DROP_REASONS } from './stats.js';
 import type { DataplaneStats, WorkerStats } from './stats.js';

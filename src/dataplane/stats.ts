@@ -1,7 +1,7 @@
 /**
  * Dataplane counters: the fixed drop-reason set (mirrors native/src/packet.h DropReason) and the
  * per-worker counter layout (mirrors native/src/engine.h Counter). Their Prometheus view is in
- * stats-metrics.ts (the engines never load prom-client: a restarted node forwards before it).
+ * stats-metrics.ts (the engines never load the metrics registry: a restarted node forwards before it).
  */
 import type { OffloadName } from './offloads.js';
 

@@ -2,7 +2,7 @@
  * Small pieces shared by the kernel backends (host-gw, vxlan): a lease's per-family fields,
  * the families a config enables, the NAT check, and their one reconcile-loop wiring.
  */
-import { Counter, type Registry as PromRegistry } from 'prom-client';
+import { Counter, type Registry as PromRegistry } from '../../common/prometheus.js';
 import { WeftError } from '../../common/errors.js';
 import {
   type Family,

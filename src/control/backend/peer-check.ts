@@ -19,7 +19,7 @@
  * A peer that was there before us and publishes our VtepMAC means WE are the newcomer: the
  * daemon is told (`onOwnVtepMACTaken`) and chooses a new MAC.
  */
-import { Counter, type Registry as PromRegistry } from 'prom-client';
+import { Counter, type Registry as PromRegistry } from '../../common/prometheus.js';
 import {
   type Family,
   type IPNet,

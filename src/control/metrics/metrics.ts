@@ -1,10 +1,11 @@
 /**
- * The daemon's Prometheus registry (prom-client): process defaults plus weft's own metrics.
+ * The daemon's Prometheus registry (common/prometheus.ts): process_* families plus weft's own metrics.
  * Names follow `weft_<subsystem>_<what>_<unit>`; counters end in `_total`; label values come from
  * small fixed sets only. Backends and the dataplane add theirs to the same registry.
  */
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERSION } from '../version.js';
+import { registerProcessMetrics } from './process-metrics.js';
+import { Counter, Gauge, Registry } from '../../common/prometheus.js';
 
 export interface LeaseMetrics {
   readonly malformed: Counter<'store'>;
@@ -67,17 +68,9 @@ export function createLeaseMetrics(registry: Registry = new Registry()): LeaseMe
   };
 }
 
-const LINT_FAILING_DEFAULTS = [
-  'nodejs_active_handles_total',
-  'nodejs_active_requests_total',
-  'nodejs_active_resources_total',
-];
-
 export function createDaemonMetrics(): DaemonMetrics {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry });
-  // prom-client names these gauges `*_total`, which promtool rejects; they add little anyway.
-  for (const name of LINT_FAILING_DEFAULTS) registry.removeSingleMetric(name);
+  registerProcessMetrics(registry);
   new Gauge({
     name: 'weft_build_info',
     help: 'Build information; the value is always 1.',

@@ -7,7 +7,7 @@ import { createLeaseMetrics } from '../../../../src/control/metrics/metrics.js';
 import { encodeLeaseAttrs } from '../../../../src/control/lease/lease-json.js';
 import { parseCIDR } from '../../../../src/common/ip.js';
 import type { LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
-import { Registry } from 'prom-client';
+import { Registry } from '../../../../src/common/prometheus.js';
 import { WeftError } from '../../../../src/common/errors.js';
 
 const quiet = pino({ level: 'silent' });
@@ -200,7 +200,7 @@ test('a malformed lease is skipped, counted once and does not stop the watch', a
     (await take(it)).map((e) => e.lease.key),
     [good.key],
   );
-  const text = await prom.metrics();
+  const text = prom.metrics();
   assert.match(text, /weft_lease_malformed_total\{store="memory"\} 2/);
   ac.abort();
 });
