@@ -13,9 +13,10 @@
  *   (i: 0.. the cluster, 10,000.. the burst, 20,000.. single events, 40,000.. churn adds).
  *
  * Measured per row (what "programmed" means: kernel backends — the peer's route is in the
- * node's main table, read by netlink dumps from the bench process every few ms; udp — the
- * daemon's `peer table replaced` / `peer table updated` debug line with the peer count, its own
- * timestamp):
+ * node's main table, read by netlink dumps from the bench process every few ms; udp and
+ * vxlan-userspace (`--backends vxlan-userspace`: vxlan with "Dataplane": "userspace", not in the
+ * default list) — the daemon's `peer table replaced` / `peer table updated` debug line with the
+ * peer count, its own timestamp):
  *   start    daemon spawned with N leases in the store → every peer programmed
  *   event    one lease written → programmed (p50/p99 over --events writes; removals too),
  *            from the moment the write is sent
@@ -61,7 +62,10 @@ const NETWORK = '10.0.0.0/8';
 const TICKS = 100; // /proc clock ticks per second (USER_HZ)
 
 type Store = 'etcd' | 'embedded' | 'kube';
-type BackendName = 'vxlan' | 'host-gw' | 'udp';
+/** vxlan-userspace: vxlan with "Dataplane": "userspace" (the udp backend's engine, vxlan frames). */
+type BackendName = 'vxlan' | 'host-gw' | 'udp' | 'vxlan-userspace';
+/** The backends whose peers live in the userspace engine's table (observed by its log line). */
+const userspace = (b: BackendName) => b === 'udp' || b === 'vxlan-userspace';
 
 export interface Row {
   daemon: 'weft' | 'flanneld';
@@ -455,7 +459,14 @@ async function measure(
       ip(ns, 'link', 'set', 'eth0', 'up');
       ip(ns, 'link', 'set', 'lo', 'up');
     }
-    const netConf = JSON.stringify({ Network: NETWORK, SubnetLen: 24, Backend: { Type: backend } });
+    const netConf = JSON.stringify({
+      Network: NETWORK,
+      SubnetLen: 24,
+      Backend:
+        backend === 'vxlan-userspace'
+          ? { Type: 'vxlan', Dataplane: 'userspace' }
+          : { Type: backend },
+    });
     driver =
       store === 'embedded'
         ? embeddedDriver(dir, backend, netConf)
@@ -478,7 +489,7 @@ async function measure(
           ]
         : [...driver.daemonArgs, '--iface=eth0'];
     args.push(`--subnet-file=${join(dir, 'subnet.env')}`, '--iptables-forward-rules=false');
-    if (daemon === 'weft' && backend === 'udp') args.push('--log-level=debug');
+    if (daemon === 'weft' && userspace(backend)) args.push('--log-level=debug');
     const cmd = daemon === 'weft' ? process.execPath : opt.flanneld!;
     const t0 = Date.now();
     p = scope.spawn(node, cmd, args, {
@@ -502,7 +513,7 @@ async function measure(
     void exited.then(() => {
       if (p) tail += `\n(daemon exited ${p.exitCode})`;
     });
-    obs = backend === 'udp' ? logObserver(lines) : kernelObserver(node, backend);
+    obs = userspace(backend) ? logObserver(lines) : kernelObserver(node, backend);
     const o = obs;
     const pid = p.pid!;
     const withTail = async <T>(what: string, f: () => Promise<T>): Promise<T> => {
@@ -700,6 +711,7 @@ async function main(): Promise<void> {
   if (opt.flanneld) {
     for (const backend of backends) {
       if (!stores.includes('etcd')) break;
+      if (backend === 'vxlan-userspace') continue; // flanneld has no such dataplane
       process.stderr.write(`bench:scale flanneld etcd × ${backend} ...\n`);
       rows.push(await measure('flanneld', 'etcd', backend));
     }
