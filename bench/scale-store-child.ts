@@ -13,7 +13,7 @@
  * addNodes(nodes), deleteNodes(names) (kube).
  */
 import { createInterface } from 'node:readline';
-import { Etcd3 } from 'etcd3';
+import { EtcdClient } from '../src/control/registry/etcd-client.js';
 import { FakeKubeApiServer } from '../test/fakes/kube-apiserver.js';
 
 const [mode, a1 = '', a2 = ''] = process.argv.slice(2);
@@ -33,16 +33,19 @@ async function pool<T>(items: readonly T[], n: number, fn: (t: T) => Promise<voi
 }
 
 if (mode === 'etcd') {
-  const client = new Etcd3({ hosts: [a1] });
+  const client = new EtcdClient({ endpoints: [a1], callTimeoutMs: 30_000 });
   ops = {
     config: async (text) => {
-      await client.put(`${PREFIX}/config`).value(text as string);
+      await client.put({
+        key: Buffer.from(`${PREFIX}/config`),
+        value: Buffer.from(text as string),
+      });
       return Date.now();
     },
     put: async (pairs) => {
       await pool(pairs as Array<[string, string]>, 64, async ([key, value]) => {
-        const { ID } = await client.leaseClient.leaseGrant({ TTL: 86_400 });
-        await client.kv.put({
+        const { ID } = await client.leaseGrant(86_400);
+        await client.put({
           key: Buffer.from(`${PREFIX}/subnets/${key}`),
           value: Buffer.from(value),
           lease: ID,
@@ -52,7 +55,7 @@ if (mode === 'etcd') {
     },
     del: async (keys) => {
       await pool(keys as string[], 64, async (key) => {
-        await client.kv.deleteRange({ key: Buffer.from(`${PREFIX}/subnets/${key}`) });
+        await client.deleteRange({ key: Buffer.from(`${PREFIX}/subnets/${key}`) });
       });
       return Date.now();
     },

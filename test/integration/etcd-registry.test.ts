@@ -1,7 +1,7 @@
 /**
  * EtcdRegistry against a real etcd (Debian etcd-server) on loopback:
  *
- *   this process ──gRPC──▶ etcd 127.0.0.1:<random> (temp data dir)   ◀── etcdctl (checks)
+ *   this process ──HTTP/JSON──▶ etcd 127.0.0.1:<random> (temp data dir)   ◀── etcdctl (checks)
  *
  * Plain, TLS (client certificates required) and password-auth members are started as needed.
  */

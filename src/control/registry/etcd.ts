@@ -4,28 +4,13 @@
  *   <prefix>/subnets/<key>   one lease, attached to an etcd lease with the TTL (24 h)
  * A key without an etcd lease is a reservation; updates with `ttlMs === null` keep it so.
  *
- * Built on the etcd3 client's raw gRPC stubs (`kv`, `leaseClient`, `watchClient`) rather than
- * its builders and Watcher, because:
- * - its default fault handling retries inside every call and opens a per-host circuit breaker;
- *   here etcd3 only fails over across the endpoints once per call, and the bounded, cancellable
- *   retry with backoff is ours (then WEFT_ERR_STORE_UNAVAILABLE);
- * - its Watcher reconnects on its own from a revision taken from the creation header (which
- *   can skip a backlog) and reports compaction only as an opaque "Watcher canceled" error.
- *   Our watch owns the stream: it resumes from the last event's revision + 1, reconnects with
- *   backoff 100 ms → 5 s, and turns compaction into a `resync` batch.
- * Unary calls carry a deadline (default 5 s): gRPC would otherwise wait on a black-holed host.
+ * Built on weft's own client for etcd's JSON gateway (etcd-client.ts: each endpoint once per
+ * call, a deadline per unary call (default 5 s), TLS, auth tokens). The bounded, cancellable
+ * retry with backoff is here (then WEFT_ERR_STORE_UNAVAILABLE), and so is the watch: it resumes
+ * from the last event's revision + 1, reconnects with backoff 100 ms → 5 s, and turns
+ * compaction into a `resync` batch.
  */
 import { readFileSync } from 'node:fs';
-import { rootCertificates } from 'node:tls';
-import {
-  Etcd3,
-  isRecoverableError,
-  type IDuplexStream,
-  type IKeyValue,
-  type IOptions,
-  type IWatchRequest,
-  type IWatchResponse,
-} from 'etcd3';
 import {
   WeftError,
   abortError,
@@ -36,6 +21,14 @@ import {
 import { Inbox } from '../../common/inbox.js';
 import { anySignal, backoffDelay, retry, sleep } from '../../common/lifecycle.js';
 import { logger } from '../../common/log.js';
+import {
+  EtcdClient,
+  type EtcdKv,
+  type WatchItem,
+  type WatchResponse,
+  type WatchStream,
+  isRecoverable,
+} from './etcd-client.js';
 import type {
   ListOptions,
   Registry,
@@ -72,37 +65,6 @@ export interface EtcdRegistryOptions {
   readonly callTimeoutMs?: number;
 }
 
-type WatchStream = IDuplexStream<IWatchRequest, IWatchResponse>;
-type Policy = NonNullable<NonNullable<IOptions['faultHandling']>['global']>;
-
-/** etcd3 fault policy: try each endpoint once per call, no breaker, no waiting. */
-function tryEachHostOnce(hosts: number): Policy {
-  const noEvent = () => ({ dispose() {} });
-  const policy = {
-    onSuccess: noEvent,
-    onFailure: noEvent,
-    async execute<T>(
-      fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T,
-      signal?: AbortSignal,
-    ) {
-      const ctx = { signal: signal ?? new AbortController().signal };
-      let last: unknown;
-      for (let i = 0; i < hosts; i++) {
-        try {
-          return await fn(ctx);
-        } catch (err) {
-          last = err;
-          if (!(err instanceof Error) || !isRecoverableError(err)) throw err;
-        }
-      }
-      throw last;
-    },
-  };
-  return policy as unknown as Policy;
-}
-
-const passThrough: Policy = tryEachHostOnce(1);
-
 function readPem(flag: string, path: string): Buffer {
   try {
     return readFileSync(path);
@@ -123,18 +85,14 @@ function prefixEnd(prefix: Buffer): Buffer {
   return Buffer.from([0]);
 }
 
-type WatchItem =
-  { kind: 'data'; res: IWatchResponse } | { kind: 'error'; err: Error } | { kind: 'end' };
-
 export class EtcdRegistry implements Registry {
   readonly kind = 'etcd';
-  readonly #client: Etcd3;
+  readonly #client: EtcdClient;
   readonly #endpoints: readonly string[];
   readonly #configKey: Buffer;
   readonly #subnetsPrefix: Buffer;
   readonly #subnetsEnd: Buffer;
   readonly #retry: { attempts: number; initialMs: number; maxMs: number };
-  readonly #auth: boolean;
   readonly #closeCtl = new AbortController();
   #closed = false;
 
@@ -153,8 +111,8 @@ export class EtcdRegistry implements Registry {
     };
     const callTimeoutMs = options.callTimeoutMs ?? 5000;
 
-    let credentials: IOptions['credentials'];
     const secure = options.endpoints.some((e) => e.startsWith('https:'));
+    let tls: { ca?: Buffer; cert?: Buffer; key?: Buffer } | undefined;
     if (secure || options.caFile || options.certFile || options.keyFile) {
       if (Boolean(options.certFile) !== Boolean(options.keyFile)) {
         throw usageError(
@@ -162,31 +120,24 @@ export class EtcdRegistry implements Registry {
           'give both --etcd-certfile and --etcd-keyfile',
         );
       }
-      credentials = {
-        rootCertificate: options.caFile
-          ? readPem('etcd-cafile', options.caFile)
-          : Buffer.from(rootCertificates.join('\n')),
+      tls = {
+        ...(options.caFile ? { ca: readPem('etcd-cafile', options.caFile) } : {}),
         ...(options.keyFile && options.certFile
           ? {
-              privateKey: readPem('etcd-keyfile', options.keyFile),
-              certChain: readPem('etcd-certfile', options.certFile),
+              key: readPem('etcd-keyfile', options.keyFile),
+              cert: readPem('etcd-certfile', options.certFile),
             }
           : {}),
       };
     }
-    this.#auth = Boolean(options.username);
     try {
-      this.#client = new Etcd3({
-        hosts: [...options.endpoints],
-        ...(credentials ? { credentials } : {}),
+      this.#client = new EtcdClient({
+        endpoints: options.endpoints,
+        ...(tls ? { tls } : {}),
         ...(options.username
           ? { auth: { username: options.username, password: options.password ?? '' } }
           : {}),
-        defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + callTimeoutMs }),
-        faultHandling: {
-          global: tryEachHostOnce(options.endpoints.length),
-          host: () => passThrough,
-        },
+        callTimeoutMs,
       });
     } catch (err) {
       throw usageError('etcd-endpoints', errorMessage(err));
@@ -208,7 +159,7 @@ export class EtcdRegistry implements Registry {
       return await retry(() => raceAbort(fn(), sig), {
         ...this.#retry,
         signal: sig,
-        isRetriable: (err) => err instanceof Error && isRecoverableError(err),
+        isRetriable: isRecoverable,
         onRetry: (err, attempt, delayMs) =>
           log.debug(
             { op: what, attempt, delayMs, err: errorMessage(err) },
@@ -238,7 +189,7 @@ export class EtcdRegistry implements Registry {
     await Promise.all(
       ids.map(async (id) => {
         const r = await this.#call('lease timetolive', signal, () =>
-          this.#client.leaseClient.leaseTimeToLive({ ID: id }),
+          this.#client.leaseTimeToLive(id, false, signal),
         );
         const ttl = Number(r.TTL);
         out.set(id, new Date(Date.now() + Math.max(0, ttl) * 1000));
@@ -253,7 +204,7 @@ export class EtcdRegistry implements Registry {
    * and costs nothing (the daemon's list and watch: 5,000 peers would be 5,000 RPCs).
    */
   async #toLeases(
-    kvs: readonly IKeyValue[],
+    kvs: readonly EtcdKv[],
     expirations: boolean,
     signal?: AbortSignal,
   ): Promise<StoredLease[]> {
@@ -282,9 +233,8 @@ export class EtcdRegistry implements Registry {
   async #dropLeaseIfUnused(id: string): Promise<void> {
     if (id === '0') return;
     try {
-      const r = await this.#client.leaseClient.leaseTimeToLive({ ID: id, keys: true });
-      if (Number(r.TTL) > 0 && r.keys.length === 0)
-        await this.#client.leaseClient.leaseRevoke({ ID: id });
+      const r = await this.#client.leaseTimeToLive(id, true);
+      if (Number(r.TTL) > 0 && r.keys.length === 0) await this.#client.leaseRevoke(id);
     } catch (err) {
       log.debug({ lease: id, err: errorMessage(err) }, 'could not revoke an unused etcd lease');
     }
@@ -292,10 +242,7 @@ export class EtcdRegistry implements Registry {
 
   async #grant(ttlMs: number, signal?: AbortSignal): Promise<{ id: string; expiration: Date }> {
     const ttl = Math.max(1, Math.ceil(ttlMs / 1000));
-    const r = await this.#call('lease grant', signal, () =>
-      this.#client.leaseClient.leaseGrant({ TTL: ttl }),
-    );
-    if (r.error) throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `etcd lease grant: ${r.error}`);
+    const r = await this.#call('lease grant', signal, () => this.#client.leaseGrant(ttl, signal));
     return { id: r.ID, expiration: new Date(Date.now() + Number(r.TTL) * 1000) };
   }
 
@@ -303,7 +250,7 @@ export class EtcdRegistry implements Registry {
 
   async getNetworkConfig(signal?: AbortSignal): Promise<string> {
     const r = await this.#call('get config', signal, () =>
-      this.#client.kv.range({ key: this.#configKey }),
+      this.#client.range({ key: this.#configKey }, signal),
     );
     const kv = r.kvs[0];
     if (!kv) {
@@ -320,13 +267,13 @@ export class EtcdRegistry implements Registry {
 
   async setNetworkConfig(text: string, signal?: AbortSignal): Promise<void> {
     await this.#call('put config', signal, () =>
-      this.#client.kv.put({ key: this.#configKey, value: Buffer.from(text, 'utf8') }),
+      this.#client.put({ key: this.#configKey, value: Buffer.from(text, 'utf8') }, signal),
     );
   }
 
   async listSubnets(signal?: AbortSignal, options: ListOptions = {}): Promise<SubnetList> {
     const r = await this.#call('list subnets', signal, () =>
-      this.#client.kv.range({ key: this.#subnetsPrefix, range_end: this.#subnetsEnd }),
+      this.#client.range({ key: this.#subnetsPrefix, range_end: this.#subnetsEnd }, signal),
     );
     return {
       leases: await this.#toLeases(r.kvs, options.expirations ?? false, signal),
@@ -336,7 +283,7 @@ export class EtcdRegistry implements Registry {
 
   async getSubnet(key: string, signal?: AbortSignal): Promise<StoredLease | null> {
     const r = await this.#call(`get ${key}`, signal, () =>
-      this.#client.kv.range({ key: this.#subnetKey(key) }),
+      this.#client.range({ key: this.#subnetKey(key) }, signal),
     );
     return (await this.#toLeases(r.kvs, true, signal))[0] ?? null;
   }
@@ -360,8 +307,8 @@ export class EtcdRegistry implements Registry {
     try {
       for (let round = 0; round < 2 && !won; round++) {
         const r = await this.#call(`create ${key}`, signal, () =>
-          this.#client.kv.txn({
-            compare: [{ key: k, target: 'Version', result: 'Equal', version: 0 }],
+          this.#client.txn({
+            compare: [{ key: k, target: 'VERSION', result: 'EQUAL', version: 0 }],
             success: [
               { request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: lease.id } },
             ],
@@ -375,9 +322,9 @@ export class EtcdRegistry implements Registry {
         // Expired but not yet removed by etcd (it revokes every 500 ms): remove it ourselves,
         // only if nobody touched it since we looked, then try once more.
         await this.#call(`delete lapsed ${key}`, signal, () =>
-          this.#client.kv.txn({
+          this.#client.txn({
             compare: [
-              { key: k, target: 'Mod', result: 'Equal', mod_revision: existing.mod_revision },
+              { key: k, target: 'MOD', result: 'EQUAL', mod_revision: existing.mod_revision },
             ],
             success: [{ request_delete_range: { key: k } }],
             failure: [],
@@ -386,7 +333,7 @@ export class EtcdRegistry implements Registry {
       }
     } finally {
       if (!won) {
-        await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
+        await this.#client.leaseRevoke(lease.id).catch(() => {});
       }
     }
     if (!won) {
@@ -415,7 +362,9 @@ export class EtcdRegistry implements Registry {
     let oldId: string | null = null;
     try {
       for (let round = 0; round < 5 && !ok; round++) {
-        const cur = await this.#call(`get ${key}`, signal, () => this.#client.kv.range({ key: k }));
+        const cur = await this.#call(`get ${key}`, signal, () =>
+          this.#client.range({ key: k }, signal),
+        );
         const kv = cur.kvs[0];
         if (!kv) break;
         if (round > 0 && newId !== '0' && kv.lease === newId) {
@@ -425,8 +374,8 @@ export class EtcdRegistry implements Registry {
         if (await this.#lapsed(kv.lease, signal)) break;
         oldId ??= kv.lease;
         const r = await this.#call(`update ${key}`, signal, () =>
-          this.#client.kv.txn({
-            compare: [{ key: k, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }],
+          this.#client.txn({
+            compare: [{ key: k, target: 'MOD', result: 'EQUAL', mod_revision: kv.mod_revision }],
             success: [{ request_put: { key: k, value: Buffer.from(value, 'utf8'), lease: newId } }],
             failure: [],
           }),
@@ -436,7 +385,7 @@ export class EtcdRegistry implements Registry {
       if (ok && oldId !== null && oldId !== newId) await this.#dropLeaseIfUnused(oldId);
     } finally {
       if (!ok && lease) {
-        await this.#client.leaseClient.leaseRevoke({ ID: lease.id }).catch(() => {});
+        await this.#client.leaseRevoke(lease.id).catch(() => {});
       }
     }
     if (!ok) {
@@ -449,7 +398,7 @@ export class EtcdRegistry implements Registry {
 
   async deleteSubnet(key: string, signal?: AbortSignal): Promise<void> {
     const r = await this.#call(`delete ${key}`, signal, () =>
-      this.#client.kv.deleteRange({ key: this.#subnetKey(key), prev_kv: true }),
+      this.#client.deleteRange({ key: this.#subnetKey(key), prev_kv: true }, signal),
     );
     if (r.deleted === '0') {
       throw new WeftError('WEFT_ERR_STORE_NOT_FOUND', `subnet ${key} not found`, {
@@ -470,7 +419,22 @@ export class EtcdRegistry implements Registry {
         const inbox = new Inbox<WatchItem>();
         let stream: WatchStream;
         try {
-          stream = await raceAbort(this.#client.watchClient.watch(), stop);
+          const opening = this.#client.watch(
+            {
+              key: this.#subnetsPrefix,
+              range_end: this.#subnetsEnd,
+              // etcd reads 0 as "from now"; the contract means "from the start".
+              start_revision: Math.max(1, next),
+              progress_notify: true,
+            },
+            (item) => inbox.push(item),
+          );
+          // Stopped while it was opening: the stream that opens after all is closed at once.
+          opening.then(
+            (s) => stop.aborted && s.cancel(),
+            () => {},
+          );
+          stream = await raceAbort(opening, stop);
         } catch (err) {
           if (stop.aborted) return;
           // Warn once per outage; the retries of one outage go to debug.
@@ -479,31 +443,13 @@ export class EtcdRegistry implements Registry {
             { err: errorMessage(err), next, attempt },
             'etcd watch cannot open a stream',
           );
-          await this.#watchBackoff(attempt++, stop, err);
+          await this.#watchBackoff(attempt++, stop);
           continue;
         }
-        stream.on('data', (res) => inbox.push({ kind: 'data', res }));
-        stream.on('error', (err) => inbox.push({ kind: 'error', err }));
-        stream.on('end', () => inbox.push({ kind: 'end' }));
-        const cancel = () => {
-          try {
-            stream.cancel();
-          } catch {
-            // already gone
-          }
-        };
+        const cancel = () => stream.cancel();
         stop.addEventListener('abort', cancel, { once: true });
         let failure: unknown = null;
         try {
-          stream.write({
-            create_request: {
-              key: this.#subnetsPrefix,
-              range_end: this.#subnetsEnd,
-              // etcd reads 0 as "from now"; the contract means "from the start".
-              start_revision: Math.max(1, next),
-              progress_notify: true,
-            },
-          });
           for (;;) {
             const item = await inbox.shift(stop);
             if (item === undefined) return;
@@ -558,7 +504,7 @@ export class EtcdRegistry implements Registry {
             { err: errorMessage(failure), next, attempt },
             'etcd watch broken, reconnecting',
           );
-          await this.#watchBackoff(attempt++, stop, failure);
+          await this.#watchBackoff(attempt++, stop);
         }
       }
     } finally {
@@ -567,11 +513,11 @@ export class EtcdRegistry implements Registry {
   }
 
   /** A watch response as events: no RPC (expirations are not looked up, see #toLeases). */
-  #toEvents(res: IWatchResponse): RegistryEvent[] {
+  #toEvents(res: WatchResponse): RegistryEvent[] {
     return res.events.map((e): RegistryEvent => {
       const key = e.kv.key.subarray(this.#subnetsPrefix.length).toString('utf8');
       const revision = Number(e.kv.mod_revision);
-      if (e.type === 'Delete') return { type: 'delete', key, revision };
+      if (e.type === 'DELETE') return { type: 'delete', key, revision };
       const lease: StoredLease = {
         key,
         value: e.kv.value.toString('utf8'),
@@ -582,12 +528,9 @@ export class EtcdRegistry implements Registry {
     });
   }
 
-  async #watchBackoff(attempt: number, stop: AbortSignal, err: unknown): Promise<void> {
+  async #watchBackoff(attempt: number, stop: AbortSignal): Promise<void> {
+    // A token etcd forgot (a restart) was dropped by the client; the next open fetches one.
     await sleep(backoffDelay(attempt, WATCH_BACKOFF), stop).catch(() => {});
-    // etcd3 caches the auth token; a unary call refreshes it when etcd forgot it (restart).
-    if (this.#auth && !stop.aborted && /auth token/.test(errorMessage(err))) {
-      await this.#client.kv.range({ key: this.#configKey, count_only: true }).catch(() => {});
-    }
   }
 
   async close(): Promise<void> {

@@ -17,7 +17,7 @@ type StoreValues = FlagValues<StoreFlagTable>;
 /**
  * A Registry for the etcd or embedded store; the kube store is not a Registry (see
  * ../kube/kube-manager.ts).
- * Each store's module is imported only when selected (etcd's gRPC client costs ~20 MB).
+ * Each store's module is imported only when selected.
  */
 export async function openRegistry<T extends FlagTable>(
   parsed: ParsedFlags<T>,

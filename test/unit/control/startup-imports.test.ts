@@ -1,7 +1,8 @@
 /**
  * Each command loads only the npm packages it needs (issue 13 §1): the kubeconfig parser only
- * in kube mode (the Kubernetes client library, ~60 MB, is no longer used at all), etcd's gRPC client only with --etcd-endpoints, the packet
- * engine's worker pool only when a userspace backend starts. Read from the module graph of the
+ * in kube mode (the Kubernetes client library, ~60 MB, is no longer used at all; etcd is spoken
+ * to by weft's own HTTP client, no package), the packet engine's worker pool only when a
+ * userspace backend starts. Read from the module graph of the
  * real command (a resolve hook lists every package loaded), not timed: `npm run bench:footprint`
  * measures the time and memory this saves.
  */
@@ -13,7 +14,7 @@ import { join, resolve } from 'node:path';
 import { after, describe, test } from 'node:test';
 
 const REPO = resolve(import.meta.dirname, '../../..');
-const HEAVY = ['js-yaml', 'etcd3', 'piscina'];
+const HEAVY = ['js-yaml', 'piscina'];
 
 const tmp = mkdtempSync(join(tmpdir(), 'weft-imports-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -60,13 +61,13 @@ describe('startup imports', () => {
     assert.deepEqual([...r.loaded], []);
   });
 
-  test('`weft daemon` (its whole static graph) loads no kube, etcd or worker-pool client', () => {
+  test('`weft daemon` (its whole static graph) loads no kubeconfig parser or worker pool', () => {
     const r = packagesLoaded(['daemon', '--help']);
     assert.equal(r.status, 0, r.stderr);
     for (const p of HEAVY) assert.ok(!r.loaded.has(p), `${p} loaded`);
   });
 
-  test('`weft leases` on the embedded store loads no kube, etcd or worker-pool client', () => {
+  test('`weft leases` on the embedded store loads no kubeconfig parser or worker pool', () => {
     const store = join(tmp, 'store');
     const r = packagesLoaded(['leases', `--store-dir=${store}`]);
     for (const p of HEAVY) assert.ok(!r.loaded.has(p), `${p} loaded`);
