@@ -26,7 +26,7 @@ import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NetnsScope, isRoot, nsExecAsync } from '../src/testbed/netns.js';
-import { launcherNodeFlags } from './launcher.js';
+import { launcherEnv, launcherNodeFlags } from './launcher.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const WEFT = join(ROOT, 'bin', 'weft');
@@ -132,7 +132,7 @@ async function idleDaemon(
       `--healthz-port=${HEALTHZ_PORT}`,
       '--log-level=warn',
     ],
-    { env: { ...process.env, NODE_NAME: 'footprint' } },
+    { env: { ...process.env, ...launcherEnv(WEFT), NODE_NAME: 'footprint' } },
   );
   let stderr = '';
   daemon.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));

@@ -50,7 +50,7 @@ import { parseArgs } from 'node:util';
 import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
 import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
 import { NetnsScope, ip, isRoot } from '../src/testbed/netns.js';
-import { launcherNodeFlags } from './launcher.js';
+import { launcherEnv, launcherNodeFlags } from './launcher.js';
 import { markdownTable } from './report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -494,7 +494,11 @@ async function measure(
     const t0 = Date.now();
     p = scope.spawn(node, cmd, args, {
       cwd: ROOT,
-      env: { ...process.env, ...driver.daemonEnv },
+      env: {
+        ...process.env,
+        ...(daemon === 'weft' ? launcherEnv(WEFT_BIN) : {}),
+        ...driver.daemonEnv,
+      },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let tail = '';
