@@ -34,6 +34,7 @@
 #include "checksum.h"
 #include "coalesce.h"
 #include "ipip.h"
+#include "page_buffer.h"
 #include "steering.h"
 #include "tap_tx.h"
 #include "tun.h"
@@ -89,8 +90,8 @@ class Engine::Loop {
     // A slot holds one MTU-sized packet and the headroom before it (rounded to a cache line).
     slot_size_ = (kTxPkt + e->cfg_.codec.tun_mtu + 63) / 64 * 64;
     if (slot_size_ < 2048) slot_size_ = 2048;
-    tx_.resize(static_cast<size_t>(kArenaSlots) * slot_size_);
-    rd_.resize(static_cast<size_t>(kReadBufs) * kBufSize);
+    tx_.Allocate(static_cast<size_t>(kArenaSlots) * slot_size_);
+    rd_.Allocate(static_cast<size_t>(kReadBufs) * kBufSize);
     tx_msgs_.resize(kArenaSlots);
     tx_iov_.resize(2 * kArenaSlots);  // a TSO segment takes two: [headers][payload in rd_]
     tx_addr_.resize(kArenaSlots);
@@ -102,7 +103,7 @@ class Engine::Loop {
     cmsg_.resize(static_cast<size_t>(kArenaSlots) * kCmsgSpace);
     udp_gso_ = (e->offloads_enabled_ & kOffloadUdpGso) != 0;
     seg_len_.resize(kMaxSegs);
-    if (dir != Direction::kTx) rx_.resize(kBatch * kBufSize);
+    if (dir != Direction::kTx) rx_.Allocate(kBatch * kBufSize);
     icmp_.resize(kVnetHdrLen + kIcmpReplyMax);
     // A TAP frame's headers, then the inner headers of a GSO packet or a whole plain packet.
     tap_buf_.resize(kTapVnetHdrLen + kTapTemplateMax + kTapInnerMax + e->cfg_.codec.tun_mtu);
@@ -840,9 +841,9 @@ class Engine::Loop {
   // have to fragment.
   size_t max_datagram_ = 0;
   std::vector<char> cmsg_;
-  std::vector<uint8_t> tx_;
-  std::vector<uint8_t> rd_;
-  std::vector<uint8_t> rx_;
+  PageBuffer tx_;  // the large buffers are touched only as traffic uses them (page_buffer.h)
+  PageBuffer rd_;
+  PageBuffer rx_;
   std::vector<uint8_t> icmp_;
   std::vector<struct mmsghdr> tx_msgs_;
   std::vector<struct iovec> tx_iov_;
@@ -852,7 +853,7 @@ class Engine::Loop {
   std::vector<uint16_t> seg_len_;
   // RX: consecutive TCP segments (or UDP datagrams, with USO) of one flow merged into one GSO
   // write.
-  std::vector<uint8_t> co_buf_;
+  PageBuffer co_buf_;
   Coalescer co_;
   iovec gro_iov_[Coalescer::kMaxSegs];
   bool gro_;
