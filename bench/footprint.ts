@@ -16,7 +16,9 @@
  *   └───────────────────────────────────────────────────────────────────────────────────┘
  *
  * Wall times come from this process's clock around each run; peak RSS from GNU time's %M (the
- * plugin's own peak; the delegate it runs is much smaller). Results: bench/results/footprint-
+ * plugin's own peak; the delegate it runs is much smaller); a daemon's RSS and its anonymous part
+ * (RssAnon: its own memory; the rest is file pages, mostly the node binary's, shared by every
+ * Node process and reclaimable) from /proc/<pid>/status. Results: bench/results/footprint-
  * latest.{json,md}. Flags: --runs N (default 10), --idle-ms N (default 5000).
  */
 import { spawnSync, type ChildProcess } from 'node:child_process';
@@ -52,6 +54,8 @@ interface Row {
   what: string;
   timeMs: number | null;
   rssMB: number;
+  /** A daemon's anonymous RSS (RssAnon): its own memory, without the file pages it shares. */
+  anonMB?: number;
   target: string;
 }
 
@@ -100,8 +104,11 @@ async function readyz(ns: string): Promise<boolean> {
   }
 }
 
-function vmRssMB(pid: number): number {
-  const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+/** A field of /proc/<pid>/status in MB (VmRSS: all resident pages; RssAnon: the private ones). */
+function statusMB(pid: number, field: 'VmRSS' | 'RssAnon'): number {
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(
+    readFileSync(`/proc/${pid}/status`, 'utf8'),
+  );
   return Number(m![1]) / 1024;
 }
 
@@ -145,11 +152,13 @@ async function idleDaemon(
     const readyMs = Date.now() - t0;
     await sleep(IDLE_MS);
     let rssMB = 0;
+    let anonMB = 0;
     for (let i = 0; i < 5; i++) {
-      rssMB = Math.max(rssMB, vmRssMB(daemon.pid!));
+      rssMB = Math.max(rssMB, statusMB(daemon.pid!, 'VmRSS'));
+      anonMB = Math.max(anonMB, statusMB(daemon.pid!, 'RssAnon'));
       await sleep(200);
     }
-    return { what, timeMs: null, rssMB, target: '', readyMs };
+    return { what, timeMs: null, rssMB, anonMB, target: '', readyMs };
   } finally {
     daemon.kill('SIGTERM');
     await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
@@ -340,11 +349,11 @@ async function main(): Promise<void> {
   }
 
   const lines = [
-    '| what | time (median ms) | peak RSS (MB) | target |',
-    '|---|---|---|---|',
+    '| what | time (median ms) | peak RSS (MB) | of it anonymous (MB) | target |',
+    '|---|---|---|---|---|',
     ...rows.map(
       (r) =>
-        `| ${r.what} | ${r.timeMs === null ? ('readyMs' in r ? `ready in ${r.readyMs}` : '-') : r.timeMs.toFixed(0)} | ${r.rssMB.toFixed(1)} | ${r.target} |`,
+        `| ${r.what} | ${r.timeMs === null ? ('readyMs' in r ? `ready in ${r.readyMs}` : '-') : r.timeMs.toFixed(0)} | ${r.rssMB.toFixed(1)} | ${r.anonMB?.toFixed(1) ?? '-'} | ${r.target} |`,
     ),
   ];
   const table = lines.join('\n') + '\n';
