@@ -8,8 +8,9 @@
  *     │ 410 Expired            │  └──────── re-watch from last rv ◄──┘
  *     └────────────────────────┘            other error: backoff, re-watch (list if none yet)
  *
- * Subscribers get a `sync` batch (the whole node map) first and after every relist — they diff
- * against what they knew — and `changes` batches in between (one per received chunk).
+ * Nodes are kept cut down to what weft reads (slimNode). Subscribers get a `sync` batch (the
+ * whole node map) first and after every relist — they diff against what they knew — and
+ * `changes` batches in between (one per received chunk).
  * Guarded state: `#nodes`, `#rv` and `#subs` are written only by the run loop and subscribe().
  */
 import { errorMessage, isWeftError } from '../../common/errors.js';
@@ -35,6 +36,28 @@ export interface NodeInformerOptions {
 }
 
 export const INFORMER_BACKOFF: BackoffOptions = { initialMs: 200, maxMs: 30_000 };
+
+/**
+ * What the informer keeps of a node: its name, resourceVersion, annotations and pod CIDRs, all
+ * that weft reads. A real Node is mostly status (images, conditions, addresses, node info),
+ * labels and managedFields, 10-50 KB each: 5,000 of them held whole would be most of a daemon's
+ * memory.
+ */
+export function slimNode(n: KubeNode): KubeNode {
+  const { name, resourceVersion, annotations } = n.metadata;
+  const metadata = {
+    name,
+    ...(resourceVersion !== undefined ? { resourceVersion } : {}),
+    ...(annotations !== undefined ? { annotations } : {}),
+  };
+  if (!n.spec) return { metadata };
+  const { podCIDR, podCIDRs } = n.spec;
+  const spec = {
+    ...(podCIDR !== undefined ? { podCIDR } : {}),
+    ...(podCIDRs !== undefined ? { podCIDRs } : {}),
+  };
+  return { metadata, spec };
+}
 
 class Subscription {
   readonly #queue: NodeBatch[] = [];
@@ -135,7 +158,7 @@ export class NodeInformer {
         if (this.#rv === null) {
           const list = await this.#api.listNodes(signal);
           this.#nodes.clear();
-          for (const n of list.items) this.#nodes.set(n.metadata.name, n);
+          for (const n of list.items) this.#nodes.set(n.metadata.name, slimNode(n));
           this.#rv = list.resourceVersion;
           if (this.#lists++ > 0) this.#o.onRelist?.();
           this.#synced = true;
@@ -151,12 +174,13 @@ export class NodeInformer {
             if (ev.type === 'BOOKMARK') continue;
             const name = ev.object.metadata?.name;
             if (typeof name !== 'string') continue;
+            const node = slimNode(ev.object);
             if (ev.type === 'DELETED') {
               this.#nodes.delete(name);
-              changes.push({ type: 'delete', node: ev.object });
+              changes.push({ type: 'delete', node });
             } else {
-              this.#nodes.set(name, ev.object);
-              changes.push({ type: 'upsert', node: ev.object });
+              this.#nodes.set(name, node);
+              changes.push({ type: 'upsert', node });
             }
           }
           failures = 0;
