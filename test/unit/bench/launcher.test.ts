@@ -14,8 +14,8 @@ import { launcherEnv, launcherNodeFlags } from '../../../bench/launcher.js';
 const BIN = fileURLToPath(new URL('../../../bin/weft', import.meta.url));
 const DIST = fileURLToPath(new URL('../../../dist/control/main.js', import.meta.url));
 
-test('bin/weft gives node small young-generation semi-spaces on its #! line', () => {
-  assert.deepEqual(launcherNodeFlags(BIN), ['--max-semi-space-size=1']);
+test('bin/weft gives node small semi-spaces and V8 memory-over-speed on its #! line', () => {
+  assert.deepEqual(launcherNodeFlags(BIN), ['--max-semi-space-size=1', '--optimize-for-size']);
 });
 
 test('bin/weft limits glibc to two malloc arenas on its #! line', () => {
@@ -23,13 +23,16 @@ test('bin/weft limits glibc to two malloc arenas on its #! line', () => {
 });
 
 test(
-  'bin/weft executed directly has the arena limit in its environment',
+  'bin/weft executed directly has the arena limit in its environment and the V8 flags',
   { skip: existsSync(DIST) ? false : 'dist/ is not built (npm run build)' },
   () => {
     // NODE_OPTIONS reaches the node that `env -S` starts: a preload prints what it sees.
     const dir = mkdtempSync(join(tmpdir(), 'weft-launcher-'));
     const probe = join(dir, 'probe.cjs');
-    writeFileSync(probe, 'process.stderr.write(`arenas=${process.env.MALLOC_ARENA_MAX}\\n`);\n');
+    writeFileSync(
+      probe,
+      'process.stderr.write(`arenas=${process.env.MALLOC_ARENA_MAX}\\nargs=${process.execArgv}\\n`);\n',
+    );
     let r;
     try {
       r = spawnSync(BIN, ['version'], {
@@ -41,6 +44,7 @@ test(
     }
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stderr, /^arenas=2$/m);
+    assert.match(r.stderr, /^args=.*--max-semi-space-size=1,--optimize-for-size/m);
   },
 );
 
