@@ -5,6 +5,7 @@
 #include <napi.h>
 #include <net/if.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <cerrno>
 #include <chrono>
@@ -313,12 +314,134 @@ Napi::Value GetLink(const Napi::CallbackInfo& info) {
   return LinkObject(env, l);
 }
 
+// A change monitor: the NetlinkMonitor's socket polled by the event loop (uv_poll), so the
+// control plane hears of kernel changes as they happen instead of re-reading every entry. Each
+// wakeup drains what is queued and calls back once: (changes, overflowed, error). Like a socket,
+// an open monitor keeps the event loop alive until it is closed.
+struct Monitor {
+  Napi::Env env;
+  std::unique_ptr<NetlinkMonitor> mon;
+  Napi::FunctionReference callback;
+  std::unique_ptr<Napi::AsyncContext> context;
+  uv_poll_t poll;
+  bool closed = false;
+  explicit Monitor(Napi::Env e) : env(e) {}
+};
+
+Napi::Object ChangeObject(Napi::Env env, const NlChange& c) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("deleted", c.deleted);
+  o.Set("ifindex", c.ifindex);
+  switch (c.kind) {
+    case NlChange::kRoute:
+      o.Set("kind", "route");
+      o.Set("family", c.family == AF_INET6 ? 6 : 4);
+      o.Set("dst", Ip(env, c.route.dst));
+      o.Set("dstLen", c.route.dst_len);
+      o.Set("gw", Ip(env, c.route.gw));
+      o.Set("table", c.route.table);
+      o.Set("type", c.route.type);
+      o.Set("flags", c.route.flags);
+      break;
+    case NlChange::kNeigh:
+    case NlChange::kFdb:
+      o.Set("kind", c.kind == NlChange::kFdb ? "fdb" : "neigh");
+      o.Set("family", c.family == AF_INET6 ? 6 : 4);
+      o.Set("dst", Ip(env, c.neigh.dst));
+      o.Set("mac", Mac(env, c.neigh.has_lladdr, c.neigh.lladdr));
+      o.Set("state", c.neigh.state);
+      o.Set("flags", c.neigh.flags);
+      break;
+    case NlChange::kLink:
+      o.Set("kind", "link");
+      o.Set("name", c.name);
+      break;
+    case NlChange::kAddr:
+      o.Set("kind", "addr");
+      o.Set("family", c.family == AF_INET6 ? 6 : 4);
+      break;
+  }
+  return o;
+}
+
+void OnMonitorReadable(uv_poll_t* handle, int status, int events) {
+  auto* m = static_cast<Monitor*>(handle->data);
+  if (m->closed) return;
+  Napi::Env env = m->env;
+  Napi::HandleScope scope(env);
+  std::vector<NlChange> changes;
+  int err = status < 0 ? EIO : m->mon->Drain(&changes);
+  Napi::Array arr = Napi::Array::New(env, changes.size());
+  for (size_t i = 0; i < changes.size(); i++) arr.Set(i, ChangeObject(env, changes[i]));
+  Napi::Value failure = env.Null();
+  if (err != 0 && err != ENOBUFS) failure = ErrnoError(env, "netlink monitor", err).Value();
+  try {
+    m->callback.MakeCallback(env.Global(), {arr, Napi::Boolean::New(env, err == ENOBUFS), failure},
+                             *m->context);
+  } catch (const Napi::Error& e) {
+    // The JS side catches its own errors; anything escaping is a bug: report it as uncaught.
+    napi_fatal_exception(env, e.Value());
+  }
+}
+
+void CloseMonitor(Monitor* m);
+
+void CloseMonitorAtExit(void* arg) { CloseMonitor(static_cast<Monitor*>(arg)); }
+
+void CloseMonitor(Monitor* m) {
+  if (m->closed) return;
+  m->closed = true;
+  napi_remove_env_cleanup_hook(m->env, CloseMonitorAtExit, m);
+  uv_poll_stop(&m->poll);
+  // The socket is closed, and the Monitor freed, once libuv has let go of the handle.
+  uv_close(reinterpret_cast<uv_handle_t*>(&m->poll), [](uv_handle_t* h) {
+    delete static_cast<Monitor*>(h->data);
+  });
+}
+
+Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : std::string();
+  if (info.Length() < 2 || !info[1].IsFunction()) throw Napi::TypeError::New(env, "netlink monitor: callback");
+  std::string error;
+  std::unique_ptr<NetlinkMonitor> mon = NetlinkMonitor::Open(path, &error);
+  if (!mon) throw Napi::Error::New(env, "netlink monitor open: " + error);
+  uv_loop_t* loop = nullptr;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr)
+    throw Napi::Error::New(env, "netlink monitor: no event loop");
+  auto* m = new Monitor(env);
+  m->mon = std::move(mon);
+  m->callback = Napi::Persistent(info[1].As<Napi::Function>());
+  m->context = std::make_unique<Napi::AsyncContext>(env, "weft:netlinkMonitor");
+  m->poll.data = m;
+  int rc = uv_poll_init(loop, &m->poll, m->mon->fd());
+  if (rc == 0) rc = uv_poll_start(&m->poll, UV_READABLE, OnMonitorReadable);
+  if (rc != 0) {
+    std::string why = uv_strerror(rc);
+    m->closed = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&m->poll), [](uv_handle_t* h) {
+      delete static_cast<Monitor*>(h->data);
+    });
+    throw Napi::Error::New(env, "netlink monitor poll: " + why);
+  }
+  // Closed with the environment at the latest (a worker thread that exits, the process).
+  napi_add_env_cleanup_hook(env, CloseMonitorAtExit, m);
+  return Napi::External<Monitor>::New(env, m);
+}
+
+Napi::Value MonitorClose(const Napi::CallbackInfo& info) {
+  if (info.Length() > 0 && info[0].IsExternal()) CloseMonitor(info[0].As<Napi::External<Monitor>>().Data());
+  return info.Env().Undefined();
+}
+
 void Define(Napi::Env env, Napi::Object exports) {
   exports.Set("netlinkOpen", Napi::Function::New(env, Open));
   exports.Set("netlinkClose", Napi::Function::New(env, Close));
   exports.Set("netlinkApply", Napi::Function::New(env, Apply));
   exports.Set("netlinkList", Napi::Function::New(env, List));
   exports.Set("netlinkGetLink", Napi::Function::New(env, GetLink));
+  exports.Set("netlinkMonitorOpen", Napi::Function::New(env, MonitorOpen));
+  exports.Set("netlinkMonitorClose", Napi::Function::New(env, MonitorClose));
 }
 
 }  // namespace nlbind

@@ -193,28 +193,32 @@ struct RouteDump {
   std::vector<RouteEntry>* out;
 };
 
+void ParseRoute(const nlmsghdr* nlh, RouteEntry* e) {
+  const auto* rtm = static_cast<const rtmsg*>(mnl_nlmsg_get_payload(nlh));
+  AttrTable t;
+  t.max = RTA_MAX;
+  mnl_attr_parse(nlh, sizeof(*rtm), CollectAttr, &t);
+  e->family = rtm->rtm_family;
+  e->dst_len = rtm->rtm_dst_len;
+  e->table = rtm->rtm_table;
+  e->protocol = rtm->rtm_protocol;
+  e->scope = rtm->rtm_scope;
+  e->type = rtm->rtm_type;
+  e->flags = rtm->rtm_flags;
+  e->dst.family = e->family;  // a default route has no RTA_DST: all zeros
+  if (t.tb[RTA_DST]) CopyAddr(t.tb[RTA_DST], e->family, &e->dst);
+  if (t.tb[RTA_GATEWAY]) CopyAddr(t.tb[RTA_GATEWAY], e->family, &e->gw);
+  if (t.tb[RTA_OIF]) e->oif = mnl_attr_get_u32(t.tb[RTA_OIF]);
+  if (t.tb[RTA_TABLE]) e->table = mnl_attr_get_u32(t.tb[RTA_TABLE]);
+}
+
 int OnRoute(const nlmsghdr* nlh, void* data) {
   auto* d = static_cast<RouteDump*>(data);
   if (nlh->nlmsg_type != RTM_NEWROUTE) return MNL_CB_OK;
   const auto* rtm = static_cast<const rtmsg*>(mnl_nlmsg_get_payload(nlh));
   if (rtm->rtm_family != d->family) return MNL_CB_OK;
-  AttrTable t;
-  t.max = RTA_MAX;
-  mnl_attr_parse(nlh, sizeof(*rtm), CollectAttr, &t);
-  RouteEntry e;
-  e.family = rtm->rtm_family;
-  e.dst_len = rtm->rtm_dst_len;
-  e.table = rtm->rtm_table;
-  e.protocol = rtm->rtm_protocol;
-  e.scope = rtm->rtm_scope;
-  e.type = rtm->rtm_type;
-  e.flags = rtm->rtm_flags;
-  e.dst.family = e.family;  // a default route has no RTA_DST: all zeros
-  if (t.tb[RTA_DST]) CopyAddr(t.tb[RTA_DST], e.family, &e.dst);
-  if (t.tb[RTA_GATEWAY]) CopyAddr(t.tb[RTA_GATEWAY], e.family, &e.gw);
-  if (t.tb[RTA_OIF]) e.oif = mnl_attr_get_u32(t.tb[RTA_OIF]);
-  if (t.tb[RTA_TABLE]) e.table = mnl_attr_get_u32(t.tb[RTA_TABLE]);
-  d->out->push_back(e);
+  d->out->emplace_back();
+  ParseRoute(nlh, &d->out->back());
   return MNL_CB_OK;
 }
 
@@ -224,28 +228,32 @@ struct NeighDump {
   std::vector<NeighEntry>* out;
 };
 
+void ParseNeigh(const nlmsghdr* nlh, NeighEntry* e) {
+  const auto* nd = static_cast<const ndmsg*>(mnl_nlmsg_get_payload(nlh));
+  AttrTable t;
+  t.max = NDA_MAX;
+  mnl_attr_parse(nlh, sizeof(*nd), CollectAttr, &t);
+  e->ifindex = nd->ndm_ifindex;
+  e->state = nd->ndm_state;
+  e->flags = nd->ndm_flags;
+  if (t.tb[NDA_DST]) {
+    size_t len = mnl_attr_get_payload_len(t.tb[NDA_DST]);
+    CopyAddr(t.tb[NDA_DST], len == 16 ? AF_INET6 : AF_INET, &e->dst);
+  }
+  if (t.tb[NDA_LLADDR] && mnl_attr_get_payload_len(t.tb[NDA_LLADDR]) == 6) {
+    e->has_lladdr = true;
+    std::memcpy(e->lladdr, mnl_attr_get_payload(t.tb[NDA_LLADDR]), 6);
+  }
+}
+
 int OnNeigh(const nlmsghdr* nlh, void* data) {
   auto* d = static_cast<NeighDump*>(data);
   if (nlh->nlmsg_type != RTM_NEWNEIGH) return MNL_CB_OK;
   const auto* nd = static_cast<const ndmsg*>(mnl_nlmsg_get_payload(nlh));
   if (nd->ndm_family != d->family) return MNL_CB_OK;
   if (d->ifindex > 0 && nd->ndm_ifindex != d->ifindex) return MNL_CB_OK;
-  AttrTable t;
-  t.max = NDA_MAX;
-  mnl_attr_parse(nlh, sizeof(*nd), CollectAttr, &t);
-  NeighEntry e;
-  e.ifindex = nd->ndm_ifindex;
-  e.state = nd->ndm_state;
-  e.flags = nd->ndm_flags;
-  if (t.tb[NDA_DST]) {
-    size_t len = mnl_attr_get_payload_len(t.tb[NDA_DST]);
-    CopyAddr(t.tb[NDA_DST], len == 16 ? AF_INET6 : AF_INET, &e.dst);
-  }
-  if (t.tb[NDA_LLADDR] && mnl_attr_get_payload_len(t.tb[NDA_LLADDR]) == 6) {
-    e.has_lladdr = true;
-    std::memcpy(e.lladdr, mnl_attr_get_payload(t.tb[NDA_LLADDR]), 6);
-  }
-  d->out->push_back(e);
+  d->out->emplace_back();
+  ParseNeigh(nlh, &d->out->back());
   return MNL_CB_OK;
 }
 
@@ -390,7 +398,11 @@ std::string FormatMac(const uint8_t mac[6]) {
   return buf;
 }
 
-std::unique_ptr<Netlink> Netlink::Open(const std::string& netns_path, std::string* error) {
+namespace {
+
+// A NETLINK_ROUTE socket opened inside `netns_path` (the current namespace when empty), bound to
+// the multicast `groups` (0: none), with 16 MiB buffers. Null and *error on failure.
+mnl_socket* OpenRouteSocket(const std::string& netns_path, unsigned groups, std::string* error) {
   int self_ns = -1;
   if (!netns_path.empty()) {
     self_ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -428,16 +440,24 @@ std::unique_ptr<Netlink> Netlink::Open(const std::string& netns_path, std::strin
     *error = std::string("netlink socket: ") + std::strerror(open_errno);
     return nullptr;
   }
-  if (mnl_socket_bind(sock, 0, MNL_SOCKET_AUTOPID) < 0) {
+  if (mnl_socket_bind(sock, groups, MNL_SOCKET_AUTOPID) < 0) {
     *error = std::string("netlink bind: ") + std::strerror(errno);
     mnl_socket_close(sock);
     return nullptr;
   }
-  int on = 1;
-  mnl_socket_setsockopt(sock, NETLINK_CAP_ACK, &on, sizeof(on));
   int fd = mnl_socket_get_fd(sock);
   SetBuffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, kSocketBuffer);
   SetBuffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, kSocketBuffer);
+  return sock;
+}
+
+}  // namespace
+
+std::unique_ptr<Netlink> Netlink::Open(const std::string& netns_path, std::string* error) {
+  mnl_socket* sock = OpenRouteSocket(netns_path, 0, error);
+  if (!sock) return nullptr;
+  int on = 1;
+  mnl_socket_setsockopt(sock, NETLINK_CAP_ACK, &on, sizeof(on));
   return std::unique_ptr<Netlink>(new Netlink(sock));
 }
 
@@ -445,13 +465,13 @@ Netlink::Netlink(mnl_socket* sock)
     : sock_(sock),
       portid_(mnl_socket_get_portid(sock)),
       seq_(static_cast<uint32_t>(time(nullptr))),
-      buf_(kBatchMessages * kMaxMessage),
       rx_(new char[kRxBytes]) {}
 
 Netlink::~Netlink() { mnl_socket_close(sock_); }
 
 std::vector<int> Netlink::Apply(const std::vector<NlOp>& ops) {
   std::vector<int> results(ops.size(), 0);
+  if (buf_.empty()) buf_.resize(kBatchMessages * kMaxMessage);
   size_t i = 0;
   while (i < ops.size()) {
     size_t first = i;
@@ -583,6 +603,94 @@ int Netlink::GetLink(const std::string& name, LinkEntry* out) {
   ifi->ifi_family = AF_UNSPEC;
   mnl_attr_put_strz(nlh, IFLA_IFNAME, name.c_str());
   return Request(nlh, OnLink, out);
+}
+
+std::unique_ptr<NetlinkMonitor> NetlinkMonitor::Open(const std::string& netns_path,
+                                                     std::string* error) {
+  unsigned groups = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE |
+                    RTMGRP_IPV6_IFADDR | RTMGRP_IPV6_ROUTE;
+  mnl_socket* sock = OpenRouteSocket(netns_path, groups, error);
+  if (!sock) return nullptr;
+  int fd = mnl_socket_get_fd(sock);
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+    *error = std::string("netlink monitor: O_NONBLOCK: ") + std::strerror(errno);
+    mnl_socket_close(sock);
+    return nullptr;
+  }
+  return std::unique_ptr<NetlinkMonitor>(new NetlinkMonitor(sock));
+}
+
+// Notifications come one per datagram (at most a page or two each): a small buffer holds any.
+constexpr size_t kMonitorRxBytes = 64 << 10;
+
+NetlinkMonitor::NetlinkMonitor(mnl_socket* sock) : sock_(sock), rx_(new char[kMonitorRxBytes]) {}
+
+NetlinkMonitor::~NetlinkMonitor() { mnl_socket_close(sock_); }
+
+int NetlinkMonitor::fd() const { return mnl_socket_get_fd(sock_); }
+
+int NetlinkMonitor::Drain(std::vector<NlChange>* out) {
+  int result = 0;
+  while (true) {
+    ssize_t n = mnl_socket_recvfrom(sock_, rx_.get(), kMonitorRxBytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return result;
+      if (errno == ENOBUFS) {  // notifications were dropped; the socket goes on
+        result = ENOBUFS;
+        continue;
+      }
+      return errno;
+    }
+    auto* nlh = reinterpret_cast<nlmsghdr*>(rx_.get());
+    int left = static_cast<int>(n);
+    for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
+      NlChange c;
+      switch (nlh->nlmsg_type) {
+        case RTM_NEWROUTE:
+        case RTM_DELROUTE:
+          c.kind = NlChange::kRoute;
+          c.deleted = nlh->nlmsg_type == RTM_DELROUTE;
+          ParseRoute(nlh, &c.route);
+          c.family = c.route.family;
+          c.ifindex = c.route.oif;
+          break;
+        case RTM_NEWNEIGH:
+        case RTM_DELNEIGH: {
+          const auto* nd = static_cast<const ndmsg*>(mnl_nlmsg_get_payload(nlh));
+          c.kind = nd->ndm_family == AF_BRIDGE ? NlChange::kFdb : NlChange::kNeigh;
+          c.deleted = nlh->nlmsg_type == RTM_DELNEIGH;
+          c.family = nd->ndm_family;
+          ParseNeigh(nlh, &c.neigh);
+          c.ifindex = c.neigh.ifindex;
+          break;
+        }
+        case RTM_NEWLINK:
+        case RTM_DELLINK: {
+          c.kind = NlChange::kLink;
+          c.deleted = nlh->nlmsg_type == RTM_DELLINK;
+          LinkEntry l;
+          ParseLink(nlh, &l);
+          c.ifindex = l.index;
+          c.name = l.name;
+          break;
+        }
+        case RTM_NEWADDR:
+        case RTM_DELADDR: {
+          const auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(nlh));
+          c.kind = NlChange::kAddr;
+          c.deleted = nlh->nlmsg_type == RTM_DELADDR;
+          c.family = ifa->ifa_family;
+          c.ifindex = static_cast<int>(ifa->ifa_index);
+          break;
+        }
+        default:
+          continue;
+      }
+      out->push_back(std::move(c));
+    }
+  }
 }
 
 }  // namespace weft

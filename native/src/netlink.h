@@ -142,6 +142,18 @@ struct LinkEntry {
   TunInfo tun;
 };
 
+// One change the kernel announced on the rtnetlink multicast groups (see NetlinkMonitor).
+struct NlChange {
+  enum Kind : uint8_t { kRoute, kNeigh, kFdb, kLink, kAddr };
+  Kind kind = kRoute;
+  bool deleted = false;  // RTM_DEL* (else RTM_NEW*)
+  RouteEntry route;      // kRoute
+  NeighEntry neigh;      // kNeigh, kFdb
+  int ifindex = 0;       // kLink, kAddr (and the device of every other kind)
+  std::string name;      // kLink
+  int family = 0;        // kRoute, kNeigh, kAddr (AF_INET / AF_INET6)
+};
+
 class Netlink {
  public:
   static constexpr size_t kBatchMessages = 1024;
@@ -176,7 +188,30 @@ class Netlink {
   mnl_socket* sock_;
   uint32_t portid_;
   uint32_t seq_;
-  std::vector<char> buf_;
+  std::vector<char> buf_;  // Apply's requests, sized on the first Apply (a dump socket has none)
+  std::unique_ptr<char[]> rx_;
+};
+
+// A NETLINK_ROUTE socket subscribed to the link, address, IPv4/IPv6 route and neighbour groups
+// (FDB changes of a VXLAN device come on the neighbour group, family AF_BRIDGE), in the network
+// namespace it was opened in. Non-blocking: Drain() reads whatever is queued.
+class NetlinkMonitor {
+ public:
+  static std::unique_ptr<NetlinkMonitor> Open(const std::string& netns_path, std::string* error);
+  ~NetlinkMonitor();
+  NetlinkMonitor(const NetlinkMonitor&) = delete;
+  NetlinkMonitor& operator=(const NetlinkMonitor&) = delete;
+
+  int fd() const;
+  // Appends every change queued now. Returns 0 when it read all of them; ENOBUFS when the kernel
+  // dropped notifications since the last call (the socket buffer was full: the caller must
+  // re-read the state it cares about; what was still queued is appended too); another errno on
+  // a socket error.
+  int Drain(std::vector<NlChange>* out);
+
+ private:
+  explicit NetlinkMonitor(mnl_socket* sock);
+  mnl_socket* sock_;
   std::unique_ptr<char[]> rx_;
 };
 

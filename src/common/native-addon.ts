@@ -75,6 +75,43 @@ export interface RawAddr {
 /** An open netlink socket (opaque to JS). */
 export type NetlinkHandle = unknown;
 
+/** One change the kernel announced on the rtnetlink groups (native/src/netlink.h NlChange). */
+export type RawChange =
+  | {
+      kind: 'route';
+      deleted: boolean;
+      ifindex: number;
+      family: Family;
+      dst: string | null;
+      dstLen: number;
+      gw: string | null;
+      table: number;
+      type: number;
+      flags: number;
+    }
+  | {
+      kind: 'neigh' | 'fdb';
+      deleted: boolean;
+      ifindex: number;
+      family: Family;
+      dst: string | null;
+      mac: string | null;
+      state: number;
+      flags: number;
+    }
+  | { kind: 'link'; deleted: boolean; ifindex: number; name: string }
+  | { kind: 'addr'; deleted: boolean; ifindex: number; family: Family };
+
+/**
+ * Called once per wakeup with what was queued; `overflowed`: the kernel dropped notifications
+ * (the socket buffer was full), so state must be re-read; `error`: the socket failed.
+ */
+export type RawChangeListener = (
+  changes: RawChange[],
+  overflowed: boolean,
+  error: Error | null,
+) => void;
+
 // ---- dataplane (src/dataplane/) ----
 
 /** The framings (native/src/codec.h Format): UDP datagrams, or raw IP protocol 4. */
@@ -175,6 +212,9 @@ export interface NativeAddon {
   netlinkList(h: NetlinkHandle, what: 'addr', family: Family, ifindex: number): RawAddr[];
   netlinkList(h: NetlinkHandle, what: 'link', family: Family, ifindex: number): RawLink[];
   netlinkGetLink(h: NetlinkHandle, name: string): RawLink | null;
+  /** A change monitor polled by the event loop (keeps it alive until netlinkMonitorClose). */
+  netlinkMonitorOpen(netnsPath: string, listener: RawChangeListener): NetlinkHandle;
+  netlinkMonitorClose(h: NetlinkHandle): void;
 
   codecEncap(
     format: NativeFormat,
@@ -315,6 +355,8 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   netlinkApply: true,
   netlinkList: true,
   netlinkGetLink: true,
+  netlinkMonitorOpen: true,
+  netlinkMonitorClose: true,
   codecEncap: true,
   codecDecap: true,
   vxlanSourcePort: true,

@@ -12,7 +12,14 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Family } from '../../src/common/ip.js';
 import { NativeNetlink } from '../../src/control/netlink/native-netlink.js';
-import { NUD_PERMANENT, type Op, applyAll } from '../../src/control/netlink/netlink.js';
+import {
+  type ChangeBatch,
+  type KernelChange,
+  type KernelWatch,
+  NUD_PERMANENT,
+  type Op,
+  applyAll,
+} from '../../src/control/netlink/netlink.js';
 import { NetnsScope, ip, isRoot } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
@@ -196,5 +203,126 @@ describe('NativeNetlink in a namespace', { skip }, () => {
     await applyAll(nl, [{ op: 'delLink', dev: 'flannel-v6.1' }]);
     assert.equal(await nl.getLink('flannel-v6.1'), null);
     assert.deepEqual(await nl.apply([{ op: 'delLink', dev: 'flannel-v6.1' }]), [null]);
+  });
+});
+
+describe('NativeNetlink.watch: the kernel’s change notifications', { skip }, () => {
+  const scope = new NetnsScope();
+  let ns = '';
+  let nl: NativeNetlink;
+  const batches: ChangeBatch[] = [];
+  let watch: KernelWatch | undefined;
+  let arrived: () => void = () => undefined;
+  /** Waits for the notifications of what was just done (they come on a later turn). */
+  const changes = async (n: number): Promise<KernelChange[]> => {
+    const deadline = Date.now() + 20_000; // a guard against a hang, not a speed check
+    while (batches.flatMap((b) => b.changes).length < n) {
+      if (Date.now() > deadline) assert.fail(`fewer than ${n} changes: ${JSON.stringify(batches)}`);
+      await new Promise<void>((r) => {
+        arrived = r;
+        setTimeout(r, 1000).unref();
+      });
+    }
+    const all = batches.splice(0).flatMap((b) => b.changes);
+    return all;
+  };
+
+  before(() => {
+    ns = scope.add();
+    ip(ns, 'link', 'add', 'd0', 'type', 'veth', 'peer', 'name', 'd1');
+    ip(ns, 'link', 'set', 'd1', 'up');
+    ip(ns, 'addr', 'add', '192.168.60.1/24', 'dev', 'd0');
+    ip(ns, 'link', 'set', 'd0', 'up');
+    nl = new NativeNetlink({ netns: ns });
+    watch = nl.watch(
+      (b) => {
+        batches.push(b);
+        arrived();
+      },
+      (err) => assert.fail(err),
+    );
+  });
+
+  after(async () => {
+    watch?.close();
+    nl?.close();
+    await scope.cleanup();
+  });
+
+  test('a route added and deleted by hand, with its device named', async () => {
+    ip(ns, 'route', 'add', '10.20.0.0/24', 'via', '192.168.60.2', 'dev', 'd0');
+    ip(ns, 'route', 'del', '10.20.0.0/24');
+    const got = (await changes(2)).filter((c) => c.kind === 'route' && c.dst === '10.20.0.0/24');
+    assert.deepEqual(got, [
+      {
+        kind: 'route',
+        deleted: false,
+        family: 4,
+        dst: '10.20.0.0/24',
+        gw: '192.168.60.2',
+        dev: 'd0',
+        table: 254,
+        unicast: true,
+      },
+      {
+        kind: 'route',
+        deleted: true,
+        family: 4,
+        dst: '10.20.0.0/24',
+        gw: '192.168.60.2',
+        dev: 'd0',
+        table: 254,
+        unicast: true,
+      },
+    ]);
+  });
+
+  test('its own ops are reported too (permanent neighbour, FDB entry), before apply resolves', async () => {
+    await applyAll(nl, [
+      {
+        op: 'addVxlan',
+        name: 'vx0',
+        vni: 7,
+        port: 8472,
+        local: '192.168.60.1',
+        link: 'd0',
+        learning: false,
+      },
+    ]);
+    await changes(1);
+    await applyAll(nl, [
+      { op: 'replaceNeigh', dst: '10.21.0.0', mac: 'aa:bb:cc:00:00:01', dev: 'vx0' },
+      { op: 'appendFdb', mac: 'aa:bb:cc:00:00:01', dst: '192.168.60.2', dev: 'vx0' },
+    ]);
+    const got = await changes(2);
+    assert.deepEqual(
+      got.filter((c) => c.kind === 'neigh' || c.kind === 'fdb'),
+      [
+        {
+          kind: 'neigh',
+          deleted: false,
+          family: 4,
+          dst: '10.21.0.0',
+          dev: 'vx0',
+          mac: 'aa:bb:cc:00:00:01',
+          state: NUD_PERMANENT,
+        },
+        { kind: 'fdb', deleted: false, mac: 'aa:bb:cc:00:00:01', dst: '192.168.60.2', dev: 'vx0' },
+      ],
+    );
+  });
+
+  test('an address removed and a device set down and deleted', async () => {
+    ip(ns, 'addr', 'add', '10.21.0.0/32', 'dev', 'vx0');
+    ip(ns, 'link', 'set', 'vx0', 'up');
+    await changes(2);
+    ip(ns, 'addr', 'del', '10.21.0.0/32', 'dev', 'vx0');
+    ip(ns, 'link', 'set', 'vx0', 'down');
+    ip(ns, 'link', 'del', 'vx0');
+    const got = await changes(3);
+    assert.ok(got.some((c) => c.kind === 'addr' && c.deleted && c.dev === 'vx0' && c.family === 4));
+    assert.ok(got.some((c) => c.kind === 'link' && !c.deleted && c.dev === 'vx0'));
+    assert.ok(got.some((c) => c.kind === 'link' && c.deleted && c.dev === 'vx0'));
+    assert.ok(batches.every((b) => !b.overflowed));
   });
 });

@@ -14,13 +14,17 @@ import { loadNative } from '../../common/native.js';
 import type {
   NativeAddon,
   RawAddr,
+  RawChange,
   RawLink,
   RawNeigh,
   RawRoute,
 } from '../../common/native-addon.js';
 import {
   type AddrEntry,
+  type ChangeBatch,
   type FdbEntry,
+  type KernelChange,
+  type KernelWatch,
   type LinkInfo,
   type NeighEntry,
   type Netlink,
@@ -36,7 +40,13 @@ import {
 /** The addon's netlink exports (native/src/addon.cc, nlbind); tests may inject a fake. */
 export type NetlinkBinding = Pick<
   NativeAddon,
-  'netlinkOpen' | 'netlinkClose' | 'netlinkApply' | 'netlinkList' | 'netlinkGetLink'
+  | 'netlinkOpen'
+  | 'netlinkClose'
+  | 'netlinkApply'
+  | 'netlinkList'
+  | 'netlinkGetLink'
+  | 'netlinkMonitorOpen'
+  | 'netlinkMonitorClose'
 >;
 
 const IFF_UP = 1;
@@ -74,6 +84,7 @@ function toLinkInfo(l: RawLink): LinkInfo {
 export class NativeNetlink implements Netlink {
   readonly #b: NetlinkBinding;
   readonly #h: unknown;
+  readonly #path: string;
   #closed = false;
   /**
    * Link name → index, from one link dump, kept across calls: an apply of one peer's ops must
@@ -91,6 +102,7 @@ export class NativeNetlink implements Netlink {
     this.#b = options.binding ?? loadNative();
     const ns = options.netns;
     const path = ns === undefined ? '' : ns.includes('/') ? ns : `/run/netns/${ns}`;
+    this.#path = path;
     try {
       this.#h = this.#b.netlinkOpen(path);
     } catch (err) {
@@ -346,9 +358,118 @@ export class NativeNetlink implements Netlink {
     }
   }
 
+  /**
+   * A monitor socket in this Netlink's namespace, polled by the event loop. Device indexes are
+   * named from a link dump taken now, kept up to date by the link changes themselves (an index
+   * it does not know sends it back to the kernel once per wakeup).
+   */
+  watch(onChanges: (batch: ChangeBatch) => void, onError: (err: Error) => void): KernelWatch {
+    this.#check();
+    const names = new Map<number, string>();
+    const reread = () => {
+      names.clear();
+      for (const l of this.#list('link', 4, 0)) names.set(l.index, l.name);
+    };
+    let failed = false;
+    let h: unknown = null;
+    const listener = (raw: RawChange[], overflowed: boolean, error: Error | null): void => {
+      if (failed) return;
+      try {
+        if (error) throw error;
+        let dumpedNow = false;
+        const name = (index: number): string | null => {
+          if (index === 0) return null;
+          let n = names.get(index);
+          if (n === undefined && !dumpedNow) {
+            dumpedNow = true;
+            reread();
+            n = names.get(index);
+          }
+          return n ?? null;
+        };
+        const changes: KernelChange[] = [];
+        for (const c of raw) {
+          const change = toChange(c, name, names);
+          if (change) changes.push(change);
+        }
+        if (overflowed) reread();
+        onChanges({ changes, overflowed });
+      } catch (err) {
+        failed = true;
+        if (h !== null) this.#b.netlinkMonitorClose(h);
+        onError(
+          err instanceof WeftError
+            ? err
+            : new WeftError('WEFT_ERR_NETLINK', (err as Error).message, { cause: err }),
+        );
+      }
+    };
+    try {
+      // Opened before the dump: a link added in between is both dumped and announced.
+      h = this.#b.netlinkMonitorOpen(this.#path, listener);
+      reread();
+    } catch (err) {
+      if (h !== null) this.#b.netlinkMonitorClose(h);
+      throw err instanceof WeftError
+        ? err
+        : new WeftError('WEFT_ERR_NETLINK', (err as Error).message, { cause: err });
+    }
+    return {
+      close: () => {
+        failed = true;
+        this.#b.netlinkMonitorClose(h);
+      },
+    };
+  }
+
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
     this.#b.netlinkClose(this.#h);
+  }
+}
+
+/** A raw change with its devices named; null for what the re-check never needs. */
+function toChange(
+  c: RawChange,
+  name: (index: number) => string | null,
+  names: Map<number, string>,
+): KernelChange | null {
+  switch (c.kind) {
+    case 'route':
+      return {
+        kind: 'route',
+        deleted: c.deleted,
+        family: c.family,
+        dst: `${c.dst ?? (c.family === 4 ? '0.0.0.0' : '::')}/${c.dstLen}`,
+        gw: c.gw,
+        dev: name(c.ifindex),
+        table: c.table,
+        unicast: c.type === RTN_UNICAST,
+      };
+    case 'neigh':
+      return c.dst === null
+        ? null
+        : {
+            kind: 'neigh',
+            deleted: c.deleted,
+            family: c.family,
+            dst: c.dst,
+            dev: name(c.ifindex),
+            mac: c.mac,
+            state: c.state,
+          };
+    case 'fdb':
+      // The device's own entries (NTF_SELF unset: the bridge's) are not the FDB weft writes.
+      return c.mac === null || (c.flags & NTF_SELF) === 0
+        ? null
+        : { kind: 'fdb', deleted: c.deleted, mac: c.mac, dst: c.dst, dev: name(c.ifindex) };
+    case 'link': {
+      if (c.deleted) names.delete(c.ifindex);
+      else names.set(c.ifindex, c.name);
+      return { kind: 'link', deleted: c.deleted, dev: c.name };
+    }
+    case 'addr':
+      return { kind: 'addr', deleted: c.deleted, family: c.family, dev: name(c.ifindex) };
   }
 }

@@ -180,6 +180,61 @@ export interface RouteFilter {
   readonly table?: number;
 }
 
+/**
+ * A change the kernel announced (rtnetlink multicast), device names resolved (null: a device
+ * the watcher could not name, already gone). Only what the re-check needs is carried.
+ */
+export type KernelChange =
+  | {
+      readonly kind: 'route';
+      readonly deleted: boolean;
+      readonly family: Family;
+      /** `10.5.3.0/24` */
+      readonly dst: string;
+      readonly gw: string | null;
+      readonly dev: string | null;
+      readonly table: number;
+      /** RTN_UNICAST (the only type the re-check compares). */
+      readonly unicast: boolean;
+    }
+  | {
+      readonly kind: 'neigh';
+      readonly deleted: boolean;
+      readonly family: Family;
+      readonly dst: string;
+      readonly dev: string | null;
+      readonly mac: string | null;
+      /** NUD_* bits. */
+      readonly state: number;
+    }
+  | {
+      readonly kind: 'fdb';
+      readonly deleted: boolean;
+      readonly mac: string;
+      readonly dst: string | null;
+      readonly dev: string | null;
+    }
+  | { readonly kind: 'link'; readonly deleted: boolean; readonly dev: string }
+  | {
+      readonly kind: 'addr';
+      readonly deleted: boolean;
+      readonly family: Family;
+      readonly dev: string | null;
+    };
+
+/**
+ * What one wakeup of a watch delivers: the changes queued, and whether the kernel dropped some
+ * (`overflowed`: its socket buffer was full, so whatever the watcher keeps must be re-read).
+ */
+export interface ChangeBatch {
+  readonly changes: readonly KernelChange[];
+  readonly overflowed: boolean;
+}
+
+export interface KernelWatch {
+  close(): void;
+}
+
 export interface Netlink {
   apply(ops: readonly Op[]): Promise<Array<WeftError | null>>;
   listRoutes(filter: RouteFilter): Promise<RouteEntry[]>;
@@ -187,6 +242,12 @@ export interface Netlink {
   listFdb(dev: string): Promise<FdbEntry[]>;
   listAddrs(family: Family, dev: string): Promise<AddrEntry[]>;
   getLink(name: string): Promise<LinkInfo | null>;
+  /**
+   * Kernel changes (links, addresses, routes, neighbours, FDB) as they happen, in the namespace
+   * this Netlink acts in. `onError`: the watch failed and delivers nothing more. Optional: a
+   * Netlink without it can only be re-checked by re-reading.
+   */
+  watch?(onChanges: (batch: ChangeBatch) => void, onError: (err: Error) => void): KernelWatch;
   close(): void;
 }
 
