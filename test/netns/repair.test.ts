@@ -1,6 +1,7 @@
 /**
- * Repair of the backend's own state by the periodic re-check (the Reconciler's resync, 10 s), on
- * 2-node clusters with the real daemon (src/testbed/cluster.ts):
+ * Repair of the backend's own state by the re-check (the Reconciler's resync, started by the
+ * kernel's change notification; every 10 s while the state cannot be restored), on 2-node
+ * clusters with the real daemon (src/testbed/cluster.ts):
  *
  *   udp            the cluster route via flannel0 deleted by hand → restored, pods ping again;
  *                  the TUN's address deleted (the kernel flushes the route with it) → both back
@@ -10,8 +11,8 @@
  *   udp, vxlan userspace   the TUN deleted → the engine starts again on a new TUN of that name
  *                  (same options, the current peer table), address and route back, pods ping
  *
- * Waits are generous (the re-check runs every 10 s); what is asserted is the restored state and
- * the readiness transitions, not how fast they came.
+ * Waits are generous (a loaded machine); what is asserted is the restored state and the
+ * readiness transitions, not how fast they came.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -20,7 +21,7 @@ import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const HEALTH_PORT = '9094';
-/** Two re-check periods and then some: a loaded 2-CPU box may be slow. */
+/** Generous: the change-started re-check comes within a second, the 10 s one while a device cannot be restored; a loaded 2-CPU box may be slow. */
 const REPAIR_WAIT_MS = 45_000;
 
 async function pings(from: Pod, to: Pod): Promise<boolean> {

@@ -121,8 +121,10 @@ export interface KernelMetrics {
   readonly failures: Counter;
   /** Peer leases skipped because their backend data is unusable. */
   readonly skipped: Counter;
-  /** Entries restored or removed by the periodic re-check. */
+  /** Entries restored or removed by the re-check. */
   readonly repairs: Counter;
+  /** Re-checks of the kernel state, by what started them. */
+  readonly rechecks: Counter<'trigger'>;
 }
 
 /** The kernel backends' counters, registered once per registry. */
@@ -142,21 +144,31 @@ export function kernelMetrics(reg: PromRegistry): KernelMetrics {
     ),
     repairs: counter(
       'weft_backend_kernel_repairs_total',
-      'Kernel entries restored or removed by the periodic re-check',
+      'Kernel entries restored or removed by the re-check',
     ),
+    rechecks:
+      (reg.getSingleMetric('weft_backend_kernel_rechecks_total') as
+        Counter<'trigger'> | undefined) ??
+      new Counter({
+        name: 'weft_backend_kernel_rechecks_total',
+        help: 'Re-checks of the kernel state, by trigger: change (rtnetlink reported a change to weft entries or devices that weft did not make), overflow (notifications lost, or the watch failed), periodic (the safety net: every 5 min, or every 10 s while only a re-check can fix something)',
+        labelNames: ['trigger'],
+        registers: [reg],
+      }),
   };
 }
 
 /** The reconcile-loop hooks that feed the kernel backends' counters. */
 export function reconcilerMetricHooks(
   m: KernelMetrics,
-): Pick<ReconcilerOptions, 'onApplied' | 'onRepaired'> {
+): Pick<ReconcilerOptions, 'onApplied' | 'onRepaired' | 'onRecheck'> {
   return {
     onApplied: (r) => {
       m.ops.inc(r.ops);
       m.failures.inc(r.failed);
     },
     onRepaired: (n) => m.repairs.inc(n),
+    onRecheck: (trigger) => m.rechecks.inc({ trigger }),
   };
 }
 

@@ -12,9 +12,16 @@
  * - `resync()` lists the kernel entries this backend owns (the `Ownership` scopes: routes on a
  *   device inside the cluster network, permanent neighbours and FDB entries on the VXLAN device),
  *   restores what is missing or different and deletes what no peer wants — including entries left
- *   by an earlier run (flannel issue #2554). `run()` does it every `resyncMs` (10 s).
- *   Before the peers, `ensureBase` (when given) re-checks and restores the backend's own state
- *   (its device, the device's address and route); when it throws, the resync stops there.
+ *   by an earlier run (flannel issue #2554). Before the peers, `ensureBase` (when given) re-checks
+ *   and restores the backend's own state (its device, the device's address and route); when it
+ *   throws, the resync stops there.
+ * - `run()` re-checks when the kernel says something changed: the Netlink's `watch` (rtnetlink
+ *   notifications) reports every change to links, addresses, routes, neighbours and FDB entries;
+ *   a change to what this backend owns that it did not write itself (an entry deleted, changed or
+ *   added by hand, a device set down or gone, an address removed) wakes a resync
+ *   `recheckDelayMs` (100 ms) later, as does a lost notification (the socket overflowed). Nothing
+ *   changing costs nothing. A full re-check still runs every `resyncMs` as a safety net (5 min
+ *   with a watch; 10 s without one, or after the watch failed).
  *
  * One writer: every kernel change goes through the internal queue, so flush, retries and
  * resyncs never interleave their changes. A resync holds the queue only to run `ensureBase` and
@@ -27,10 +34,13 @@ import type { Logger } from '../../common/log.js';
 import { LogOnce } from '../../common/log.js';
 import { type Family, type IPNet, containsNet, parseCIDR } from '../../common/ip.js';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { backoffDelay, sleep } from '../../common/lifecycle.js';
+import { backoffDelay } from '../../common/lifecycle.js';
 import { errorMessage } from '../../common/errors.js';
 import {
+  type ChangeBatch,
   type FdbSpec,
+  type KernelChange,
+  type KernelWatch,
   type NeighSpec,
   type Netlink,
   type Op,
@@ -55,8 +65,20 @@ export interface ReconcilerOptions {
   readonly netlink: Netlink;
   readonly log: Logger;
   readonly ownership: readonly Ownership[];
-  /** Periodic re-check interval (default 10 s). */
+  /**
+   * The full re-check's interval: 5 min (WATCHED_RESYNC_MS) while the Netlink's watch reports
+   * changes, 10 s (RESYNC_MS) without one.
+   */
   readonly resyncMs?: number;
+  /** How long a change-triggered re-check waits to gather more changes (default 100 ms). */
+  readonly recheckDelayMs?: number;
+  /**
+   * Devices whose link or address changes (and routes deleted from them) call for a re-check,
+   * besides the ownership scopes' devices (the userspace backends' TUN).
+   */
+  readonly watchDevs?: readonly string[];
+  /** Counts re-checks by what started them, as each ends (metrics hook). */
+  readonly onRecheck?: (trigger: RecheckTrigger) => void;
   /** Retry backoff for failed peers (defaults 100 ms → 5 s, 6 attempts before resync takes over). */
   readonly retry?: { initialMs: number; maxMs: number; attempts: number };
   /** Counts applied ops and failed ones (metrics hook). */
@@ -135,11 +157,45 @@ interface PeerState {
 /** Entries compared per event-loop turn by a resync. */
 const COMPARE_PER_TURN = 2048;
 
+/** The full re-check's interval without a watch (flannel re-checks its routes as often). */
+export const RESYNC_MS = 10_000;
+/** The same while a watch reports changes: only a safety net. */
+export const WATCHED_RESYNC_MS = 300_000;
+/** What started a re-check run() made. */
+export type RecheckTrigger = 'periodic' | 'change' | 'overflow';
+
 export class Reconciler {
   readonly #nl: Netlink;
   readonly #log: Logger;
   readonly #ownership: readonly Ownership[];
-  readonly #resyncMs: number;
+  readonly #resyncMs: number | undefined;
+  readonly #recheckDelayMs: number;
+  /** Devices whose link and address changes call for a re-check. */
+  readonly #watchDevs: Set<string>;
+  /** Devices whose routes outside the ownership scopes are the backend's own (the TUN's). */
+  readonly #baseDevs: ReadonlySet<string>;
+  readonly #onRecheck: ReconcilerOptions['onRecheck'];
+  #watch: KernelWatch | null = null;
+  /** The watch could not start or failed: the periodic re-check is all there is. */
+  #unwatched = false;
+  /**
+   * Identities of the entries this reconciler changed since the watch last reported: their
+   * notifications are its own. (Apply is synchronous in the kernel: every notification of a
+   * batch is queued before apply() resolves, so the next report carries them all.)
+   */
+  readonly #own = new Set<string>();
+  /** Applies in flight (#own is kept until none is). */
+  #applying = 0;
+  /** A re-check the watch asked for, not yet started. */
+  #wanted: RecheckTrigger | null = null;
+  /** Wakes run()'s wait for the next re-check (set while it waits). */
+  #wake: ((t: RecheckTrigger) => void) | null = null;
+  /** Re-arms run()'s periodic wait when its interval changed (set while it waits). */
+  #rearm: (() => void) | null = null;
+  /** Peers out of quick retries: the periodic re-check is what programs them now. */
+  readonly #stranded = new Set<string>();
+  /** The last re-check failed (ensureBase could not restore the backend's own state). */
+  #failing = false;
   readonly #retry: { initialMs: number; maxMs: number; attempts: number };
   readonly #onApplied: ReconcilerOptions['onApplied'];
   readonly #onRepaired: ReconcilerOptions['onRepaired'];
@@ -159,7 +215,16 @@ export class Reconciler {
     this.#nl = o.netlink;
     this.#log = o.log;
     this.#ownership = o.ownership;
-    this.#resyncMs = o.resyncMs ?? 10_000;
+    this.#resyncMs = o.resyncMs;
+    this.#recheckDelayMs = o.recheckDelayMs ?? 100;
+    this.#onRecheck = o.onRecheck;
+    this.#baseDevs = new Set(o.watchDevs ?? []);
+    this.#watchDevs = new Set(o.watchDevs ?? []);
+    for (const own of o.ownership) {
+      for (const r of own.routes) this.#watchDevs.add(r.dev);
+      if (own.neighDev) this.#watchDevs.add(own.neighDev);
+      if (own.fdbDev) this.#watchDevs.add(own.fdbDev);
+    }
     this.#retry = o.retry ?? { initialMs: 100, maxMs: 5_000, attempts: 6 };
     this.#onApplied = o.onApplied;
     this.#onRepaired = o.onRepaired;
@@ -182,6 +247,7 @@ export class Reconciler {
     if (desired.length === 0 && pending.length === 0) {
       this.#peers.delete(key);
       this.#dirty.delete(key);
+      this.#stranded.delete(key);
       return;
     }
     this.#peers.set(key, { desired, pending, attempt: 0, retryAt: 0, flushed: prev?.flushed ?? 0 });
@@ -202,7 +268,164 @@ export class Reconciler {
 
   /** Applies every pending group now; resolves when the kernel answered. */
   flush(): Promise<void> {
+    this.#startWatch();
     return this.#serial(() => this.#flush(false));
+  }
+
+  /** Whether a watch reports kernel changes now (else only the periodic re-check runs). */
+  get watching(): boolean {
+    return this.#watch !== null;
+  }
+
+  /** The re-check the watch asked for and run() has not started yet (null: none). */
+  get recheckWanted(): RecheckTrigger | null {
+    return this.#wanted;
+  }
+
+  /**
+   * The full re-check's interval now: the safety net's while a watch reports changes and
+   * everything is in place; RESYNC_MS while there is something only a re-check can fix (a peer
+   * out of quick retries, the backend's own state not restorable) or no watch.
+   */
+  get recheckEveryMs(): number {
+    if (this.#resyncMs !== undefined) return this.#resyncMs;
+    const calm = this.#watch !== null && !this.#failing && this.#stranded.size === 0;
+    return calm ? WATCHED_RESYNC_MS : RESYNC_MS;
+  }
+
+  /**
+   * Starts the watch once, before the first flush (so the reconciler hears of every change made
+   * after the entries it wrote): a Netlink without one, or one that cannot open, leaves the
+   * periodic re-check in charge.
+   */
+  #startWatch(): void {
+    if (this.#watch || this.#unwatched) return;
+    if (!this.#nl.watch) {
+      this.#unwatched = true;
+      return;
+    }
+    try {
+      this.#watch = this.#nl.watch(
+        (batch) => this.#onChanges(batch),
+        (err) => {
+          this.#watch = null;
+          this.#unwatched = true;
+          this.#own.clear();
+          this.#log.warn(
+            { err: errorMessage(err), everyMs: this.#resyncMs ?? RESYNC_MS },
+            'kernel change watch failed; re-checking periodically',
+          );
+          this.#want('overflow');
+        },
+      );
+    } catch (err) {
+      this.#unwatched = true;
+      this.#log.warn(
+        { err: errorMessage(err), everyMs: this.#resyncMs ?? RESYNC_MS },
+        'kernel change watch unavailable; re-checking periodically',
+      );
+    }
+  }
+
+  /** Applies ops, remembering (while a watch runs) that their notifications are our own. */
+  async #apply(ops: readonly Op[]): ReturnType<Netlink['apply']> {
+    if (this.#watch) for (const op of ops) this.#own.add(identity(op));
+    this.#applying++;
+    try {
+      return await this.#nl.apply(ops);
+    } finally {
+      this.#applying--;
+    }
+  }
+
+  #onChanges(batch: ChangeBatch): void {
+    let want: Map<string, AddOp> | null = null;
+    const wanted = () => (want ??= this.#wantedEntries());
+    let found: KernelChange | null = null;
+    for (const c of batch.changes) {
+      if (this.#needsRecheck(c, wanted)) {
+        found = c;
+        break;
+      }
+    }
+    if (this.#applying === 0) this.#own.clear();
+    if (batch.overflowed) {
+      this.#log.info('kernel change notifications lost (socket overflow); re-checking');
+      this.#want('overflow');
+    } else if (found) {
+      this.#log.debug({ change: found }, 'kernel entry changed behind us; re-checking');
+      this.#want('change');
+    }
+  }
+
+  /** Asks run() for a re-check (an overflow outranks a change). */
+  #want(t: RecheckTrigger): void {
+    if (this.#wanted !== 'overflow') this.#wanted = t;
+    this.#wake?.(this.#wanted);
+  }
+
+  /** Every peer's desired entries by identity. */
+  #wantedEntries(): Map<string, AddOp> {
+    const m = new Map<string, AddOp>();
+    for (const p of this.#peers.values()) for (const op of p.desired) m.set(identity(op), op);
+    return m;
+  }
+
+  /**
+   * Whether a change the kernel reported calls for a re-check: it touches what this reconciler
+   * owns or depends on, it did not make it, and it is not what the peers want.
+   */
+  #needsRecheck(c: KernelChange, wanted: () => Map<string, AddOp>): boolean {
+    switch (c.kind) {
+      case 'link':
+        return this.#watchDevs.has(c.dev);
+      case 'addr':
+        return c.dev !== null && this.#watchDevs.has(c.dev);
+      case 'route': {
+        if (!c.unicast || c.dev === null) return false;
+        const id = `route|${c.table}|${c.dst}`;
+        if (this.#own.has(id)) return false;
+        if (!this.#ownsRoute(c.family, c.dst, c.dev, c.gw !== null))
+          // a base route (the TUN's cluster route) removed
+          return c.deleted && this.#baseDevs.has(c.dev);
+        const w = wanted().get(id);
+        if (c.deleted) return w !== undefined;
+        return !(w?.op === 'replaceRoute' && (w.gw ?? null) === c.gw && (w.dev ?? null) === c.dev);
+      }
+      case 'neigh': {
+        if (!this.#ownership.some((o) => o.family === c.family && o.neighDev === c.dev))
+          return false;
+        const id = `neigh|${c.dev}|${c.dst}`;
+        if (this.#own.has(id)) return false;
+        const w = wanted().get(id);
+        const permanent = (c.state & NUD_PERMANENT) !== 0;
+        if (c.deleted) return w !== undefined;
+        // a permanent entry nobody wants is stale; the kernel's own (dynamic) ones are not ours
+        if (!w) return permanent;
+        return !(permanent && w.op === 'replaceNeigh' && w.mac === c.mac);
+      }
+      case 'fdb': {
+        if (c.dst === null || !this.#ownership.some((o) => o.fdbDev === c.dev)) return false;
+        const id = `fdb|${c.dev}|${c.mac}|${c.dst}`;
+        if (this.#own.has(id)) return false;
+        return c.deleted === wanted().has(id);
+      }
+    }
+  }
+
+  /** Whether a route falls in an ownership scope. */
+  #ownsRoute(family: Family, dst: string, dev: string, hasGw: boolean): boolean {
+    const net = parseCIDR(dst);
+    return (
+      net !== null &&
+      this.#ownership.some(
+        (o) =>
+          o.family === family &&
+          o.routes.some(
+            (s) => s.dev === dev && containsNet(s.within, net) && (!s.viaGateway || hasGw),
+          ),
+      )
+    );
   }
 
   /**
@@ -228,28 +451,71 @@ export class Reconciler {
 
   #resyncing: Promise<void> = Promise.resolve();
 
-  /** Periodic resync until `signal` fires. */
+  /** Re-checks on kernel changes, and periodically, until `signal` fires. */
   async run(signal: AbortSignal): Promise<void> {
-    this.#log.debug({ everyMs: this.#resyncMs }, 'reconcile loop started');
+    this.#startWatch();
+    this.#log.debug(
+      { watching: this.watching, everyMs: this.recheckEveryMs },
+      'reconcile loop started',
+    );
     try {
       while (!signal.aborted) {
-        await sleep(this.#resyncMs, signal).catch(() => undefined);
-        if (signal.aborted) break;
+        const trigger = await this.#nextRecheck(signal);
+        if (signal.aborted || trigger === null) break;
+        this.#wanted = null;
+        this.#failing = false;
         await this.resync().catch((err: unknown) => {
+          this.#failing = true;
           if (this.#once.first(`resync:${errorMessage(err)}`)) {
             this.#log.warn({ err: errorMessage(err) }, 'resync failed');
           }
         });
+        this.#onRecheck?.(trigger);
       }
     } finally {
-      clearTimeout(this.#retryTimer);
+      this.close();
       this.#log.debug('reconcile loop stopped');
     }
+  }
+
+  /**
+   * Waits for the next re-check: `recheckDelayMs` after the watch asked for one, or the
+   * periodic interval; null when `signal` fired.
+   */
+  #nextRecheck(signal: AbortSignal): Promise<RecheckTrigger | null> {
+    return new Promise((resolve) => {
+      let soon: NodeJS.Timeout | undefined;
+      const done = (t: RecheckTrigger | null) => {
+        clearTimeout(periodic);
+        clearTimeout(soon);
+        this.#wake = null;
+        this.#rearm = null;
+        signal.removeEventListener('abort', aborted);
+        resolve(t);
+      };
+      let every = this.recheckEveryMs;
+      let periodic = setTimeout(() => done(this.#wanted ?? 'periodic'), every);
+      this.#rearm = () => {
+        if (this.recheckEveryMs >= every) return;
+        every = this.recheckEveryMs;
+        clearTimeout(periodic);
+        periodic = setTimeout(() => done(this.#wanted ?? 'periodic'), every);
+      };
+      const aborted = () => done(null);
+      signal.addEventListener('abort', aborted, { once: true });
+      this.#wake = (t) => {
+        soon ??= setTimeout(() => done(this.#wanted ?? t), this.#recheckDelayMs);
+      };
+      if (this.#wanted) this.#wake(this.#wanted);
+    });
   }
 
   close(): void {
     clearTimeout(this.#retryTimer);
     this.#retryTimer = undefined;
+    this.#watch?.close();
+    this.#watch = null;
+    this.#own.clear();
   }
 
   #serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -281,13 +547,14 @@ export class Reconciler {
       this.#dirty.delete(key);
     }
     if (batch.length === 0) return;
-    const results = await this.#nl.apply(batch);
+    const results = await this.#apply(batch);
     const rollback: Op[] = [];
     for (const g of groups) {
       const res = results.slice(g.start, g.start + g.ops.length);
       const firstErr = res.findIndex((r) => r !== null);
       if (firstErr < 0) {
         g.peer.attempt = 0;
+        this.#stranded.delete(g.key);
         // (an update() while the batch was in flight replaced the state: keep the new one)
         if (g.peer.desired.length === 0 && this.#peers.get(g.key) === g.peer)
           this.#peers.delete(g.key);
@@ -303,7 +570,7 @@ export class Reconciler {
     }
     this.#onApplied?.({ ops: batch.length, failed: results.filter((r) => r !== null).length });
     if (rollback.length > 0) {
-      const rb = await this.#nl.apply(rollback);
+      const rb = await this.#apply(rollback);
       rb.forEach((r, i) => {
         if (r && this.#once.first(`rollback:${r.message}`)) {
           this.#log.warn({ op: describeOp(rollback[i]!), err: r.message }, 'rollback failed');
@@ -317,6 +584,8 @@ export class Reconciler {
       // Out of quick retries: the periodic resync keeps restoring it.
       this.#log.warn({ peer: key, err: err.message }, 'peer not programmed; left to resync');
       peer.attempt = 0;
+      this.#stranded.add(key);
+      this.#rearm?.();
       return;
     }
     const delay = backoffDelay(peer.attempt, this.#retry);
@@ -443,7 +712,7 @@ export class Reconciler {
     if (dels.length + dirty.length > 0) this.#onRepaired?.(dels.length + dirty.length);
     if (dels.length > 0) {
       this.#log.info({ count: dels.length }, 'removing stale entries');
-      const res = await this.#nl.apply(dels);
+      const res = await this.#apply(dels);
       res.forEach((r) => {
         if (r && this.#once.first(`stale:${r.message}`)) {
           this.#log.warn({ err: r.message }, 'stale entry not removed');

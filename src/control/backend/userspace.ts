@@ -44,6 +44,7 @@ import {
   clusterNetwork,
   enabledFamilies,
   kernelMetrics,
+  reconcilerMetricHooks,
   leaseSubnet,
   subnetAddress,
 } from './kernel-common.js';
@@ -327,7 +328,8 @@ export function createUserspaceBackend(
         netlink: netlink,
         log,
         ownership: [],
-        onRepaired: (n) => kernelMetrics(ctx.metrics).repairs.inc(n),
+        watchDevs: [running.tunName],
+        ...reconcilerMetricHooks(kernelMetrics(ctx.metrics)),
         ensureBase: async () => {
           let missing = 0;
           try {

@@ -3,15 +3,21 @@
  * that matter to the backends: routes are keyed by (table, dst), neighbours by (dev, dst), FDB
  * entries by (dev, mac, dst); ops on unknown devices fail with ENODEV; deleting what is absent
  * succeeds (the seam is idempotent); removing a device's last IPv4 address flushes its IPv4
- * routes and neighbours. test/netns/fake-netlink-agrees.test.ts checks it against the kernel. `calls` records every applied batch; `failWith` injects an
- * errno for ops matching a predicate.
+ * routes and neighbours. test/netns/fake-netlink-agrees.test.ts checks it against the kernel.
+ * `calls` records every applied batch; `failWith` injects an errno for ops matching a predicate.
+ * `watch` reports every change an op made, on a later turn, as the kernel's notifications do;
+ * `external` changes the state by hand (as `ip` would: reported, not recorded in `calls`),
+ * `notify` and `failWatch` report what a test says.
  */
 import { constants } from 'node:os';
 import type { WeftError } from '../../common/errors.js';
 import { type Family, familyOf } from '../../common/ip.js';
 import {
   type AddrEntry,
+  type ChangeBatch,
   type FdbEntry,
+  type KernelChange,
+  type KernelWatch,
   type IpipInfo,
   type TunLinkInfo,
   type LinkInfo,
@@ -55,6 +61,10 @@ export class FakeNetlink implements Netlink {
   readonly calls: Op[][] = [];
   #nextIndex = 1;
   #faults: Array<{ match: (op: Op) => boolean; errno: number; times: number }> = [];
+  readonly #watchers = new Set<{
+    onChanges: (b: ChangeBatch) => void;
+    onError: (e: Error) => void;
+  }>();
   closed = false;
 
   /** Adds a device (as `ip link add` would). */
@@ -90,10 +100,48 @@ export class FakeNetlink implements Netlink {
   async apply(ops: readonly Op[]): Promise<Array<WeftError | null>> {
     this.calls.push([...ops]);
     if (this.latencyMs > 0) await new Promise((r) => setTimeout(r, this.latencyMs));
-    return ops.map((op) => {
+    const changes: KernelChange[] = [];
+    const results = ops.map((op) => {
       const errno = this.#fault(op) ?? this.#applyOne(op);
+      if (errno === 0) changes.push(...changeOf(op));
       return errno === 0 || isAlreadyDone(op, errno) ? null : netlinkError(op, errno);
     });
+    this.notify(changes);
+    return results;
+  }
+
+  /** Changes the state by hand, as `ip` would: reported to watchers, not recorded in `calls`. */
+  external(ops: readonly Op[]): void {
+    const changes: KernelChange[] = [];
+    for (const op of ops) if (this.#applyOne(op) === 0) changes.push(...changeOf(op));
+    this.notify(changes);
+  }
+
+  watch(onChanges: (b: ChangeBatch) => void, onError: (e: Error) => void): KernelWatch {
+    const w = { onChanges, onError };
+    this.#watchers.add(w);
+    return { close: () => this.#watchers.delete(w) };
+  }
+
+  /** Watchers active now (tests: a closed reconciler leaves none). */
+  get watchers(): number {
+    return this.#watchers.size;
+  }
+
+  /** Reports changes to every watcher on a later turn (nothing when there are none). */
+  notify(changes: readonly KernelChange[], overflowed = false): void {
+    if (this.#watchers.size === 0 || (changes.length === 0 && !overflowed)) return;
+    const batch: ChangeBatch = { changes: [...changes], overflowed };
+    setImmediate(() => {
+      for (const w of this.#watchers) w.onChanges(batch);
+    });
+  }
+
+  /** Fails every watch (as a monitor socket error would); they deliver nothing more. */
+  failWatch(err: Error): void {
+    const ws = [...this.#watchers];
+    this.#watchers.clear();
+    for (const w of ws) w.onError(err);
   }
 
   #fault(op: Op): number | undefined {
@@ -230,6 +278,7 @@ export class FakeNetlink implements Netlink {
   /** Removes a device behind the backend's back (tests of device recreation). */
   removeLink(name: string): void {
     this.#dropDevice(name);
+    this.notify([{ kind: 'link', deleted: true, dev: name }]);
   }
 
   async listRoutes(filter: RouteFilter): Promise<RouteEntry[]> {
@@ -264,5 +313,51 @@ export class FakeNetlink implements Netlink {
 
   close(): void {
     this.closed = true;
+  }
+}
+
+/** The change the kernel reports for an op that succeeded. */
+function changeOf(op: Op): KernelChange[] {
+  const family = (a: string) => (isV4(a) ? 4 : 6);
+  switch (op.op) {
+    case 'replaceRoute':
+    case 'delRoute':
+      return [
+        {
+          kind: 'route',
+          deleted: op.op === 'delRoute',
+          family: family(op.dst),
+          dst: op.dst,
+          gw: op.gw ?? null,
+          dev: op.dev ?? null,
+          table: op.table ?? RT_TABLE_MAIN,
+          unicast: op.type !== 'blackhole',
+        },
+      ];
+    case 'replaceNeigh':
+    case 'delNeigh':
+      return [
+        {
+          kind: 'neigh',
+          deleted: op.op === 'delNeigh',
+          family: family(op.dst),
+          dst: op.dst,
+          dev: op.dev,
+          mac: op.op === 'replaceNeigh' ? (op.mac ?? null) : null,
+          state: NUD_PERMANENT,
+        },
+      ];
+    case 'appendFdb':
+    case 'delFdb':
+      return [{ kind: 'fdb', deleted: op.op === 'delFdb', mac: op.mac, dst: op.dst, dev: op.dev }];
+    case 'replaceAddr':
+    case 'delAddr':
+      return [{ kind: 'addr', deleted: op.op === 'delAddr', family: family(op.addr), dev: op.dev }];
+    case 'setLink':
+    case 'delLink':
+      return [{ kind: 'link', deleted: op.op === 'delLink', dev: op.dev }];
+    case 'addVxlan':
+    case 'addIpip':
+      return [{ kind: 'link', deleted: false, dev: op.name }];
   }
 }
