@@ -26,7 +26,8 @@
  *   burst    every lease removed, then N leases written as fast as the store takes them →
  *            every peer programmed, measured from the last write's answer
  *   rss      the daemon's RSS after the burst (N peers) and its peak (VmHWM)
- *   idle     daemon CPU over --idle-seconds with nothing changing
+ *   idle     daemon CPU over --idle-seconds with nothing changing, --idle-settle-seconds (10)
+ *            after the burst (so the heap compaction that follows a burst is not counted)
  * The machine is shared: every figure is one run, under whatever else runs. Output: a table,
  * and JSON (bench/results/scale.json, or --json PATH). `--flanneld PATH` adds flanneld rows for
  * the etcd store (vxlan, host-gw, udp) measured through the same harness. `--node-args '…'`
@@ -78,6 +79,8 @@ export interface Row {
   eventP99Ms: number | null;
   removeP50Ms: number | null;
   removeP99Ms: number | null;
+  /** Every single event's latency, in order (adds, then removals): where a p99 comes from. */
+  eventsMs?: { add: number[]; remove: number[]; addWrite: number[] };
   churnCpuPct: number | null;
   /** Changes (adds + removes) per second the store actually took during the churn. */
   churnRate: number | null;
@@ -101,6 +104,8 @@ const { values: opt } = parseArgs({
     'churn-rate': { type: 'string', default: '100' },
     'churn-seconds': { type: 'string', default: '20' },
     'idle-seconds': { type: 'string', default: '15' },
+    /** Quiet time before the idle window: V8 compacts the heap ~8 s after a burst's garbage. */
+    'idle-settle-seconds': { type: 'string', default: '10' },
     flanneld: { type: 'string' },
     /** Extra Node flags for the weft daemon (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`). */
     'node-args': { type: 'string', default: '' },
@@ -112,6 +117,7 @@ const EVENTS = Number(opt.events);
 const CHURN_RATE = Number(opt['churn-rate']);
 const CHURN_S = Number(opt['churn-seconds']);
 const IDLE_S = Number(opt['idle-seconds']);
+const IDLE_SETTLE_S = Number(opt['idle-settle-seconds']);
 const nodeArgs = opt['node-args'].split(' ').filter((a) => a !== '');
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -572,11 +578,14 @@ async function measure(
     // one event at a time
     const add: number[] = [];
     const del: number[] = [];
+    /** How long each add's write took to be answered (the store's share of `add`). */
+    const addWrite: number[] = [];
     for (let k = 0; k < EVENTS; k++) {
       const i = 20_000 + k;
       const dst = peerSubnet(i);
       const w = Date.now(); // a store may show a change before its write is answered
       await driver.add([i]);
+      addWrite.push(Date.now() - w);
       const at = await until(
         o,
         (s) => (s.subnets ? s.subnets.has(dst) : s.count >= N + 1 && s.at >= w),
@@ -594,6 +603,7 @@ async function measure(
       );
       del.push(Math.max(0, (o.timeOf(dst) ?? at2) - w2));
     }
+    row.eventsMs = { add, remove: del, addWrite };
     row.eventP50Ms = pct(add, 0.5);
     row.eventP99Ms = pct(add, 0.99);
     row.removeP50Ms = pct(del, 0.5);
@@ -677,8 +687,9 @@ async function measure(
     row.rssMiB = memKiB(pid, 'VmRSS') / 1024;
     row.peakRssMiB = memKiB(pid, 'VmHWM') / 1024;
 
-    // idle
-    await sleep(2000);
+    // idle: after the burst's tail (V8's memory reducer runs a few mark-compacts ~8 s after the
+    // allocation stops), what nothing changing costs
+    await sleep(IDLE_SETTLE_S * 1000);
     const i0 = cpuTicks(pid);
     const it0 = Date.now();
     await sleep(IDLE_S * 1000);

@@ -355,6 +355,7 @@ Napi::Object ChangeObject(Napi::Env env, const NlChange& c) {
     case NlChange::kLink:
       o.Set("kind", "link");
       o.Set("name", c.name);
+      o.Set("flags", c.link_flags);
       break;
     case NlChange::kAddr:
       o.Set("kind", "addr");
@@ -406,6 +407,11 @@ Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
   std::string error;
   std::unique_ptr<NetlinkMonitor> mon = NetlinkMonitor::Open(path, &error);
   if (!mon) throw Napi::Error::New(env, "netlink monitor open: " + error);
+  // A Netlink handle given third: the changes it makes itself are not reported.
+  if (info.Length() > 2 && info[2].IsExternal()) {
+    Handle* h = info[2].As<Napi::External<Handle>>().Data();
+    if (h->nl) mon->IgnorePort(h->nl->portid());
+  }
   uv_loop_t* loop = nullptr;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr)
     throw Napi::Error::New(env, "netlink monitor: no event loop");

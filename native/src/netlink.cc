@@ -646,6 +646,7 @@ int NetlinkMonitor::Drain(std::vector<NlChange>* out) {
     auto* nlh = reinterpret_cast<nlmsghdr*>(rx_.get());
     int left = static_cast<int>(n);
     for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
+      if (ignore_portid_ != 0 && nlh->nlmsg_pid == ignore_portid_) continue;
       NlChange c;
       switch (nlh->nlmsg_type) {
         case RTM_NEWROUTE:
@@ -661,6 +662,10 @@ int NetlinkMonitor::Drain(std::vector<NlChange>* out) {
           const auto* nd = static_cast<const ndmsg*>(mnl_nlmsg_get_payload(nlh));
           c.kind = nd->ndm_family == AF_BRIDGE ? NlChange::kFdb : NlChange::kNeigh;
           c.deleted = nlh->nlmsg_type == RTM_DELNEIGH;
+          // FDB additions are not reported: a VXLAN device's FDB notifications carry no port id,
+          // so its owner's own appends (one per peer) would be nearly all of them. A removal, or
+          // an entry pointed elsewhere (the old destination is announced deleted), is reported.
+          if (c.kind == NlChange::kFdb && !c.deleted) continue;
           c.family = nd->ndm_family;
           ParseNeigh(nlh, &c.neigh);
           c.ifindex = c.neigh.ifindex;
@@ -674,6 +679,7 @@ int NetlinkMonitor::Drain(std::vector<NlChange>* out) {
           ParseLink(nlh, &l);
           c.ifindex = l.index;
           c.name = l.name;
+          c.link_flags = l.flags;
           break;
         }
         case RTM_NEWADDR:

@@ -151,6 +151,7 @@ struct NlChange {
   NeighEntry neigh;      // kNeigh, kFdb
   int ifindex = 0;       // kLink, kAddr (and the device of every other kind)
   std::string name;      // kLink
+  unsigned link_flags = 0;  // kLink: IFF_* (IFF_UP: set up)
   int family = 0;        // kRoute, kNeigh, kAddr (AF_INET / AF_INET6)
 };
 
@@ -180,6 +181,10 @@ class Netlink {
   // ENODEV when no such link.
   int GetLink(const std::string& name, LinkEntry* out);
 
+  // The socket's netlink port id: the kernel stamps it on the notifications of the changes this
+  // socket requested (routes, neighbours, addresses), so a monitor can tell them apart.
+  uint32_t portid() const { return portid_; }
+
  private:
   explicit Netlink(mnl_socket* sock);
   int Dump(nlmsghdr* req, int (*cb)(const nlmsghdr*, void*), void* data);
@@ -193,8 +198,9 @@ class Netlink {
 };
 
 // A NETLINK_ROUTE socket subscribed to the link, address, IPv4/IPv6 route and neighbour groups
-// (FDB changes of a VXLAN device come on the neighbour group, family AF_BRIDGE), in the network
-// namespace it was opened in. Non-blocking: Drain() reads whatever is queued.
+// (FDB changes of a VXLAN device come on the neighbour group, family AF_BRIDGE; only removals
+// are reported), in the network namespace it was opened in. Non-blocking: Drain() reads
+// whatever is queued.
 class NetlinkMonitor {
  public:
   static std::unique_ptr<NetlinkMonitor> Open(const std::string& netns_path, std::string* error);
@@ -203,6 +209,9 @@ class NetlinkMonitor {
   NetlinkMonitor& operator=(const NetlinkMonitor&) = delete;
 
   int fd() const;
+  // Notifications stamped with this port id (a Netlink's portid(): the changes it made itself)
+  // are skipped by Drain. 0: none skipped (the kernel's own changes carry 0).
+  void IgnorePort(uint32_t portid) { ignore_portid_ = portid; }
   // Appends every change queued now. Returns 0 when it read all of them; ENOBUFS when the kernel
   // dropped notifications since the last call (the socket buffer was full: the caller must
   // re-read the state it cares about; what was still queued is appended too); another errno on
@@ -212,6 +221,7 @@ class NetlinkMonitor {
  private:
   explicit NetlinkMonitor(mnl_socket* sock);
   mnl_socket* sock_;
+  uint32_t ignore_portid_ = 0;
   std::unique_ptr<char[]> rx_;
 };
 

@@ -99,7 +99,7 @@ export type RawChange =
       state: number;
       flags: number;
     }
-  | { kind: 'link'; deleted: boolean; ifindex: number; name: string }
+  | { kind: 'link'; deleted: boolean; ifindex: number; name: string; flags: number }
   | { kind: 'addr'; deleted: boolean; ifindex: number; family: Family };
 
 /**
@@ -212,8 +212,15 @@ export interface NativeAddon {
   netlinkList(h: NetlinkHandle, what: 'addr', family: Family, ifindex: number): RawAddr[];
   netlinkList(h: NetlinkHandle, what: 'link', family: Family, ifindex: number): RawLink[];
   netlinkGetLink(h: NetlinkHandle, name: string): RawLink | null;
-  /** A change monitor polled by the event loop (keeps it alive until netlinkMonitorClose). */
-  netlinkMonitorOpen(netnsPath: string, listener: RawChangeListener): NetlinkHandle;
+  /**
+   * A change monitor polled by the event loop (keeps it alive until netlinkMonitorClose);
+   * `ignore`: a netlink handle whose own changes are not reported.
+   */
+  netlinkMonitorOpen(
+    netnsPath: string,
+    listener: RawChangeListener,
+    ignore?: NetlinkHandle,
+  ): NetlinkHandle;
   netlinkMonitorClose(h: NetlinkHandle): void;
 
   codecEncap(

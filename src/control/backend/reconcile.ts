@@ -378,9 +378,12 @@ export class Reconciler {
   #needsRecheck(c: KernelChange, wanted: () => Map<string, AddOp>): boolean {
     switch (c.kind) {
       case 'link':
-        return this.#watchDevs.has(c.dev);
+        // gone or set down (the kernel's own link events, carrier and the like, are not faults)
+        return (c.deleted || !c.up) && this.#watchDevs.has(c.dev);
       case 'addr':
-        return c.dev !== null && this.#watchDevs.has(c.dev);
+        // removed (an address added, such as the IPv6 link-local one the kernel gives a device
+        // set up, takes nothing away)
+        return c.deleted && c.dev !== null && this.#watchDevs.has(c.dev);
       case 'route': {
         if (!c.unicast || c.dev === null) return false;
         const id = `route|${c.table}|${c.dst}`;
@@ -406,9 +409,11 @@ export class Reconciler {
       }
       case 'fdb': {
         if (c.dst === null || !this.#ownership.some((o) => o.fdbDev === c.dev)) return false;
+        // (only removals: NativeNetlink does not report FDB additions, so an entry added by hand
+        // waits for the full re-check; one pointed elsewhere is announced removed at its old dst)
         const id = `fdb|${c.dev}|${c.mac}|${c.dst}`;
-        if (this.#own.has(id)) return false;
-        return c.deleted === wanted().has(id);
+        if (!c.deleted || this.#own.has(id)) return false;
+        return wanted().has(id);
       }
     }
   }
@@ -433,6 +438,7 @@ export class Reconciler {
    * repairs hold the queue; the dumps and the comparison do not (flushes go on meanwhile).
    */
   async resync(): Promise<void> {
+    this.#startWatch();
     const base = await this.#serial(async () => (this.#ensureBase ? await this.#ensureBase() : 0));
     if (base > 0) this.#onRepaired?.(base);
     // One resync at a time (run() never overlaps them; a caller's own resync waits for it).
@@ -762,8 +768,10 @@ export type Planner = (event: LeaseEvent, family: Family) => Op[];
  * (default 5 ms) after the first event it carries, once the events already received are planned,
  * and whatever arrives while it is in flight goes into the next one — so a burst of thousands of
  * separate store events (a trickle, as the Kubernetes watch delivers them) costs at most one
- * kernel batch per window, not one per event. The first flush (the snapshot of every lease) is followed by a resync that removes
- * what an earlier run left behind; then the periodic resync runs until `signal`.
+ * kernel batch per window, not one per event. The first flush (the snapshot of every lease) is
+ * preceded by a resync, which removes what an earlier run left behind and what no lease wants
+ * (its dumps read a table the snapshot has not filled yet: cheap on a fresh node, and never a
+ * stall after the peers are programmed); then run() re-checks on changes until `signal`.
  */
 export async function runPlanned(
   events: AsyncIterable<LeaseEvent[]>,
@@ -792,11 +800,11 @@ export async function runPlanned(
       await new Promise<void>((resolve) =>
         windowMs > 0 ? setTimeout(resolve, windowMs) : setImmediate(resolve),
       );
-      await rec.flush();
       if (!periodic) {
         await rec.resync();
         periodic = rec.run(loop.signal);
       }
+      await rec.flush();
     } while (again && !signal.aborted);
   };
   const kick = () => {

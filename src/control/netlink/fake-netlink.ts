@@ -103,7 +103,7 @@ export class FakeNetlink implements Netlink {
     const changes: KernelChange[] = [];
     const results = ops.map((op) => {
       const errno = this.#fault(op) ?? this.#applyOne(op);
-      if (errno === 0) changes.push(...changeOf(op));
+      if (errno === 0) changes.push(...this.#changeOf(op));
       return errno === 0 || isAlreadyDone(op, errno) ? null : netlinkError(op, errno);
     });
     this.notify(changes);
@@ -113,7 +113,7 @@ export class FakeNetlink implements Netlink {
   /** Changes the state by hand, as `ip` would: reported to watchers, not recorded in `calls`. */
   external(ops: readonly Op[]): void {
     const changes: KernelChange[] = [];
-    for (const op of ops) if (this.#applyOne(op) === 0) changes.push(...changeOf(op));
+    for (const op of ops) if (this.#applyOne(op) === 0) changes.push(...this.#changeOf(op));
     this.notify(changes);
   }
 
@@ -121,6 +121,15 @@ export class FakeNetlink implements Netlink {
     const w = { onChanges, onError };
     this.#watchers.add(w);
     return { close: () => this.#watchers.delete(w) };
+  }
+
+  /** The changes an op that succeeded reports (links: their state after it). */
+  #changeOf(op: Op): KernelChange[] {
+    if (op.op === 'setLink' || op.op === 'delLink') {
+      const l = this.links.get(op.dev);
+      return [{ kind: 'link', deleted: !l, dev: op.dev, up: l?.up ?? false }];
+    }
+    return changeOf(op);
   }
 
   /** Watchers active now (tests: a closed reconciler leaves none). */
@@ -278,7 +287,7 @@ export class FakeNetlink implements Netlink {
   /** Removes a device behind the backend's back (tests of device recreation). */
   removeLink(name: string): void {
     this.#dropDevice(name);
-    this.notify([{ kind: 'link', deleted: true, dev: name }]);
+    this.notify([{ kind: 'link', deleted: true, dev: name, up: false }]);
   }
 
   async listRoutes(filter: RouteFilter): Promise<RouteEntry[]> {
@@ -355,9 +364,9 @@ function changeOf(op: Op): KernelChange[] {
       return [{ kind: 'addr', deleted: op.op === 'delAddr', family: family(op.addr), dev: op.dev }];
     case 'setLink':
     case 'delLink':
-      return [{ kind: 'link', deleted: op.op === 'delLink', dev: op.dev }];
+      return []; // reported by the caller, which knows the link's state after the op
     case 'addVxlan':
     case 'addIpip':
-      return [{ kind: 'link', deleted: false, dev: op.name }];
+      return [{ kind: 'link', deleted: false, dev: op.name, up: false }];
   }
 }

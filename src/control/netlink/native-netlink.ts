@@ -359,9 +359,14 @@ export class NativeNetlink implements Netlink {
   }
 
   /**
-   * A monitor socket in this Netlink's namespace, polled by the event loop. Device indexes are
-   * named from a link dump taken now, kept up to date by the link changes themselves (an index
-   * it does not know sends it back to the kernel once per wakeup).
+   * A monitor socket in this Netlink's namespace, polled by the event loop. Changes made through
+   * this Netlink are left out where the kernel stamps them with its socket's port id (routes,
+   * neighbours, addresses; not link changes): at 200 lease changes a second they would be most
+   * of the traffic. FDB entries added are left out too (their notifications carry no port id);
+   * removed ones, and the old destination of one pointed elsewhere, are reported. Device indexes
+   * are named from a link
+   * dump taken now, kept up to date by the link changes themselves (an index it does not know
+   * sends it back to the kernel once per wakeup).
    */
   watch(onChanges: (batch: ChangeBatch) => void, onError: (err: Error) => void): KernelWatch {
     this.#check();
@@ -389,6 +394,12 @@ export class NativeNetlink implements Netlink {
         };
         const changes: KernelChange[] = [];
         for (const c of raw) {
+          if (c.kind === 'link') {
+            // a device renamed is gone under its old name
+            const old = names.get(c.ifindex);
+            if (old !== undefined && old !== c.name)
+              changes.push({ kind: 'link', deleted: true, dev: old, up: false });
+          }
           const change = toChange(c, name, names);
           if (change) changes.push(change);
         }
@@ -406,7 +417,7 @@ export class NativeNetlink implements Netlink {
     };
     try {
       // Opened before the dump: a link added in between is both dumped and announced.
-      h = this.#b.netlinkMonitorOpen(this.#path, listener);
+      h = this.#b.netlinkMonitorOpen(this.#path, listener, this.#h);
       reread();
     } catch (err) {
       if (h !== null) this.#b.netlinkMonitorClose(h);
@@ -467,7 +478,12 @@ function toChange(
     case 'link': {
       if (c.deleted) names.delete(c.ifindex);
       else names.set(c.ifindex, c.name);
-      return { kind: 'link', deleted: c.deleted, dev: c.name };
+      return {
+        kind: 'link',
+        deleted: c.deleted,
+        dev: c.name,
+        up: !c.deleted && (c.flags & IFF_UP) !== 0,
+      };
     }
     case 'addr':
       return { kind: 'addr', deleted: c.deleted, family: c.family, dev: name(c.ifindex) };

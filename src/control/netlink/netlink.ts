@@ -214,7 +214,14 @@ export type KernelChange =
       readonly dst: string | null;
       readonly dev: string | null;
     }
-  | { readonly kind: 'link'; readonly deleted: boolean; readonly dev: string }
+  | {
+      readonly kind: 'link';
+      /** Gone (or renamed: the old name is reported deleted). */
+      readonly deleted: boolean;
+      readonly dev: string;
+      /** Set up (IFF_UP). */
+      readonly up: boolean;
+    }
   | {
       readonly kind: 'addr';
       readonly deleted: boolean;
@@ -244,8 +251,9 @@ export interface Netlink {
   getLink(name: string): Promise<LinkInfo | null>;
   /**
    * Kernel changes (links, addresses, routes, neighbours, FDB) as they happen, in the namespace
-   * this Netlink acts in. `onError`: the watch failed and delivers nothing more. Optional: a
-   * Netlink without it can only be re-checked by re-reading.
+   * this Netlink acts in; changes this Netlink made may be left out (not all of them can be
+   * told apart), and FDB additions may be (NativeNetlink leaves them out). `onError`: the watch failed and delivers nothing more. Optional: a Netlink
+   * without it can only be re-checked by re-reading.
    */
   watch?(onChanges: (batch: ChangeBatch) => void, onError: (err: Error) => void): KernelWatch;
   close(): void;

@@ -189,6 +189,35 @@ describe('Reconciler: re-checks driven by kernel change notifications', () => {
     rec.close();
   });
 
+  test('its device announced up (carrier, operstate) or given an address calls for no re-check', async () => {
+    const { nl, rec, add, F } = setup(6);
+    add(1);
+    await rec.flush();
+    nl.notify([
+      { kind: 'link', deleted: false, dev: F.dev, up: true },
+      { kind: 'addr', deleted: false, family: 6, dev: F.dev },
+    ]);
+    await settle();
+    assert.equal(rec.recheckWanted, null);
+    nl.notify([{ kind: 'addr', deleted: true, family: 6, dev: F.dev }]);
+    await settle();
+    assert.equal(rec.recheckWanted, 'change', 'an address removed is');
+    rec.close();
+  });
+
+  test('its device renamed (gone under its name) starts a re-check', async () => {
+    const { nl, rec, add, F } = setup();
+    add(1);
+    await rec.flush();
+    nl.notify([
+      { kind: 'link', deleted: true, dev: F.dev, up: false },
+      { kind: 'link', deleted: false, dev: 'renamed0', up: true },
+    ]);
+    await settle();
+    assert.equal(rec.recheckWanted, 'change');
+    rec.close();
+  });
+
   test('its device set down starts a re-check, which re-checks the device first', async () => {
     const { nl, rec, add, start, base, F } = setup();
     add(1);
