@@ -210,8 +210,9 @@ class NetlinkMonitor {
 
   int fd() const;
   // Notifications stamped with this port id (a Netlink's portid(): the changes it made itself)
-  // are skipped by Drain. 0: none skipped (the kernel's own changes carry 0).
-  void IgnorePort(uint32_t portid) { ignore_portid_ = portid; }
+  // are dropped by a socket filter (and skipped by Drain). 0: none (the kernel's own changes
+  // carry 0). FDB additions are always dropped.
+  void IgnorePort(uint32_t portid);
   // Appends every change queued now. Returns 0 when it read all of them; ENOBUFS when the kernel
   // dropped notifications since the last call (the socket buffer was full: the caller must
   // re-read the state it cares about; what was still queued is appended too); another errno on
