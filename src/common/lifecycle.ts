@@ -94,3 +94,59 @@ export class DisposableStack {
 export function anySignal(...signals: Array<AbortSignal | undefined>): AbortSignal {
   return AbortSignal.any(signals.filter((s): s is AbortSignal => s !== undefined));
 }
+
+/**
+ * Races promises against a few that outlive the race (a stop signal, a failure), without the
+ * leak of `Promise.race`: every race call leaves its handlers on each input still pending, so a
+ * loop racing a promise that never settles keeps one more handler (and everything its awaiting
+ * function holds) per turn, for as long as it runs — a daemon's event loop, for ever. A Racer
+ * subscribes to its long-lived promises once; `race(p)` settles with `p`, or with the first of
+ * them to settle, and leaves nothing behind once it has.
+ */
+export class Racer<S> {
+  #outcome: { ok: true; value: S } | { ok: false; error: unknown } | null = null;
+  readonly #waiting = new Set<{ resolve: (v: S) => void; reject: (e: unknown) => void }>();
+
+  constructor(stops: Iterable<Promise<S>>) {
+    for (const s of stops) {
+      s.then(
+        (value) => this.#end({ ok: true, value }),
+        (error: unknown) => this.#end({ ok: false, error }),
+      );
+    }
+  }
+
+  /** Races in progress (tests: none is kept once settled). */
+  get pending(): number {
+    return this.#waiting.size;
+  }
+
+  race<T>(p: Promise<T>): Promise<T | S> {
+    const o = this.#outcome;
+    if (o) return o.ok ? Promise.resolve(o.value) : Promise.reject(o.error);
+    return new Promise<T | S>((resolve, reject) => {
+      const w = { resolve, reject };
+      this.#waiting.add(w);
+      p.then(
+        (v) => {
+          this.#waiting.delete(w);
+          resolve(v);
+        },
+        (e: unknown) => {
+          this.#waiting.delete(w);
+          reject(e);
+        },
+      );
+    });
+  }
+
+  #end(o: { ok: true; value: S } | { ok: false; error: unknown }): void {
+    if (this.#outcome) return;
+    this.#outcome = o;
+    for (const w of this.#waiting) {
+      if (o.ok) w.resolve(o.value);
+      else w.reject(o.error);
+    }
+    this.#waiting.clear();
+  }
+}

@@ -34,7 +34,7 @@ import type { Logger } from '../../common/log.js';
 import { LogOnce } from '../../common/log.js';
 import { type Family, type IPNet, containsNet, parseCIDR } from '../../common/ip.js';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { backoffDelay } from '../../common/lifecycle.js';
+import { Racer, backoffDelay } from '../../common/lifecycle.js';
 import { errorMessage } from '../../common/errors.js';
 import {
   type ChangeBatch,
@@ -823,9 +823,10 @@ export async function runPlanned(
     );
   };
   const iter = events[Symbol.asyncIterator]();
+  const racer = new Racer<never>([failure]);
   try {
     for (;;) {
-      const next = await Promise.race([iter.next(), failure]);
+      const next = await racer.race(iter.next());
       if (next.done || signal.aborted) break;
       for (const ev of next.value) {
         for (const family of o.families)
@@ -834,7 +835,7 @@ export async function runPlanned(
       kick();
     }
     // Whatever was planned last is applied before returning.
-    while (flushing) await Promise.race([flushing, failure]);
+    while (flushing) await racer.race(flushing);
   } catch (err) {
     // The flush failed while a next() is pending: return() would wait behind it.
     void iter.return?.()?.catch(() => undefined);

@@ -19,6 +19,7 @@ import { availableParallelism } from 'node:os';
 import { WeftError, errorMessage } from '../../common/errors.js';
 import { type Family, formatCIDR } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
+import { Racer } from '../../common/lifecycle.js';
 import { LogOnce } from '../../common/log.js';
 import { loadNative } from '../../common/native.js';
 import { offloadsFromEnv } from '../../dataplane/offloads.js';
@@ -411,9 +412,10 @@ export function createUserspaceBackend(
         if (signal.aborted) resolve(null);
         signal.addEventListener('abort', () => resolve(null), { once: true });
       });
+      const racer = new Racer<null>([aborted, died]);
       try {
         while (!signal.aborted) {
-          const next = await Promise.race([iter.next(), aborted, died]);
+          const next = await racer.race(iter.next());
           if (next === null || next.done) break;
           update(next.value);
         }
