@@ -25,7 +25,8 @@
  *            daemon CPU (user+sys of its process / wall), per-change latency p50/p99
  *   burst    every lease removed, then N leases written as fast as the store takes them →
  *            every peer programmed, measured from the last write's answer
- *   rss      the daemon's RSS after the burst (N peers) and its peak (VmHWM)
+ *   rss      the daemon's RSS right after the burst (N peers), settled (at the end of the idle
+ *            window, N peers, nothing changing) and its peak (VmHWM)
  *   idle     daemon CPU over --idle-seconds with nothing changing, --idle-settle-seconds (10)
  *            after the burst (so the heap compaction that follows a burst is not counted)
  * The machine is shared: every figure is one run, under whatever else runs. Output: a table,
@@ -89,7 +90,10 @@ export interface Row {
   /** Changes still not programmed when the churn ended + 10 s. */
   churnLost: number | null;
   burstMs: number | null;
+  /** RSS right after the burst (N peers; the burst's garbage not yet collected). */
   rssMiB: number | null;
+  /** RSS with N peers once quiet: at the end of the idle window. */
+  settledRssMiB?: number | null;
   peakRssMiB: number | null;
   idleCpuPct: number | null;
   error?: string;
@@ -694,6 +698,7 @@ async function measure(
     const it0 = Date.now();
     await sleep(IDLE_S * 1000);
     row.idleCpuPct = ((cpuTicks(pid) - i0) / TICKS / ((Date.now() - it0) / 1000)) * 100;
+    row.settledRssMiB = memKiB(pid, 'VmRSS') / 1024;
   } catch (err) {
     row.error = (err as Error).message.slice(0, 3000);
   } finally {
@@ -722,7 +727,7 @@ function table(rows: readonly Row[]): string {
     'event p50/p99 ms',
     'churn /s, CPU %',
     'churn p50/p99 ms',
-    'RSS (peak) MiB',
+    'RSS burst / settled (peak) MiB',
     'idle CPU %',
   ];
   const body = rows.map((r) =>
@@ -737,7 +742,7 @@ function table(rows: readonly Row[]): string {
           `${fmt(r.eventP50Ms, 1)} / ${fmt(r.eventP99Ms, 1)}`,
           `${fmt(r.churnRate)}, ${fmt(r.churnCpuPct, 1)}`,
           `${fmt(r.churnP50Ms, 1)} / ${fmt(r.churnP99Ms, 1)}${r.churnLost ? ` (${r.churnLost} late)` : ''}`,
-          `${fmt(r.rssMiB)} (${fmt(r.peakRssMiB)})`,
+          `${fmt(r.rssMiB)} / ${fmt(r.settledRssMiB ?? null)} (${fmt(r.peakRssMiB)})`,
           fmt(r.idleCpuPct, 2),
         ],
   );
