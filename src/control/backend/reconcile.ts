@@ -16,12 +16,13 @@
  *   and restores the backend's own state (its device, the device's address and route); when it
  *   throws, the resync stops there.
  * - `run()` re-checks when the kernel says something changed: the Netlink's `watch` (rtnetlink
- *   notifications) reports every change to links, addresses, routes, neighbours and FDB entries;
- *   a change to what this backend owns that it did not write itself (an entry deleted, changed or
- *   added by hand, a device set down or gone, an address removed) wakes a resync
- *   `recheckDelayMs` (100 ms) later, as does a lost notification (the socket overflowed). Nothing
- *   changing costs nothing. A full re-check still runs every `resyncMs` as a safety net (5 min
- *   with a watch; 10 s without one, or after the watch failed).
+ *   notifications) reports changes to links, addresses, routes, neighbours and FDB entries made
+ *   by others (NativeNetlink leaves out its own and FDB additions); one that leaves what this
+ *   backend owns other than the peers want (an entry deleted, changed or added by hand, a device
+ *   set down or gone, an address removed) wakes a resync `recheckDelayMs` (100 ms) later, as
+ *   does a lost notification (the socket overflowed). Nothing changing costs nothing. A full
+ *   re-check still runs every `resyncMs` as a safety net (5 min with a watch; 10 s without one,
+ *   after the watch failed, or while something is left that only a re-check fixes).
  *
  * One writer: every kernel change goes through the internal queue, so flush, retries and
  * resyncs never interleave their changes. A resync holds the queue only to run `ensureBase` and
@@ -178,14 +179,6 @@ export class Reconciler {
   #watch: KernelWatch | null = null;
   /** The watch could not start or failed: the periodic re-check is all there is. */
   #unwatched = false;
-  /**
-   * Identities of the entries this reconciler changed since the watch last reported: their
-   * notifications are its own. (Apply is synchronous in the kernel: every notification of a
-   * batch is queued before apply() resolves, so the next report carries them all.)
-   */
-  readonly #own = new Set<string>();
-  /** Applies in flight (#own is kept until none is). */
-  #applying = 0;
   /** A re-check the watch asked for, not yet started. */
   #wanted: RecheckTrigger | null = null;
   /** Wakes run()'s wait for the next re-check (set while it waits). */
@@ -310,7 +303,6 @@ export class Reconciler {
         (err) => {
           this.#watch = null;
           this.#unwatched = true;
-          this.#own.clear();
           this.#log.warn(
             { err: errorMessage(err), everyMs: this.#resyncMs ?? RESYNC_MS },
             'kernel change watch failed; re-checking periodically',
@@ -327,15 +319,14 @@ export class Reconciler {
     }
   }
 
-  /** Applies ops, remembering (while a watch runs) that their notifications are our own. */
-  async #apply(ops: readonly Op[]): ReturnType<Netlink['apply']> {
-    if (this.#watch) for (const op of ops) this.#own.add(identity(op));
-    this.#applying++;
-    try {
-      return await this.#nl.apply(ops);
-    } finally {
-      this.#applying--;
-    }
+  /**
+   * Applies ops. What they change needs no filtering here: NativeNetlink's watch does not
+   * report this socket's own route, neighbour and address changes nor FDB additions, and what
+   * it does report of them (FDB removals) is never what the peers want, except in a race (a
+   * peer removed and added again before the report) that costs one needless re-check.
+   */
+  #apply(ops: readonly Op[]): ReturnType<Netlink['apply']> {
+    return this.#nl.apply(ops);
   }
 
   #onChanges(batch: ChangeBatch): void {
@@ -348,7 +339,6 @@ export class Reconciler {
         break;
       }
     }
-    if (this.#applying === 0) this.#own.clear();
     if (batch.overflowed) {
       this.#log.info('kernel change notifications lost (socket overflow); re-checking');
       this.#want('overflow');
@@ -373,7 +363,8 @@ export class Reconciler {
 
   /**
    * Whether a change the kernel reported calls for a re-check: it touches what this reconciler
-   * owns or depends on, it did not make it, and it is not what the peers want.
+   * owns or depends on, and leaves it other than the peers want (an entry they want removed or
+   * changed, one nobody wants added, a device gone or down, an address removed).
    */
   #needsRecheck(c: KernelChange, wanted: () => Map<string, AddOp>): boolean {
     switch (c.kind) {
@@ -387,7 +378,6 @@ export class Reconciler {
       case 'route': {
         if (!c.unicast || c.dev === null) return false;
         const id = `route|${c.table}|${c.dst}`;
-        if (this.#own.has(id)) return false;
         if (!this.#ownsRoute(c.family, c.dst, c.dev, c.gw !== null))
           // a base route (the TUN's cluster route) removed
           return c.deleted && this.#baseDevs.has(c.dev);
@@ -399,7 +389,6 @@ export class Reconciler {
         if (!this.#ownership.some((o) => o.family === c.family && o.neighDev === c.dev))
           return false;
         const id = `neigh|${c.dev}|${c.dst}`;
-        if (this.#own.has(id)) return false;
         const w = wanted().get(id);
         const permanent = (c.state & NUD_PERMANENT) !== 0;
         if (c.deleted) return w !== undefined;
@@ -412,7 +401,7 @@ export class Reconciler {
         // (only removals: NativeNetlink does not report FDB additions, so an entry added by hand
         // waits for the full re-check; one pointed elsewhere is announced removed at its old dst)
         const id = `fdb|${c.dev}|${c.mac}|${c.dst}`;
-        if (!c.deleted || this.#own.has(id)) return false;
+        if (!c.deleted) return false;
         return wanted().has(id);
       }
     }
@@ -521,7 +510,6 @@ export class Reconciler {
     this.#retryTimer = undefined;
     this.#watch?.close();
     this.#watch = null;
-    this.#own.clear();
   }
 
   #serial<T>(fn: () => Promise<T>): Promise<T> {

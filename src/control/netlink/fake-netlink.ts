@@ -5,8 +5,9 @@
  * succeeds (the seam is idempotent); removing a device's last IPv4 address flushes its IPv4
  * routes and neighbours. test/netns/fake-netlink-agrees.test.ts checks it against the kernel.
  * `calls` records every applied batch; `failWith` injects an errno for ops matching a predicate.
- * `watch` reports every change an op made, on a later turn, as the kernel's notifications do;
- * `external` changes the state by hand (as `ip` would: reported, not recorded in `calls`),
+ * `watch` reports changes on a later turn, as the kernel's notifications come: those made by
+ * hand (`external`, as `ip` would: reported, not recorded in `calls`), and of the changes
+ * applied, only what NativeNetlink's watch reports of its own (FDB removals, link changes);
  * `notify` and `failWatch` report what a test says.
  */
 import { constants } from 'node:os';
@@ -103,7 +104,10 @@ export class FakeNetlink implements Netlink {
     const changes: KernelChange[] = [];
     const results = ops.map((op) => {
       const errno = this.#fault(op) ?? this.#applyOne(op);
-      if (errno === 0) changes.push(...this.#changeOf(op));
+      // As NativeNetlink's watch: its own changes are not reported, but for what the kernel
+      // does not stamp with the socket's port (FDB removals, link changes).
+      if (errno === 0 && (op.op === 'delFdb' || op.op === 'setLink' || op.op === 'delLink'))
+        changes.push(...this.#changeOf(op));
       return errno === 0 || isAlreadyDone(op, errno) ? null : netlinkError(op, errno);
     });
     this.notify(changes);

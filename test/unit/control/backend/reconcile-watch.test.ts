@@ -113,6 +113,26 @@ describe('Reconciler: re-checks driven by kernel change notifications', () => {
     rec.close();
   });
 
+  for (const kind of ['route', 'neighbour', 'FDB entry'] as const) {
+    test(`a ${kind} written long before, deleted by hand, is noticed (its writes mask nothing)`, async () => {
+      const { nl, rec, add, dst, gw, F } = setup();
+      for (let i = 1; i <= 5; i++) add(i);
+      await rec.flush();
+      await settle();
+      assert.equal(rec.recheckWanted, null);
+      nl.external([
+        kind === 'route'
+          ? { op: 'delRoute', dst: dst(3), dev: F.dev }
+          : kind === 'neighbour'
+            ? { op: 'delNeigh', dst: gw(3), dev: F.dev }
+            : { op: 'delFdb', mac: 'aa:bb:cc:00:00:03', dst: '192.168.0.3', dev: F.dev },
+      ]);
+      await settle();
+      assert.equal(rec.recheckWanted, 'change');
+      rec.close();
+    });
+  }
+
   test('a route deleted by hand is restored by a re-check the change started', async () => {
     const { nl, rec, add, start, dst, F } = setup();
     add(1);
