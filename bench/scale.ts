@@ -491,6 +491,7 @@ async function measure(
   };
   const scope = new NetnsScope();
   const dir = mkdtempSync(join(tmpdir(), 'weft-scale-'));
+  live = { scope, dir };
   let driver: StoreDriver | null = null;
   let obs: Observer | null = null;
   let p: ChildProcess | null = null;
@@ -711,8 +712,23 @@ async function measure(
     await driver?.close().catch(() => undefined);
     await scope.cleanup();
     rmSync(dir, { recursive: true, force: true });
+    live = null;
   }
   return row;
+}
+
+/** The measurement under way: what Ctrl-C or SIGTERM must remove (its daemon, store, namespaces). */
+let live: { scope: NetnsScope; dir: string } | null = null;
+
+function onSignal(): void {
+  process.stderr.write('\nbench:scale: interrupted; removing the namespaces\n');
+  const l = live;
+  void (l ? l.scope.cleanup() : Promise.resolve())
+    .catch(() => undefined)
+    .finally(() => {
+      if (l) rmSync(l.dir, { recursive: true, force: true });
+      process.exit(130);
+    });
 }
 
 const fmt = (v: number | null, digits = 0) => (v === null ? '-' : v.toFixed(digits));
@@ -754,6 +770,8 @@ async function main(): Promise<void> {
     console.error('bench:scale needs root (network namespaces)');
     process.exit(2);
   }
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   const stores = opt.stores.split(',') as Store[];
   const backends = opt.backends.split(',') as BackendName[];
   const rows: Row[] = [];

@@ -133,6 +133,32 @@ describe('Reconciler: re-checks driven by kernel change notifications', () => {
     });
   }
 
+  test('a removed peer’s neighbour written again by hand is stale: its entries are no longer wanted', async () => {
+    const { nl, rec, add, remove, gw, F } = setup();
+    for (let i = 1; i <= 3; i++) add(i);
+    await rec.flush();
+    remove(3);
+    await rec.flush();
+    await settle();
+    assert.equal(rec.recheckWanted, null);
+    nl.external([{ op: 'replaceNeigh', dst: gw(3), mac: 'aa:bb:cc:00:00:03', dev: F.dev }]);
+    await settle();
+    assert.equal(rec.recheckWanted, 'change');
+    rec.close();
+  });
+
+  test('a peer planned again with the same entries still wants them', async () => {
+    const { nl, rec, add, dst, F } = setup();
+    add(1);
+    add(1);
+    await rec.flush();
+    await settle();
+    nl.external([{ op: 'delRoute', dst: dst(1), dev: F.dev }]);
+    await settle();
+    assert.equal(rec.recheckWanted, 'change');
+    rec.close();
+  });
+
   test('a route deleted by hand is restored by a re-check the change started', async () => {
     const { nl, rec, add, start, dst, F } = setup();
     add(1);
