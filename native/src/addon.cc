@@ -1,6 +1,7 @@
 // The only file that includes napi.h: it converts arguments, checks them and maps errors.
 // Packet and netlink logic live in plain C++ files beside it.
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <libmnl/libmnl.h>
 #include <napi.h>
 #include <net/if.h>
@@ -1181,6 +1182,16 @@ Napi::Value SdNotifyBinding(const Napi::CallbackInfo& info) {
                                          info[1].As<Napi::String>().Utf8Value()));
 }
 
+// mallocTrim() → whether memory went back to the kernel: glibc's malloc_trim(0), which returns
+// the free pages of every arena (not only the top of the main heap). false where it is missing.
+Napi::Value MallocTrimBinding(const Napi::CallbackInfo& info) {
+#ifdef __GLIBC__
+  return Napi::Boolean::New(info.Env(), malloc_trim(0) != 0);
+#else
+  return Napi::Boolean::New(info.Env(), false);
+#endif
+}
+
 class Addon : public Napi::Addon<Addon> {
  public:
   Addon(Napi::Env env, Napi::Object exports) {
@@ -1192,6 +1203,7 @@ class Addon : public Napi::Addon<Addon> {
     dpbind::DefineEngine(env, exports);
     bpfbind::Define(env, exports);
     exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
+    exports.Set("mallocTrim", Napi::Function::New(env, MallocTrimBinding));
   }
 
  private:

@@ -352,6 +352,9 @@ export interface NativeAddon {
 
   /** One sd_notify datagram; → 0 or an errno. */
   sdNotify(socketPath: string, state: string): number;
+
+  /** glibc's malloc_trim(0): free pages of every malloc arena back to the kernel; → whether any went. */
+  mallocTrim(): boolean;
 }
 
 /** Every export name, once: the compiler refuses a name missing here or not in NativeAddon. */
@@ -401,4 +404,5 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   bpfUnpin: true,
   bpfTcxProgs: true,
   sdNotify: true,
+  mallocTrim: true,
 };

@@ -10,6 +10,7 @@
  */
 import { WeftError, errorMessage, isWeftError } from '../common/errors.js';
 import { sleep } from '../common/lifecycle.js';
+import { loadNative } from '../common/native.js';
 import { LogOnce, logger } from '../common/log.js';
 import type {
   Backend,
@@ -21,6 +22,7 @@ import { unsupportedBackendOptions } from './backend/options.js';
 import type { EarlyDataplane } from './backend/fast-start.js';
 import { checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
 import { logPeerEvents } from './peer-log.js';
+import { MemoryTrimmer, type MemoryTrimmerOptions, noteLeaseChanges } from './memory-trim.js';
 import { backendFactory } from './backend/registry.js';
 import { leaseVtepMACs } from './backend/vtep-mac.js';
 import type { NetConfig } from './config/net-config.js';
@@ -55,6 +57,12 @@ export interface DaemonConfig {
    * loads (backend/fast-start.ts); the daemon hands it to the backend or stops it.
    */
   readonly early?: EarlyDataplane | null;
+  /**
+   * Returning freed malloc memory to the kernel once a large lease change has settled
+   * (memory-trim.ts): `trim` is the addon's mallocTrim by default; the thresholds are
+   * MemoryTrimmer's.
+   */
+  readonly memoryTrim?: Pick<MemoryTrimmerOptions, 'trim' | 'quietMs' | 'minChanges'>;
   /** Called once the daemon is ready (tests, sd_notify). */
   readonly onReady?: (info: { lease: Lease; healthPort: number | null }) => void;
 }
@@ -108,6 +116,19 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
   let revoked = false;
   // Internal stop: the outer signal or the first fatal error in any loop.
   const stop = new AbortController();
+  const trimmer = new MemoryTrimmer({
+    trim: nativeMallocTrim,
+    ...cfg.memoryTrim,
+    onTrim: (before, after, released) =>
+      log.debug(
+        {
+          rssMiB: +(after / 2 ** 20).toFixed(1),
+          releasedMiB: +((before - after) / 2 ** 20).toFixed(1),
+          released,
+        },
+        'returned freed memory to the kernel after lease changes',
+      ),
+  });
   const onOuterAbort = () => stop.abort(signal.reason);
   signal.addEventListener('abort', onOuterAbort, { once: true });
   if (signal.aborted) stop.abort(signal.reason);
@@ -219,7 +240,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
           },
         );
         try {
-          await be.run(logPeerEvents(events, log), round.signal);
+          await be.run(noteLeaseChanges(logPeerEvents(events, log), trimmer), round.signal);
         } catch (err) {
           if (!(taken && isWeftError(err, 'WEFT_ERR_ABORTED'))) throw err;
         } finally {
@@ -286,11 +307,28 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
     throw err;
   } finally {
     ready = false;
+    trimmer.close();
     stop.abort(new WeftError('WEFT_ERR_ABORTED', 'daemon stopping'));
     signal.removeEventListener('abort', onOuterAbort);
     // unclaimed (or never looked at: a stop before the config came), the early engine stops
     await cfg.early?.release();
     await shutdown({ backend, manager, lease, health, release: cfg.releaseLeaseOnExit, revoked });
+  }
+}
+
+const trimOnce = new LogOnce();
+
+/** glibc's malloc_trim through the addon; false (said once) when the addon does not load. */
+function nativeMallocTrim(): boolean {
+  try {
+    return loadNative().mallocTrim();
+  } catch (err) {
+    if (trimOnce.first('no-addon'))
+      log.info(
+        { err: errorMessage(err) },
+        'freed memory is not trimmed: the native addon is unavailable',
+      );
+    return false;
   }
 }
 

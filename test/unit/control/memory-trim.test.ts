@@ -1,0 +1,111 @@
+/**
+ * MemoryTrimmer: one trim after a large lease change has gone quiet (or after the longest delay
+ * under steady churn), none for a trickle or with nothing changing. Timers are mocked: the
+ * tests drive time and assert when the trim ran.
+ */
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, mock, test } from 'node:test';
+import { MemoryTrimmer, noteLeaseChanges } from '../../../src/control/memory-trim.js';
+import type { LeaseEvent } from '../../../src/control/lease/types.js';
+
+let clock = 0;
+beforeEach(() => {
+  clock = 0;
+  mock.timers.enable({ apis: ['setTimeout'] });
+});
+afterEach(() => mock.timers.reset());
+
+const advance = (ms: number) => {
+  clock += ms;
+  mock.timers.tick(ms);
+};
+
+function trimmer(o: { released?: boolean } = {}) {
+  const calls: Array<{ before: number; after: number; released: boolean }> = [];
+  let rss = 100;
+  const t = new MemoryTrimmer({
+    trim: () => {
+      rss = 90;
+      return o.released ?? true;
+    },
+    quietMs: 1_000,
+    minChanges: 10,
+    maxDelayMs: 5_000,
+    rss: () => rss,
+    now: () => clock,
+    onTrim: (before, after, released) => calls.push({ before, after, released }),
+  });
+  return { t, calls };
+}
+
+describe('MemoryTrimmer', () => {
+  test('trims once, quietMs after the last of enough changes, and reports the RSS it saw', () => {
+    const { t, calls } = trimmer();
+    t.note(6);
+    t.note(6);
+    advance(999);
+    assert.equal(t.trims, 0);
+    advance(1);
+    assert.equal(t.trims, 1);
+    assert.deepEqual(calls, [{ before: 100, after: 90, released: true }]);
+    advance(60_000);
+    assert.equal(t.trims, 1);
+  });
+
+  test('fewer changes than minChanges arm nothing', () => {
+    const { t } = trimmer();
+    t.note(9);
+    assert.equal(t.armed, false);
+    advance(60_000);
+    assert.equal(t.trims, 0);
+  });
+
+  test('each new batch pushes the trim back until the changes stop', () => {
+    const { t } = trimmer();
+    t.note(10);
+    for (let i = 0; i < 3; i++) {
+      advance(900);
+      t.note(1);
+    }
+    assert.equal(t.trims, 0);
+    advance(1_000);
+    assert.equal(t.trims, 1);
+  });
+
+  test('steady churn still trims maxDelayMs after the first change it covers', () => {
+    const { t } = trimmer();
+    t.note(10);
+    for (let i = 0; i < 20; i++) {
+      advance(500);
+      t.note(1);
+    }
+    // never 1 s quiet in 10 s of churn: trimmed 5 s after the first change, then 5 s after the
+    // first change after that trim
+    assert.equal(t.trims, 2);
+  });
+
+  test('close cancels a trim that was armed', () => {
+    const { t } = trimmer();
+    t.note(50);
+    assert.equal(t.armed, true);
+    t.close();
+    advance(60_000);
+    assert.equal(t.trims, 0);
+    t.note(50);
+    assert.equal(t.armed, false);
+  });
+
+  test('noteLeaseChanges passes batches through and counts their events', async () => {
+    const { t } = trimmer();
+    const ev = (i: number) => ({ type: 'added', lease: { key: `k${i}` } }) as unknown as LeaseEvent;
+    async function* src() {
+      yield [ev(1), ev(2), ev(3), ev(4), ev(5)];
+      yield [ev(6), ev(7), ev(8), ev(9), ev(10)];
+    }
+    const seen: number[] = [];
+    for await (const b of noteLeaseChanges(src(), t)) seen.push(b.length);
+    assert.deepEqual(seen, [5, 5]);
+    assert.equal(t.armed, true);
+    t.close();
+  });
+});
