@@ -26,8 +26,9 @@
  *   burst    every lease removed, then N leases written as fast as the store takes them →
  *            every peer programmed, measured from the last write's answer
  *   rss      the daemon's RSS right after the burst (N peers), settled (at the end of the idle
- *            window, N peers, nothing changing) and its peak (VmHWM)
- *   idle     daemon CPU over --idle-seconds with nothing changing, --idle-settle-seconds (10)
+ *            window, N peers, nothing changing: after V8's memory reducer and the daemon's own
+ *            memory trims, 12 s after the last change and 10 s apart) and its peak (VmHWM)
+ *   idle     daemon CPU over --idle-seconds with nothing changing, --idle-settle-seconds (20)
  *            after the burst (so the heap compaction that follows a burst is not counted)
  * The machine is shared: every figure is one run, under whatever else runs. Output: a table,
  * and JSON (bench/results/scale.json, or --json PATH). `--flanneld PATH` adds flanneld rows for
@@ -109,7 +110,7 @@ const { values: opt } = parseArgs({
     'churn-seconds': { type: 'string', default: '20' },
     'idle-seconds': { type: 'string', default: '15' },
     /** Quiet time before the idle window: V8 compacts the heap ~8 s after a burst's garbage. */
-    'idle-settle-seconds': { type: 'string', default: '10' },
+    'idle-settle-seconds': { type: 'string', default: '20' },
     flanneld: { type: 'string' },
     /** Extra Node flags for the weft daemon (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`). */
     'node-args': { type: 'string', default: '' },

@@ -15,22 +15,30 @@ beforeEach(() => {
 });
 afterEach(() => mock.timers.reset());
 
+/** Moves time on in 100 ms steps (a timer set by a timer that ran in a step runs in a later one). */
 const advance = (ms: number) => {
-  clock += ms;
-  mock.timers.tick(ms);
+  for (let left = ms; left > 0; left -= 100) {
+    const step = Math.min(100, left);
+    clock += step;
+    mock.timers.tick(step);
+  }
 };
 
-function trimmer(o: { released?: boolean } = {}) {
+/** Each trim gives back `gives[i]` bytes (0 once they run out). */
+function trimmer(o: { gives?: number[] } = {}) {
   const calls: Array<{ before: number; after: number; released: boolean }> = [];
-  let rss = 100;
+  const gives = [...(o.gives ?? [0])];
+  let rss = 100 << 20;
   const t = new MemoryTrimmer({
     trim: () => {
-      rss = 90;
-      return o.released ?? true;
+      const g = gives.shift() ?? 0;
+      rss -= g;
+      return g > 0;
     },
     quietMs: 1_000,
     minChanges: 10,
     maxDelayMs: 5_000,
+    followUpMs: 2_000,
     rss: () => rss,
     now: () => clock,
     onTrim: (before, after, released) => calls.push({ before, after, released }),
@@ -40,16 +48,43 @@ function trimmer(o: { released?: boolean } = {}) {
 
 describe('MemoryTrimmer', () => {
   test('trims once, quietMs after the last of enough changes, and reports the RSS it saw', () => {
-    const { t, calls } = trimmer();
+    const { t, calls } = trimmer({ gives: [1 << 19] });
     t.note(6);
     t.note(6);
     advance(999);
     assert.equal(t.trims, 0);
     advance(1);
     assert.equal(t.trims, 1);
-    assert.deepEqual(calls, [{ before: 100, after: 90, released: true }]);
+    assert.deepEqual(calls, [
+      { before: 100 << 20, after: (100 << 20) - (1 << 19), released: true },
+    ]);
+    // half a MiB given back: no follow-up
     advance(60_000);
     assert.equal(t.trims, 1);
+  });
+
+  test('a trim that gave back 1 MiB or more is followed by another, up to three', () => {
+    const { t, calls } = trimmer({ gives: [4 << 20, 2 << 20, 1 << 20, 1 << 20, 1 << 20] });
+    t.note(10);
+    advance(1_000);
+    assert.equal(t.trims, 1);
+    advance(1_999);
+    assert.equal(t.trims, 1);
+    advance(1);
+    assert.equal(t.trims, 2);
+    advance(60_000);
+    assert.equal(t.trims, 4);
+    assert.deepEqual(
+      calls.map((c) => (c.before - c.after) >> 20),
+      [4, 2, 1, 1],
+    );
+  });
+
+  test('follow-ups stop at the first trim that gives back less than 1 MiB', () => {
+    const { t } = trimmer({ gives: [4 << 20, 0] });
+    t.note(10);
+    advance(60_000);
+    assert.equal(t.trims, 2);
   });
 
   test('fewer changes than minChanges arm nothing', () => {
