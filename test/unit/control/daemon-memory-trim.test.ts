@@ -9,12 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { setLogLevel } from '../../../src/common/log.js';
-import { type Backend, DEFAULT_BACKEND_OPTIONS } from '../../../src/control/backend/backend.js';
+import { type Backend } from '../../../src/control/backend/backend.js';
 import { registerBackend } from '../../../src/control/backend/registry.js';
 import { runDaemon } from '../../../src/control/daemon.js';
-import { LocalManager } from '../../../src/control/lease/local-manager.js';
+import { testDaemonConfig } from './daemon-fixtures.js';
 import { MemoryRegistry } from '../../../src/control/registry/memory.js';
-import { EXT } from './backend/fixtures.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'weft-daemon-trim-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -48,16 +47,7 @@ test('a snapshot of enough peer leases is followed, once quiet, by one memory tr
   let trims = 0;
   const stop = new AbortController();
   const daemon = runDaemon(
-    {
-      subnetFile: join(dir, 'subnet.env'),
-      renewMarginMs: 60_000,
-      healthzIp: '127.0.0.1',
-      healthzPort: 0,
-      releaseLeaseOnExit: false,
-      ipMasq: false,
-      backendOptions: DEFAULT_BACKEND_OPTIONS,
-      openManager: async () => new LocalManager(reg),
-      selectInterface: async () => EXT,
+    testDaemonConfig(dir, reg, {
       memoryTrim: {
         trim: () => {
           trims++;
@@ -67,7 +57,7 @@ test('a snapshot of enough peer leases is followed, once quiet, by one memory tr
         quietMs: 20,
         minChanges: 8,
       },
-    },
+    }),
     stop.signal,
   );
   await Promise.race([trim, daemon]);

@@ -10,17 +10,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { setLogLevel } from '../../../src/common/log.js';
-import {
-  type Backend,
-  type BackendContext,
-  DEFAULT_BACKEND_OPTIONS,
-} from '../../../src/control/backend/backend.js';
+import { type Backend, type BackendContext } from '../../../src/control/backend/backend.js';
 import { registerBackend } from '../../../src/control/backend/registry.js';
 import { runDaemon } from '../../../src/control/daemon.js';
-import { LocalManager } from '../../../src/control/lease/local-manager.js';
+import { testDaemonConfig } from './daemon-fixtures.js';
 import type { LeaseEvent } from '../../../src/control/lease/types.js';
 import { MemoryRegistry } from '../../../src/control/registry/memory.js';
-import { EXT } from './backend/fixtures.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'weft-daemon-vtep-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -73,20 +68,7 @@ test('a daemon whose VtepMAC an older peer holds chooses another and re-publishe
     };
   });
   const stop = new AbortController();
-  const daemon = runDaemon(
-    {
-      subnetFile: join(dir, 'subnet.env'),
-      renewMarginMs: 60_000,
-      healthzIp: '127.0.0.1',
-      healthzPort: 0,
-      releaseLeaseOnExit: false,
-      ipMasq: false,
-      backendOptions: DEFAULT_BACKEND_OPTIONS,
-      openManager: async () => new LocalManager(reg),
-      selectInterface: async () => EXT,
-    },
-    stop.signal,
-  );
+  const daemon = runDaemon(testDaemonConfig(dir, reg), stop.signal);
   await Promise.race([peerFed, daemon]);
   const { leases } = await reg.listSubnets();
   stop.abort();
