@@ -22,7 +22,7 @@ const LAYERS = [
   ['demo'],
   ['cli'],
   ['daemon', 'iface', 'blackhole-route'],
-  ['cni', 'backend', 'kube', 'iptables', 'peer-log'],
+  ['cni', 'backend', 'kube', 'iptables', 'peer-log', 'memory-trim'],
   ['lease'],
   ['registry', 'netlink', 'metrics', 'subnet-env', 'sd-notify', 'http'],
   ['config', 'version'],
