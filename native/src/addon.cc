@@ -1,8 +1,8 @@
 // The only file that includes napi.h: it converts arguments, checks them and maps errors.
 // Packet and netlink logic live in plain C++ files beside it.
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <libmnl/libmnl.h>
+#include <malloc.h>
 #include <napi.h>
 #include <net/if.h>
 #include <unistd.h>
