@@ -155,18 +155,9 @@ export class NodeInformer {
     let failures = 0;
     while (!signal.aborted) {
       try {
-        if (this.#rv === null) {
-          const list = await this.#api.listNodes(signal);
-          this.#nodes.clear();
-          for (const n of list.items) this.#nodes.set(n.metadata.name, slimNode(n));
-          this.#rv = list.resourceVersion;
-          if (this.#lists++ > 0) this.#o.onRelist?.();
-          this.#synced = true;
-          this.#emit({ kind: 'sync', nodes: new Map(this.#nodes) });
-          log.debug({ nodes: this.#nodes.size, resourceVersion: this.#rv }, 'nodes listed');
-        }
+        const from = this.#rv ?? (await this.#relist(signal));
         const timeout = this.#o.watchTimeoutSeconds ?? 300 + Math.floor(Math.random() * 300);
-        for await (const events of this.#api.watchNodes(this.#rv, signal, timeout)) {
+        for await (const events of this.#api.watchNodes(from, signal, timeout)) {
           const changes: NodeChange[] = [];
           for (const ev of events) {
             const rv = ev.object.metadata?.resourceVersion;
@@ -200,6 +191,24 @@ export class NodeInformer {
       }
     }
     log.debug('node informer stopped');
+  }
+
+  /**
+   * Lists all nodes into the cache, cut down, and emits the sync batch. A method of its own so
+   * that the whole list (full Nodes, 10-50 KB each in a real cluster) dies when it returns: a
+   * local of #run would stay alive in the suspended run loop for as long as the watch lasts.
+   * Returns the list's resourceVersion, where the watch starts.
+   */
+  async #relist(signal: AbortSignal): Promise<string> {
+    const list = await this.#api.listNodes(signal);
+    this.#nodes.clear();
+    for (const n of list.items) this.#nodes.set(n.metadata.name, slimNode(n));
+    this.#rv = list.resourceVersion;
+    if (this.#lists++ > 0) this.#o.onRelist?.();
+    this.#synced = true;
+    this.#emit({ kind: 'sync', nodes: new Map(this.#nodes) });
+    this.#o.log.debug({ nodes: this.#nodes.size, resourceVersion: this.#rv }, 'nodes listed');
+    return list.resourceVersion;
   }
 
   async close(): Promise<void> {

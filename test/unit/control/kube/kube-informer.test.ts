@@ -6,6 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { logger } from '../../../../src/common/log.js';
 import { KubeApi, loadKubeConfig } from '../../../../src/control/kube/kube-api.js';
 import {
@@ -98,6 +100,61 @@ test(
         assert.deepEqual(c.node, KEPT('b', c.node.metadata.resourceVersion!, '10.5.2.0/24'));
       const cached = informer.get('b')!;
       assert.deepEqual(cached, KEPT('b', cached.metadata.resourceVersion!, '10.5.2.0/24'));
+    } finally {
+      await informer.close();
+    }
+  },
+);
+
+test(
+  'the whole list is let go once the nodes are cached (the watch keeps only slim nodes)',
+  {
+    timeout: 20_000,
+  },
+  async () => {
+    // A local holding the list inside the run loop stays alive while the loop is suspended in the
+    // watch, for as long as it lasts: 5,000 real Nodes at 10-50 KB each.
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const listed: Array<WeakRef<object>> = [];
+    class TrackingApi extends KubeApi {
+      override async listNodes(signal?: AbortSignal) {
+        const list = await super.listNodes(signal);
+        listed.push(
+          new WeakRef(list),
+          new WeakRef(list.items),
+          ...list.items.map((n) => new WeakRef(n)),
+        );
+        return list;
+      }
+    }
+    for (const [i, name] of ['a', 'b', 'c'].entries()) {
+      server.addNode({ name, podCIDR: `10.5.${i + 1}.0/24`, annotations: ANN });
+      server.updateNode(name, (n) => fatten(n));
+    }
+    const informer = new NodeInformer(new TrackingApi(loadKubeConfig({ apiUrl: server.url })), {
+      log: logger('test'),
+      watchTimeoutSeconds: 30,
+    });
+    try {
+      const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+      assert.equal((await nextBatch(it)).kind, 'sync');
+      // A change seen proves the run loop has moved on into the watch, where it waits.
+      server.addNode({ name: 'd', podCIDR: '10.5.4.0/24', annotations: ANN });
+      assert.equal((await nextBatch(it)).kind, 'changes');
+      assert.equal(listed.length, 5);
+      // (WeakRef targets are kept until the current job ends)
+      await new Promise((r) => setImmediate(r));
+      gc();
+      assert.deepEqual(
+        listed.map((r) => r.deref() === undefined),
+        listed.map(() => true),
+        'nothing of the list is alive',
+      );
+      assert.deepEqual(
+        informer.get('a'),
+        KEPT('a', informer.get('a')!.metadata.resourceVersion!, '10.5.1.0/24'),
+      );
     } finally {
       await informer.close();
     }
