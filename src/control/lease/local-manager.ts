@@ -21,7 +21,7 @@ import {
   type NetConfig,
 } from '../config/net-config.js';
 import { createLeaseMetrics, type LeaseMetrics } from '../metrics/metrics.js';
-import type { Registry, StoredLease, SubnetList, WatchBatch } from '../registry/registry.js';
+import type { Registry, StoredLease, WatchBatch } from '../registry/registry.js';
 import { decodeLease, encodeLeaseAttrs } from './lease-json.js';
 import type { AcquireOptions, SubnetManager } from './manager.js';
 import { SharedWatch, type SharedWatchOptions } from './shared-watch.js';
@@ -260,21 +260,40 @@ export class LocalManager implements SubnetManager {
   }
 
   async *watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]> {
-    const { list, batches, leave } = await this.#watch.join(signal);
+    const { snapshot, batches, leave } = await this.#joinPeers(own, signal);
     try {
-      yield* this.#follow(own, list, batches);
+      yield* this.#follow(own, snapshot, batches);
     } finally {
       leave();
     }
   }
 
+  /**
+   * Joins the shared watch and turns its list into the peers' snapshot. A plain async method, so
+   * that the list (every lease record as the store holds it) dies when it returns: a generator's
+   * locals live as long as the generator, here the daemon's life.
+   */
+  async #joinPeers(
+    own: Lease,
+    signal: AbortSignal,
+  ): Promise<{ snapshot: LeaseSnapshot; batches: AsyncIterable<WatchBatch>; leave(): void }> {
+    const { list, batches, leave } = await this.#watch.join(signal);
+    try {
+      const snapshot = this.#snapshotOf(list.leases);
+      snapshot.delete(own.key);
+      return { snapshot, batches, leave };
+    } catch (err) {
+      leave();
+      throw err;
+    }
+  }
+
   async *#follow(
     own: Lease,
-    list: SubnetList,
+    start: LeaseSnapshot,
     batches: AsyncIterable<WatchBatch>,
   ): AsyncIterable<LeaseEvent[]> {
-    let snapshot = this.#snapshotOf(list.leases);
-    snapshot.delete(own.key);
+    let snapshot = start;
     const first = diffSnapshots(new Map(), snapshot, own.key);
     this.#count(first, snapshot);
     yield first;
@@ -311,13 +330,25 @@ export class LocalManager implements SubnetManager {
   }
 
   async *watchOwnLease(own: Lease, signal: AbortSignal): AsyncIterable<Lease> {
-    const { list, batches, leave } = await this.#watch.join(signal);
+    const { batches, leave } = await this.#joinOwn(own, signal);
     try {
-      if (!list.leases.some((l) => l.key === own.key)) throw revoked(own.key);
       yield* this.#followOwn(own, batches);
     } finally {
       leave();
     }
+  }
+
+  /** Joins the shared watch if the list still holds `own` (else revoked); keeps no list. */
+  async #joinOwn(
+    own: Lease,
+    signal: AbortSignal,
+  ): Promise<{ batches: AsyncIterable<WatchBatch>; leave(): void }> {
+    const { list, batches, leave } = await this.#watch.join(signal);
+    if (!list.leases.some((l) => l.key === own.key)) {
+      leave();
+      throw revoked(own.key);
+    }
+    return { batches, leave };
   }
 
   async *#followOwn(own: Lease, batches: AsyncIterable<WatchBatch>): AsyncIterable<Lease> {

@@ -47,8 +47,12 @@ class Watcher {
 interface Source {
   readonly ctl: AbortController;
   readonly watchers: Set<Watcher>;
-  /** Resolves with the list the watch started from (rejects when the list failed). */
-  readonly started: Promise<SubnetList>;
+  /**
+   * Settles once the first list is in (rejects when it failed). Not the list itself: a settled
+   * promise holds its value for as long as the watch runs, and the list is only needed in the
+   * replay window.
+   */
+  readonly started: Promise<void>;
   replay: { list: SubnetList; batches: WatchBatch[] } | null;
 }
 
@@ -119,14 +123,16 @@ export class SharedWatch {
 
   #start(): Source {
     const ctl = new AbortController();
+    const listed = this.#registry.listSubnets(ctl.signal);
     const src: Source = {
       ctl,
       watchers: new Set(),
       replay: null,
-      started: this.#registry.listSubnets(ctl.signal),
+      started: listed.then(() => undefined),
     };
     this.#source = src;
-    src.started.then(
+    // (runs before any join() continues from `started`: its reaction was registered first)
+    listed.then(
       (list) => {
         src.replay = { list, batches: [] };
         const timer = setTimeout(() => (src.replay = null), this.#replayMs);

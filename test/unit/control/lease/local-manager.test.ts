@@ -1,4 +1,6 @@
 import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { MemoryRegistry } from '../../../../src/control/registry/memory.js';
@@ -308,6 +310,51 @@ test('a watcher joining after the replay window lists again and gets only newer 
     return [peer.key];
   });
   assert.deepEqual(cost, { watches: 0, lists: 1 });
+});
+
+test('a running watch keeps none of the lists it started from', async () => {
+  // Each list holds every lease record as the store sent it (5,000 in a large cluster); the
+  // watchers need them only to build their first snapshot, and the shared watch only while its
+  // replay window is open.
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const reg = new MemoryRegistry({ config: NET });
+  const sm = new LocalManager(reg, {
+    log: quiet,
+    metrics: createLeaseMetrics(new Registry()),
+    random: () => 0,
+    sharedWatch: { replayBatches: 0 },
+  });
+  const own = await sm.acquireLease(attrs('192.168.1.10'));
+  await sm.acquireLease(attrs('192.168.1.11'));
+  const lists: Array<WeakRef<object>> = [];
+  const list = reg.listSubnets.bind(reg);
+  reg.listSubnets = async (signal) => {
+    const l = await list(signal);
+    lists.push(new WeakRef(l), new WeakRef(l.leases));
+    reg.listSubnets = list; // only the watch's list (acquiring lists too)
+    return l;
+  };
+  const ac = new AbortController();
+  const ownNext = sm.watchOwnLease(own, ac.signal)[Symbol.asyncIterator]().next();
+  const it = sm.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
+  assert.equal((await take(it)).length, 1);
+  const third = await sm.acquireLease(attrs('192.168.1.12')); // closes the replay window
+  assert.deepEqual(
+    (await take(it)).map((e) => e.lease.key),
+    [third.key],
+  );
+  assert.equal(lists.length, 2, 'one list, shared by both watchers');
+  // (WeakRef targets are kept until the current job ends)
+  await new Promise((r) => setImmediate(r));
+  gc();
+  assert.deepEqual(
+    lists.map((r) => r.deref() === undefined),
+    [true, true],
+    'the list is let go while both watchers run',
+  );
+  ac.abort();
+  assert.equal((await ownNext).done, true);
 });
 
 test('watching our own lease throws revoked when it is deleted', async () => {
