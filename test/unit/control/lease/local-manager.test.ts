@@ -11,6 +11,7 @@ import { parseCIDR } from '../../../../src/common/ip.js';
 import type { LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
 import { Registry } from '../../../../src/common/prometheus.js';
 import { WeftError } from '../../../../src/common/errors.js';
+import type { SharedWatchOptions } from '../../../../src/control/lease/shared-watch.js';
 
 const quiet = pino({ level: 'silent' });
 const NET = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'vxlan' } });
@@ -24,11 +25,16 @@ function attrs(publicIP: string): LeaseAttrs {
   };
 }
 
-function setup(config = NET, random = () => 0) {
+function setup(config = NET, random = () => 0, sharedWatch?: SharedWatchOptions) {
   const reg = new MemoryRegistry({ config });
   const prom = new Registry();
   const metrics = createLeaseMetrics(prom);
-  const sm = new LocalManager(reg, { random, log: quiet, metrics });
+  const sm = new LocalManager(reg, {
+    random,
+    log: quiet,
+    metrics,
+    ...(sharedWatch ? { sharedWatch } : {}),
+  });
   return { reg, sm, prom, metrics };
 }
 
@@ -297,13 +303,8 @@ test("a daemon's two watchers (peers and its own lease) share one store watch an
 });
 
 test('a watcher joining after the replay window lists again and gets only newer events', async () => {
-  const reg = new MemoryRegistry({ config: NET });
-  const sm = new LocalManager(reg, {
-    log: quiet,
-    metrics: createLeaseMetrics(new Registry()),
-    random: () => 0,
-    sharedWatch: { replayBatches: 0 },
-  });
+  // the replay window closes with the first batch
+  const { reg, sm } = setup(NET, () => 0, { replayBatches: 0 });
   const cost = await twoWatchers(sm, reg, async () => {
     const peer = await sm.acquireLease(attrs('192.168.1.11')); // closes the replay window
     await new Promise((r) => setImmediate(r));
@@ -318,13 +319,8 @@ test('a running watch keeps none of the lists it started from', async () => {
   // replay window is open.
   setFlagsFromString('--expose-gc');
   const gc = runInNewContext('gc') as () => void;
-  const reg = new MemoryRegistry({ config: NET });
-  const sm = new LocalManager(reg, {
-    log: quiet,
-    metrics: createLeaseMetrics(new Registry()),
-    random: () => 0,
-    sharedWatch: { replayBatches: 0 },
-  });
+  // the replay window closes with the first batch
+  const { reg, sm } = setup(NET, () => 0, { replayBatches: 0 });
   const own = await sm.acquireLease(attrs('192.168.1.10'));
   await sm.acquireLease(attrs('192.168.1.11'));
   const lists: Array<WeakRef<object>> = [];
