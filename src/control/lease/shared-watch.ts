@@ -48,9 +48,9 @@ interface Source {
   readonly ctl: AbortController;
   readonly watchers: Set<Watcher>;
   /**
-   * Settles once the first list is in (rejects when it failed). Not the list itself: a settled
-   * promise holds its value for as long as the watch runs, and the list is only needed in the
-   * replay window.
+   * Settles once the first list is in and the replay window open (rejects when the list failed).
+   * Not with the list itself: a settled promise holds its value for as long as the watch runs,
+   * and the list is only needed in the replay window.
    */
   readonly started: Promise<void>;
   replay: { list: SubnetList; batches: WatchBatch[] } | null;
@@ -123,26 +123,21 @@ export class SharedWatch {
 
   #start(): Source {
     const ctl = new AbortController();
-    const listed = this.#registry.listSubnets(ctl.signal);
-    const src: Source = {
-      ctl,
-      watchers: new Set(),
-      replay: null,
-      started: listed.then(() => undefined),
-    };
-    this.#source = src;
-    // (runs before any join() continues from `started`: its reaction was registered first)
-    listed.then(
+    // settles once the replay window is open (or the list failed), never with the list
+    const started = this.#registry.listSubnets(ctl.signal).then(
       (list) => {
         src.replay = { list, batches: [] };
         const timer = setTimeout(() => (src.replay = null), this.#replayMs);
         timer.unref();
         void this.#pump(src, list.revision + 1).finally(() => clearTimeout(timer));
       },
-      () => {
+      (err: unknown) => {
         if (this.#source === src) this.#source = null;
+        throw err;
       },
     );
+    const src: Source = { ctl, watchers: new Set(), replay: null, started };
+    this.#source = src;
     return src;
   }
 
