@@ -1,16 +1,22 @@
 /**
- * docs/metrics.md from the code: every weft_* family the daemon can export is registered here
- * by the same functions the daemon calls (daemon and lease metrics, the kernel backends',
- * the userspace engine's), then listed with its type, help text, labels and label values.
- * `npm run docs:metrics` rewrites the file; test/unit/docs/metrics-doc.test.ts fails when it is
- * out of step, or when src/ names a weft_* metric this catalog does not register.
+ * docs/metrics.md from the code: every family the daemon can export is registered here by the
+ * same functions the daemon calls (daemon and lease metrics with prom-client's default process
+ * and Node.js ones, the kernel backends', the userspace engine's), then listed with its type,
+ * help text, labels and label values. `npm run docs:metrics` rewrites the file;
+ * test/unit/docs/metrics-doc.test.ts fails when it is out of step, or when src/ names a weft_*
+ * metric this catalog does not register.
  */
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { Registry } from '../src/common/prometheus.js';
+import type { Registry } from '../src/common/metrics.js';
 import { kernelMetrics } from '../src/control/backend/kernel-common.js';
 import { leaseConflictCounter } from '../src/control/backend/peer-check.js';
-import { createDaemonMetrics } from '../src/control/metrics/metrics.js';
+import {
+  EVENT_LOOP_MONITORING_PRECISION_MS,
+  STORES,
+  createDaemonMetrics,
+  exportStore,
+} from '../src/control/metrics/metrics.js';
 import { registerDataplaneMetrics } from '../src/dataplane/stats-metrics.js';
 
 export interface MetricFamily {
@@ -24,38 +30,63 @@ export interface MetricFamily {
   readonly source: string;
 }
 
+/** prom-client's default metrics (collectDefaultMetrics): Node's process, heap, GC and event loop. */
+export const NODE_SOURCE = 'Node.js process (prom-client default metrics)';
+
 /** Which part of weft registers each family, in the order the reference lists them. */
 const SOURCES: Array<[string, (registry: Registry) => void]> = [
   ['daemon, every store', () => {}],
   ['peer lease checks, every backend', (r) => void leaseConflictCounter(r)],
-  ['kernel backends (host-gw, vxlan)', (r) => void kernelMetrics(r)],
+  ['backends (kernel: host-gw, vxlan; and the userspace ones)', (r) => void kernelMetrics(r)],
   [
     'userspace engine (udp, vxlan "Dataplane": "userspace")',
     (r) => registerDataplaneMetrics(r, () => null),
   ],
 ];
 
+/** Labels prom-client adds to a histogram's series (not the family's own). */
+const SERIES_LABELS = new Set(['le']);
+
 export async function metricFamilies(): Promise<MetricFamily[]> {
-  const { registry } = createDaemonMetrics();
+  const { registry, lease } = createDaemonMetrics();
+  for (const store of STORES) exportStore(lease, store);
   const seen = new Set<string>();
   const out: MetricFamily[] = [];
+  const weft: MetricFamily[] = [];
+  const node: MetricFamily[] = [];
   for (const [source, register] of SOURCES) {
     register(registry);
-    for (const m of registry.getMetricsAsJSON()) {
-      if (!m.name.startsWith('weft_') || seen.has(m.name)) continue;
+    for (const m of await registry.getMetricsAsJSON()) {
+      if (seen.has(m.name)) continue;
       seen.add(m.name);
-      const labels = [...registry.getSingleMetric(m.name)!.labelNames];
+      const metric = registry.getSingleMetric(m.name) as unknown as { labelNames?: string[] };
+      const labels = (metric.labelNames ?? []).filter((l) => !SERIES_LABELS.has(l));
       const labelValues: Record<string, string[]> = {};
-      for (const l of labels) {
-        const values = [
-          ...new Set(m.values.map((v) => v.labels[l]).filter((v) => v !== undefined)),
-        ].map(String);
-        // build_info's values are this build's, not a fixed set
-        if (values.length > 0 && m.name !== 'weft_build_info') labelValues[l] = values;
+      if (m.name.startsWith('weft_')) {
+        for (const l of labels) {
+          const values = [
+            ...new Set(
+              m.values
+                .map((v) => (v.labels as Record<string, string | number | undefined>)[l])
+                .filter((v) => v !== undefined),
+            ),
+          ].map(String);
+          // build_info's values are this build's, not a fixed set
+          if (values.length > 0 && m.name !== 'weft_build_info') labelValues[l] = values;
+        }
       }
-      out.push({ name: m.name, type: m.type, help: m.help, labels, labelValues, source });
+      const f = {
+        name: m.name,
+        type: String(m.type),
+        help: m.help,
+        labels,
+        labelValues,
+        source: m.name.startsWith('weft_') ? source : NODE_SOURCE,
+      };
+      (m.name.startsWith('weft_') ? weft : node).push(f);
     }
   }
+  out.push(...weft, ...node);
   return out;
 }
 
@@ -65,14 +96,19 @@ export function renderMetricsDoc(families: readonly MetricFamily[]): string {
     '',
     '<!-- generated by `npm run docs:metrics` (scripts/metrics-doc.ts) from the code: do not edit -->',
     '',
-    'Every `weft_*` family the daemon serves on `/metrics` (`--healthz-port`, default 0 = off;',
-    "the DaemonSet and the systemd unit use 8285), besides Node's own `process_*` and `nodejs_*`.",
-    'Counters end in `_total`; label values come from the fixed sets listed. The userspace',
-    "engine's families are read from the engine at each scrape and exist once a userspace backend",
-    'has started. What to read when pods cannot reach each other: [troubleshooting.md](troubleshooting.md).',
+    'Every family the daemon serves on `/metrics` (`--healthz-port`, default 0 = off; the',
+    "DaemonSet and the systemd unit use 8285), all through prom-client: weft's own `weft_*`, then",
+    "prom-client's default `process_*` and `nodejs_*` (event-loop delay sampled every",
+    `${EVENT_LOOP_MONITORING_PRECISION_MS} ms, so an idle daemon is not woken 100 times a second).`,
+    'Counters end in `_total`; histograms (`_seconds`) have `_bucket{le}`, `_sum` and `_count`',
+    'series. Label values come from the fixed sets listed, and counters and histograms whose label',
+    "values are known are exported at 0 from the start (the `store` series: the daemon's own",
+    "store only). The userspace engine's families are read from the engine at each scrape and",
+    'exist once a userspace backend has started. What to read when pods cannot reach each other:',
+    '[troubleshooting.md](troubleshooting.md).',
     '',
   ];
-  for (const [source] of SOURCES) {
+  for (const source of [...SOURCES.map(([s]) => s), NODE_SOURCE]) {
     const group = families.filter((f) => f.source === source);
     if (group.length === 0) continue;
     lines.push(`## ${source}`, '', '| name | type | labels | help |', '|---|---|---|---|');

@@ -197,10 +197,12 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
       log.warn({ err: errorMessage(err) }, 'ignoring unreadable subnet.env');
       return null;
     });
+    const acquired = metrics.lease.acquireDuration.startTimer();
     lease = await manager.acquireLease(attrs, {
       previous: previous ? { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } : undefined,
       signal: stop.signal,
     });
+    acquired();
     metrics.lease.expiration.set(lease.expiration ? lease.expiration.getTime() / 1000 : 0);
     await writeSubnetEnv(cfg.subnetFile, {
       network: netConfig.ipv4?.network ?? null,
@@ -256,10 +258,12 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
         backend = makeBackend();
         prepared = await backend.prepare();
         attrs = attrsOf(prepared);
+        const reacquired = metrics.lease.acquireDuration.startTimer();
         const again = await sm.acquireLease(attrs, {
           previous: { subnet: current.subnet, ipv6Subnet: current.ipv6Subnet },
           signal: stop.signal,
         });
+        reacquired();
         if (again.key !== current.key) {
           throw new WeftError(
             'WEFT_ERR_LEASE_REVOKED',
@@ -275,7 +279,12 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
     const loops: Array<Promise<void>> = [
       runRenewer({
         // renewals write the attributes we publish now (a new VtepMAC included)
-        manager: { renewLease: (l, sig) => sm.renewLease({ ...l, attrs }, sig) },
+        manager: {
+          renewLease: (l, sig) => {
+            const renewed = metrics.lease.renewDuration.startTimer();
+            return sm.renewLease({ ...l, attrs }, sig).finally(() => renewed());
+          },
+        },
         lease: own,
         marginMs: cfg.renewMarginMs,
         signal: stop.signal,

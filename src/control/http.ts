@@ -2,7 +2,7 @@
  * The daemon's HTTP endpoint (--healthz-ip, --healthz-port; port 0 disables it):
  *   GET /healthz  200 while the process is serving
  *   GET /readyz   200 once the lease is held, subnet.env written and the backend running; else 503
- *   GET /metrics  Prometheus text format
+ *   GET /metrics  Prometheus text format (prom-client's registry; collect hooks run per scrape)
  *
  * It must never take the daemon down: at most HTTP_MAX_CONNECTIONS connections are served at
  * once (more are accepted and closed at once, so a flood of clients cannot use up the fds the
@@ -11,7 +11,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Registry } from '../common/prometheus.js';
+import type { Registry } from '../common/metrics.js';
 import { errorMessage } from '../common/errors.js';
 import { LogOnce, logger } from '../common/log.js';
 
@@ -49,14 +49,10 @@ export async function startHealthServer(o: {
       res.writeHead(ready ? 200 : 503, { 'content-type': 'text/plain' });
       res.end(ready ? 'ready\n' : 'not ready\n');
     } else if (path === '/metrics') {
-      let text: string;
-      try {
-        text = o.metrics.metrics();
-      } catch (err) {
-        res.writeHead(500).end(String(err));
-        return;
-      }
-      res.writeHead(200, { 'content-type': o.metrics.contentType }).end(text);
+      o.metrics.metrics().then(
+        (text) => res.writeHead(200, { 'content-type': o.metrics.contentType }).end(text),
+        (err: unknown) => res.writeHead(500).end(String(err)),
+      );
     } else {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
     }

@@ -1,8 +1,9 @@
 /**
  * The dataplane counters' Prometheus view, `weft_dataplane_*`, read from the engine at scrape
- * time (never per packet). The counter layout itself is in stats.ts.
+ * time in each family's prom-client `collect()` (never per packet). The counter layout itself is
+ * in stats.ts. A new engine counter: one more `counter(...)` line below.
  */
-import { Counter, Gauge, type Registry } from '../common/prometheus.js';
+import { Counter, Gauge, type Registry } from '../common/metrics.js';
 import { OFFLOAD_NAMES } from './offloads.js';
 import { DROP_REASONS } from './stats.js';
 import type { DataplaneStats, WorkerStats } from './stats.js';

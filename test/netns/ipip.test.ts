@@ -15,7 +15,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Registry } from '../../src/common/prometheus.js';
+import { Registry } from '../../src/common/metrics.js';
 import { parseCIDR } from '../../src/common/ip.js';
 import { logger } from '../../src/common/log.js';
 import { type Backend, DEFAULT_BACKEND_OPTIONS } from '../../src/control/backend/backend.js';

@@ -14,7 +14,7 @@
  */
 import type { Logger } from '../../common/log.js';
 import type { DataplaneEngine } from '../../dataplane/engine.js';
-import type { Registry as PromRegistry } from '../../common/prometheus.js';
+import type { Registry as PromRegistry } from '../../common/metrics.js';
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
 import type { EarlyDataplane } from './fast-start.js';

@@ -2,7 +2,13 @@
  * Small pieces shared by the kernel backends (host-gw, vxlan): a lease's per-family fields,
  * the families a config enables, the NAT check, and their one reconcile-loop wiring.
  */
-import { Counter, type Registry as PromRegistry } from '../../common/prometheus.js';
+import {
+  type Counter,
+  type Histogram,
+  type Registry as PromRegistry,
+  counterOn,
+  histogramOn,
+} from '../../common/metrics.js';
 import { WeftError } from '../../common/errors.js';
 import {
   type Family,
@@ -23,6 +29,7 @@ import {
   type Ownership,
   type Planner,
   Reconciler,
+  type RecheckTrigger,
   type ReconcilerOptions,
   runPlanned,
 } from './reconcile.js';
@@ -125,13 +132,22 @@ export interface KernelMetrics {
   readonly repairs: Counter;
   /** Re-checks of the kernel state, by what started them. */
   readonly rechecks: Counter<'trigger'>;
+  /** How long each batch of kernel ops took to apply (one rtnetlink batch of a flush). */
+  readonly applyDuration: Histogram;
+  /** How long each re-check of the kernel state took, by what started it. */
+  readonly recheckDuration: Histogram<'trigger'>;
+  /** Lease event received → the peer programmed, by where (kernel entries, engine table). */
+  readonly programmed: Histogram<'target'>;
 }
 
-/** The kernel backends' counters, registered once per registry. */
+/** What started a re-check (reconcile.ts RecheckTrigger), as label values. */
+export const RECHECK_TRIGGERS: readonly RecheckTrigger[] = ['change', 'overflow', 'periodic'];
+/** Where a peer is programmed: the kernel backends' entries, or the userspace engines' table. */
+export const PROGRAM_TARGETS = ['kernel', 'engine'] as const;
+
+/** The backends' metrics (kernel and userspace alike), registered once per registry. */
 export function kernelMetrics(reg: PromRegistry): KernelMetrics {
-  const counter = (name: string, help: string): Counter =>
-    (reg.getSingleMetric(name) as Counter | undefined) ??
-    new Counter({ name, help, registers: [reg] });
+  const counter = (name: string, help: string): Counter => counterOn(reg, { name, help });
   return {
     ops: counter(
       'weft_backend_kernel_ops_total',
@@ -146,15 +162,28 @@ export function kernelMetrics(reg: PromRegistry): KernelMetrics {
       'weft_backend_kernel_repairs_total',
       'Kernel entries restored or removed by the re-check',
     ),
-    rechecks:
-      (reg.getSingleMetric('weft_backend_kernel_rechecks_total') as
-        Counter<'trigger'> | undefined) ??
-      new Counter({
-        name: 'weft_backend_kernel_rechecks_total',
-        help: 'Re-checks of the kernel state, by trigger: change (rtnetlink reported a change to weft entries or devices that weft did not make), overflow (notifications lost, or the watch failed), periodic (the safety net: every 5 min, or every 10 s while only a re-check can fix something)',
-        labelNames: ['trigger'],
-        registers: [reg],
-      }),
+    rechecks: counterOn(reg, {
+      name: 'weft_backend_kernel_rechecks_total',
+      help: 'Re-checks of the kernel state, by trigger: change (rtnetlink reported a change to weft entries or devices that weft did not make), overflow (notifications lost, or the watch failed), periodic (the safety net: every 5 min, or every 10 s while only a re-check can fix something)',
+      labelNames: ['trigger'],
+      known: { trigger: RECHECK_TRIGGERS },
+    }),
+    applyDuration: histogramOn(reg, {
+      name: 'weft_backend_kernel_apply_duration_seconds',
+      help: 'How long each batch of kernel operations took to apply (a flush of the pending peers: one rtnetlink batch)',
+    }),
+    recheckDuration: histogramOn(reg, {
+      name: 'weft_backend_kernel_recheck_duration_seconds',
+      help: 'How long each re-check of the kernel state took (dumps, comparison and repairs), by trigger',
+      labelNames: ['trigger'],
+      known: { trigger: RECHECK_TRIGGERS },
+    }),
+    programmed: histogramOn(reg, {
+      name: 'weft_backend_peer_programmed_seconds',
+      help: "From a peer lease event reaching the backend to the peer programmed, by target: kernel (its routes, neighbours and FDB entries applied) or engine (the userspace or bpf engine's peer table handed over)",
+      labelNames: ['target'],
+      known: { target: PROGRAM_TARGETS },
+    }),
   };
 }
 
@@ -166,9 +195,13 @@ export function reconcilerMetricHooks(
     onApplied: (r) => {
       m.ops.inc(r.ops);
       m.failures.inc(r.failed);
+      m.applyDuration.observe(r.seconds);
     },
     onRepaired: (n) => m.repairs.inc(n),
-    onRecheck: (trigger) => m.rechecks.inc({ trigger }),
+    onRecheck: (trigger, seconds) => {
+      m.rechecks.inc({ trigger });
+      m.recheckDuration.observe({ trigger }, seconds);
+    },
   };
 }
 
@@ -198,5 +231,10 @@ export function runKernelPlan(
     ...(o.ensureBase === undefined ? {} : { ensureBase: o.ensureBase }),
     ...reconcilerMetricHooks(o.metrics),
   });
-  return runPlanned(events, signal, { reconciler, families: o.families, plan: o.plan });
+  return runPlanned(events, signal, {
+    reconciler,
+    families: o.families,
+    plan: o.plan,
+    onProgrammed: (seconds) => o.metrics.programmed.observe({ target: 'kernel' }, seconds),
+  });
 }

@@ -19,7 +19,7 @@
  * A peer that was there before us and publishes our VtepMAC means WE are the newcomer: the
  * daemon is told (`onOwnVtepMACTaken`) and chooses a new MAC.
  */
-import { Counter, type Registry as PromRegistry } from '../../common/prometheus.js';
+import { type Counter, type Registry as PromRegistry, counterOn } from '../../common/metrics.js';
 import {
   type Family,
   type IPNet,
@@ -293,17 +293,12 @@ export function byAge(leases: readonly Lease[]): Lease[] {
 
 /** `weft_lease_conflicts_total{reason}`, registered once per registry, every reason at 0. */
 export function leaseConflictCounter(reg: PromRegistry): Counter<'reason'> {
-  const name = 'weft_lease_conflicts_total';
-  const existing = reg.getSingleMetric(name) as Counter<'reason'> | undefined;
-  if (existing) return existing;
-  const c = new Counter({
-    name,
+  return counterOn(reg, {
+    name: 'weft_lease_conflicts_total',
     help: 'Peer leases skipped because they conflict with the network config, our lease or an older peer lease, by reason',
-    labelNames: ['reason'] as const,
-    registers: [reg],
+    labelNames: ['reason'],
+    known: { reason: CONFLICT_REASONS },
   });
-  for (const r of CONFLICT_REASONS) c.inc({ reason: r }, 0);
-  return c;
 }
 
 export interface PeerCheckHooks {

@@ -37,6 +37,7 @@ import { type Family, type IPNet, containsNet, parseCIDR } from '../../common/ip
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Racer, backoffDelay } from '../../common/lifecycle.js';
 import { errorMessage } from '../../common/errors.js';
+import { secondsSince } from '../../common/metrics.js';
 import {
   type ChangeBatch,
   type FdbSpec,
@@ -78,12 +79,12 @@ export interface ReconcilerOptions {
    * besides the ownership scopes' devices (the userspace backends' TUN).
    */
   readonly watchDevs?: readonly string[];
-  /** Counts re-checks by what started them, as each ends (metrics hook). */
-  readonly onRecheck?: (trigger: RecheckTrigger) => void;
+  /** Counts re-checks by what started them and times them, as each ends (metrics hook). */
+  readonly onRecheck?: (trigger: RecheckTrigger, seconds: number) => void;
   /** Retry backoff for failed peers (defaults 100 ms → 5 s, 6 attempts before resync takes over). */
   readonly retry?: { initialMs: number; maxMs: number; attempts: number };
-  /** Counts applied ops and failed ones (metrics hook). */
-  readonly onApplied?: (result: { ops: number; failed: number }) => void;
+  /** Counts applied ops and failed ones, and how long their batch took (metrics hook). */
+  readonly onApplied?: (result: { ops: number; failed: number; seconds: number }) => void;
   /** Counts entries the periodic re-check restored or removed (metrics hook). */
   readonly onRepaired?: (count: number) => void;
   /**
@@ -482,13 +483,14 @@ export class Reconciler {
         if (signal.aborted || trigger === null) break;
         this.#wanted = null;
         this.#failing = false;
+        const began = performance.now();
         await this.resync().catch((err: unknown) => {
           this.#failing = true;
           if (this.#once.first(`resync:${errorMessage(err)}`)) {
             this.#log.warn({ err: errorMessage(err) }, 'resync failed');
           }
         });
-        this.#onRecheck?.(trigger);
+        this.#onRecheck?.(trigger, secondsSince(began));
       }
     } finally {
       this.close();
@@ -564,7 +566,9 @@ export class Reconciler {
       this.#dirty.delete(key);
     }
     if (batch.length === 0) return;
+    const began = performance.now();
     const results = await this.#apply(batch);
+    const seconds = secondsSince(began);
     const rollback: Op[] = [];
     for (const g of groups) {
       const res = results.slice(g.start, g.start + g.ops.length);
@@ -585,7 +589,11 @@ export class Reconciler {
       }
       if (this.#peers.get(g.key) === g.peer) this.#scheduleRetry(g.key, g.peer, g.ops, err);
     }
-    this.#onApplied?.({ ops: batch.length, failed: results.filter((r) => r !== null).length });
+    this.#onApplied?.({
+      ops: batch.length,
+      failed: results.filter((r) => r !== null).length,
+      seconds,
+    });
     if (rollback.length > 0) {
       const rb = await this.#apply(rollback);
       rb.forEach((r, i) => {
@@ -792,9 +800,16 @@ export async function runPlanned(
     families: readonly Family[];
     plan: Planner;
     flushWindowMs?: number | undefined;
+    /**
+     * After each flush: how long ago (seconds) each lease event it carried was received
+     * (metrics hook: lease event → peer programmed).
+     */
+    onProgrammed?: ((seconds: number) => void) | undefined;
   },
 ): Promise<void> {
   const rec = o.reconciler;
+  // When each event not yet flushed was received (performance.now()).
+  let received: number[] = [];
   const windowMs = o.flushWindowMs ?? FLUSH_WINDOW_MS;
   const loop = new AbortController();
   const stop = () => loop.abort();
@@ -815,7 +830,10 @@ export async function runPlanned(
         await rec.resync();
         periodic = rec.run(loop.signal);
       }
+      const carried = received;
+      received = [];
       await rec.flush();
+      if (o.onProgrammed) for (const t of carried) o.onProgrammed(secondsSince(t));
     } while (again && !signal.aborted);
   };
   const kick = () => {
@@ -839,7 +857,9 @@ export async function runPlanned(
     for (;;) {
       const next = await racer.race(iter.next());
       if (next.done || signal.aborted) break;
+      const now = performance.now();
       for (const ev of next.value) {
+        if (o.onProgrammed) received.push(now);
         for (const family of o.families)
           rec.update(`${ev.lease.key}|${family}`, o.plan(ev, family));
       }

@@ -32,6 +32,7 @@ import type {
 } from '../../dataplane/index.js';
 import type { PeerEntry } from '../../dataplane/peer-table.js';
 import { registerDataplaneMetrics } from '../../dataplane/stats-metrics.js';
+import { secondsSince } from '../../common/metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
@@ -168,7 +169,8 @@ export function createUserspaceBackend(
   const mtu = ext.mtu - (v6Underlay ? (spec.overheadV6 ?? spec.overhead + 20) : spec.overhead);
   const skipped = new LogOnce();
   // Skipped peers are counted as the kernel backends count theirs (once per lease and reason).
-  const skippedPeers = kernelMetrics(ctx.metrics).skipped;
+  const backendMetrics = kernelMetrics(ctx.metrics);
+  const skippedPeers = backendMetrics.skipped;
   let dp: Dataplane | null = null;
   let nl: Netlink | null = null;
   let ownKey: string | null = null;
@@ -330,7 +332,7 @@ export function createUserspaceBackend(
         log,
         ownership: [],
         watchDevs: [running.tunName],
-        ...reconcilerMetricHooks(kernelMetrics(ctx.metrics)),
+        ...reconcilerMetricHooks(backendMetrics),
         ensureBase: async () => {
           let missing = 0;
           try {
@@ -365,9 +367,21 @@ export function createUserspaceBackend(
       };
       let scheduled: NodeJS.Timeout | null = null;
       let first = true;
+      // When each lease event not yet handed to the engine was received (performance.now()).
+      let received: number[] = [];
       const push = () => {
         clearTimeout(scheduled ?? undefined);
         scheduled = null;
+        const carried = received;
+        received = [];
+        try {
+          pushTable();
+        } finally {
+          for (const t of carried)
+            backendMetrics.programmed.observe({ target: 'engine' }, secondsSince(t));
+        }
+      };
+      const pushTable = () => {
         if (whole) {
           handOverTable();
         } else {
@@ -387,6 +401,7 @@ export function createUserspaceBackend(
         record?.peers(() => records.table());
       };
       const update = (batch: readonly LeaseEvent[]) => {
+        const now = performance.now();
         const changes = planPeers(batch, planCtx);
         for (const c of changes) {
           for (const reason of c.skipped) {
@@ -406,6 +421,8 @@ export function createUserspaceBackend(
         if (changed && !scheduled) {
           scheduled = setTimeout(push, wasFirst ? 0 : FLUSH_WINDOW_MS);
         }
+        // (events that changed no record need no programming: they are not timed)
+        if (changed) for (let i = 0; i < batch.length; i++) received.push(now);
       };
       const iter = events[Symbol.asyncIterator]();
       const aborted = new Promise<null>((resolve) => {

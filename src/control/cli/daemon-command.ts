@@ -144,8 +144,14 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           ...(o.ipBlackholeRoute ? [blackholeRouteTask({ resyncSec: o.iptablesResync })] : []),
         ],
         openManager: async (metrics) => {
-          if (storeKind(parsed) !== 'kube')
-            return new LocalManager(await openRegistry(parsed), { metrics });
+          if (storeKind(parsed) !== 'kube') {
+            const { REGISTRY_OPERATIONS, timedStore } = await import('../metrics/metrics.js');
+            const registry = await openRegistry(parsed);
+            const store = registry.kind === 'etcd' ? 'etcd' : 'embedded';
+            return new LocalManager(timedStore(registry, store, REGISTRY_OPERATIONS, metrics), {
+              metrics,
+            });
+          }
           // the Kubernetes client (~1.5 s, ~60 MB to load) only in kube mode
           const { openKubeManager } = await import('../kube/kube-manager.js');
           kube = await openKubeManager(

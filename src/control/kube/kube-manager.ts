@@ -39,7 +39,7 @@ import type { AcquireOptions, SubnetManager } from '../lease/manager.js';
 import { makeSubnetKey } from '../lease/subnet-key.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
 import { diffSnapshots } from '../lease/watcher.js';
-import type { LeaseMetrics } from '../metrics/metrics.js';
+import { KUBE_OPERATIONS, type LeaseMetrics, timedStore } from '../metrics/metrics.js';
 import { KubeApi, loadKubeConfig, type KubeNode } from './kube-api.js';
 import { NodeInformer } from './kube-informer.js';
 
@@ -575,8 +575,13 @@ export async function openKubeManager(
     );
   }
   const netConfig = parseNetConfig(text);
-  const api = new KubeApi(
-    loadKubeConfig({ apiUrl: o.kubeApiUrl, kubeconfigFile: o.kubeconfigFile, env: o.env }),
+  const api = timedStore(
+    new KubeApi(
+      loadKubeConfig({ apiUrl: o.kubeApiUrl, kubeconfigFile: o.kubeconfigFile, env: o.env }),
+    ),
+    'kube',
+    KUBE_OPERATIONS,
+    metrics,
   );
   const nodeName = await resolveNodeName(api, o.env ?? process.env, o.signal);
   const manager = new KubeManager({

@@ -4,7 +4,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
-import { Registry } from '../../../src/common/prometheus.js';
+import { Registry } from '../../../src/common/metrics.js';
 import { setLogLevel } from '../../../src/common/log.js';
 import { startHealthServer, type HealthServer } from '../../../src/control/http.js';
 

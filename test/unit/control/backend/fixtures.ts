@@ -9,7 +9,7 @@ import {
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import { makeSubnetKey } from '../../../../src/control/lease/subnet-key.js';
 import type { Lease, LeaseAttrs } from '../../../../src/control/lease/types.js';
-import { Registry } from '../../../../src/common/prometheus.js';
+import { Registry } from '../../../../src/common/metrics.js';
 
 /** Per family: the cluster network, a peer's subnet and its gateway address, public addresses. */
 export const FAM = {

@@ -1,7 +1,7 @@
 /** Peer lease checks (backend/peer-check.ts), one table for the rules and the stream around it. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { Registry } from '../../../../src/common/prometheus.js';
+import { Registry } from '../../../../src/common/metrics.js';
 import { logger } from '../../../../src/common/log.js';
 import {
   type PeerCheckConfig,
@@ -215,7 +215,7 @@ async function collect(
 }
 
 async function conflicts(metrics: Registry): Promise<Record<string, number>> {
-  const m = metrics.getSingleMetric('weft_lease_conflicts_total')!.get();
+  const m = await metrics.getSingleMetric('weft_lease_conflicts_total')!.get();
   return Object.fromEntries(m.values.map((v) => [String(v.labels.reason), v.value]));
 }
 

@@ -353,7 +353,7 @@ describe('kernel backend run loop', () => {
       [...nl.routes.values()].filter((r) => r.dst.includes('.')).map((r) => `${r.dst} via ${r.gw}`),
       ['10.5.34.0/24 via 192.168.1.12'],
     );
-    const metrics = ctx.metrics.getMetricsAsJSON();
+    const metrics = await ctx.metrics.getMetricsAsJSON();
     const value = (name: string) => metrics.find((m) => m.name === name)?.values[0]?.value;
     assert.equal(value('weft_backend_kernel_ops_total'), 2); // the peer's IPv4 and IPv6 routes
     assert.equal(value('weft_backend_kernel_repairs_total'), 1); // the stale route

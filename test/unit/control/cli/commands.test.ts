@@ -15,7 +15,7 @@ import { DEFAULT_BACKEND_OPTIONS } from '../../../../src/control/backend/backend
 import { checkBackendConfig, backendFactory } from '../../../../src/control/backend/registry.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import { logger } from '../../../../src/common/log.js';
-import { Registry as PromRegistry } from '../../../../src/common/prometheus.js';
+import { Registry as PromRegistry } from '../../../../src/common/metrics.js';
 
 const REPO = resolve(import.meta.dirname, '../../../..');
 const tmp = mkdtempSync(join(tmpdir(), 'weft-cli-'));

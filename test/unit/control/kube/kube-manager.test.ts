@@ -79,8 +79,8 @@ async function next<T>(it: AsyncIterator<T>, ms = 3000): Promise<T> {
 const summary = (events: LeaseEvent[]) =>
   events.map((e) => `${e.type} ${e.lease.key} ${e.lease.attrs.publicIP}`).sort();
 
-async function counter(c: { get(): { values: Array<{ value: number }> } }) {
-  return c.get().values.reduce((s, v) => s + v.value, 0);
+async function counter(c: { get(): Promise<{ values: Array<{ value: number }> }> }) {
+  return (await c.get()).values.reduce((s, v) => s + v.value, 0);
 }
 
 beforeEach(async () => {

@@ -9,7 +9,7 @@ import { createLeaseMetrics } from '../../../../src/control/metrics/metrics.js';
 import { encodeLeaseAttrs } from '../../../../src/control/lease/lease-json.js';
 import { parseCIDR } from '../../../../src/common/ip.js';
 import type { LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
-import { Registry } from '../../../../src/common/prometheus.js';
+import { Registry } from '../../../../src/common/metrics.js';
 import { WeftError } from '../../../../src/common/errors.js';
 import type { SharedWatchOptions } from '../../../../src/control/lease/shared-watch.js';
 
@@ -208,7 +208,7 @@ test('a malformed lease is skipped, counted once and does not stop the watch', a
     (await take(it)).map((e) => e.lease.key),
     [good.key],
   );
-  const text = prom.metrics();
+  const text = await prom.metrics();
   assert.match(text, /weft_lease_malformed_total\{store="memory"\} 2/);
   ac.abort();
 });
