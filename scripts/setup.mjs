@@ -40,7 +40,7 @@ export const TEST_PACKAGES = [
   'iperf3',
   'iputils-ping',
   'containernetworking-plugins', // the real bridge, host-local, loopback plugins
-  'prometheus', // promtool check metrics
+  'prometheus', // promtool check metrics; the server in test/netns/prometheus.test.ts
   'openssl',
   'procps',
   'time', // peak RSS in bench:footprint
