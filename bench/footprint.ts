@@ -9,7 +9,7 @@
  *   │     one): embedded + host-gw, embedded + vxlan,                                   │
  *   │     etcd + vxlan (etcd on this namespace's 127.0.0.1), Kubernetes API + vxlan     │
  *   │     (the tests' fake API server on 127.0.0.1), embedded + vxlan userspace         │
- *   │     → /readyz 200, idle IDLE_MS, then VmRSS of the daemon process                  │
+ *   │     → /readyz 200, 1 s, CPU over IDLE_MS idle, then VmRSS of the daemon           │
  *   │  weft CNI plugin (dist/weft-cni.cjs copied alone as `weft`) ADD/DEL/VERSION       │
  *   │     vs the `bridge` plugin given the same delegate config                         │
  *   │    └─ veth ── eth0 ── pod: weft-<pid>-1                                           │
@@ -22,7 +22,15 @@
  * latest.{json,md}. Flags: --runs N (default 10), --idle-ms N (default 5000).
  */
 import { spawnSync, type ChildProcess } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
@@ -56,6 +64,8 @@ interface Row {
   rssMB: number;
   /** A daemon's anonymous RSS (RssAnon): its own memory, without the file pages it shares. */
   anonMB?: number;
+  /** A daemon's CPU over its idle window, % of one core (every thread, from schedstat). */
+  idleCpuPct?: number;
   target: string;
 }
 
@@ -104,6 +114,19 @@ async function readyz(ns: string): Promise<boolean> {
   }
 }
 
+/** CPU time of every thread of `pid` so far, in ns (/proc/<pid>/task/<tid>/schedstat). */
+function cpuNs(pid: number): number {
+  let ns = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      /* the thread ended */
+    }
+  }
+  return ns;
+}
+
 /** A field of /proc/<pid>/status in MB (VmRSS: all resident pages; RssAnon: the private ones). */
 function statusMB(pid: number, field: 'VmRSS' | 'RssAnon'): number {
   const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(
@@ -150,7 +173,12 @@ async function idleDaemon(
       await sleep(200);
     }
     const readyMs = Date.now() - t0;
+    // (settle 1 s after ready, then the idle window: the daemon's CPU while nothing happens)
+    await sleep(1000);
+    const cpu0 = cpuNs(daemon.pid!);
+    const idle0 = performance.now();
     await sleep(IDLE_MS);
+    const idleCpuPct = ((cpuNs(daemon.pid!) - cpu0) / 1e6 / (performance.now() - idle0)) * 100;
     let rssMB = 0;
     let anonMB = 0;
     for (let i = 0; i < 5; i++) {
@@ -158,7 +186,7 @@ async function idleDaemon(
       anonMB = Math.max(anonMB, statusMB(daemon.pid!, 'RssAnon'));
       await sleep(200);
     }
-    return { what, timeMs: null, rssMB, anonMB, target: '', readyMs };
+    return { what, timeMs: null, rssMB, anonMB, idleCpuPct, target: '', readyMs };
   } finally {
     daemon.kill('SIGTERM');
     await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
@@ -280,7 +308,7 @@ async function main(): Promise<void> {
         ? '≤ 80 MB'
         : d.what.includes('Kubernetes')
           ? 'none (kube mode)'
-          : '≤ 60 MB';
+          : '≤ 64 MB';
     rows.push(...daemons);
 
     // 3. the CNI plugin per call, against the bridge plugin with the same delegate config
@@ -349,11 +377,11 @@ async function main(): Promise<void> {
   }
 
   const lines = [
-    '| what | time (median ms) | peak RSS (MB) | of it anonymous (MB) | target |',
-    '|---|---|---|---|---|',
+    '| what | time (median ms) | peak RSS (MB) | of it anonymous (MB) | idle CPU (%) | target |',
+    '|---|---|---|---|---|---|',
     ...rows.map(
       (r) =>
-        `| ${r.what} | ${r.timeMs === null ? ('readyMs' in r ? `ready in ${r.readyMs}` : '-') : r.timeMs.toFixed(0)} | ${r.rssMB.toFixed(1)} | ${r.anonMB?.toFixed(1) ?? '-'} | ${r.target} |`,
+        `| ${r.what} | ${r.timeMs === null ? ('readyMs' in r ? `ready in ${r.readyMs}` : '-') : r.timeMs.toFixed(0)} | ${r.rssMB.toFixed(1)} | ${r.anonMB?.toFixed(1) ?? '-'} | ${r.idleCpuPct?.toFixed(2) ?? '-'} | ${r.target} |`,
     ),
   ];
   const table = lines.join('\n') + '\n';

@@ -30,6 +30,7 @@ const TOOLS: Record<string, string | null> = {
   iperf3: 'iperf3',
   ping: 'iputils-ping',
   promtool: 'prometheus',
+  prometheus: 'prometheus',
   openssl: 'openssl',
   tcpdump: 'tcpdump',
   sysctl: 'procps',
