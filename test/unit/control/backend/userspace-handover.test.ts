@@ -163,7 +163,7 @@ async function started() {
     await running;
     await b.close();
   };
-  return { dp, events, calls, end };
+  return { dp, events, calls, end, metrics: ctx.metrics };
 }
 
 describe('userspace backend: peer table handover', () => {
@@ -177,6 +177,30 @@ describe('userspace backend: peer table handover', () => {
       events.push(added(lease(3)));
       assert.deepEqual(await calls(3), ['whole 4', 'delta -2 +0', 'delta -0 +2']);
       assert.deepEqual(sortedRecords(dp.table), expected(lease(2), lease(3)));
+    } finally {
+      await end();
+    }
+  });
+
+  test('each lease event is timed to its hand-over to the engine', async () => {
+    const { events, calls, end, metrics } = await started();
+    const count = async () => {
+      const m = await metrics.getSingleMetric('weft_backend_peer_programmed_seconds')!.get();
+      const c = m.values.find(
+        (v) =>
+          (v as { metricName?: string }).metricName?.endsWith('_count') &&
+          v.labels.target === 'engine',
+      );
+      return c?.value;
+    };
+    try {
+      assert.equal(await count(), 0, 'exported at 0 before any event');
+      events.push(added(lease(1), lease(2)));
+      await calls(1);
+      assert.equal(await count(), 2);
+      events.push(removed(lease(1)));
+      await calls(2);
+      assert.equal(await count(), 3);
     } finally {
       await end();
     }

@@ -359,4 +359,38 @@ describe('kernel backend run loop', () => {
     assert.equal(value('weft_backend_kernel_repairs_total'), 1); // the stale route
     await b.close();
   });
+
+  test('the peer lease event is timed to its programming, and the batch that applied it', async () => {
+    const ctx = backendContext({ Type: 'host-gw' });
+    const b = createHostGwBackend(ctx, { openNetlink: fakeWithExt });
+    await b.prepare();
+    await b.start(ownLease());
+    const ac = new AbortController();
+    const peer = { ...ownLease(), key: 'peer' };
+    async function* events() {
+      yield [
+        {
+          type: 'added' as const,
+          lease: {
+            ...peer,
+            attrs: { ...peer.attrs, backendType: 'host-gw', publicIP: '192.168.1.12' },
+            subnet: { family: 4 as const, addr: 0x0a052200n, prefix: 24 },
+          },
+        },
+      ];
+      ac.abort();
+    }
+    await b.run(events(), ac.signal);
+    const text = await ctx.metrics.metrics();
+    const count = (series: string) => {
+      const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+      assert.ok(line, `${series} missing`);
+      return Number(line.split(' ')[1]);
+    };
+    // one event, programmed in the kernel by one flush; nothing handed to an engine
+    assert.equal(count('weft_backend_peer_programmed_seconds_count{target="kernel"}'), 1);
+    assert.equal(count('weft_backend_peer_programmed_seconds_count{target="engine"}'), 0);
+    assert.equal(count('weft_backend_kernel_apply_duration_seconds_count'), 1);
+    await b.close();
+  });
 });
