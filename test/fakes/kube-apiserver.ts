@@ -95,7 +95,7 @@ export class FakeKubeApiServer {
   readonly #watchers = new Set<Watcher>();
   readonly #token: string | undefined;
   #rv = 100;
-  /** Versions at or below this were compacted away. */
+  /** Versions below this were compacted away (the state at it is still readable). */
   #compacted = 0;
   #failures: Array<{ code: number; reason: string }> = [];
   readonly #snapshots = new Map<number, ListSnapshot>();
@@ -420,7 +420,7 @@ export class FakeKubeApiServer {
         throw new HttpError(status(400, 'BadRequest', 'continue key is not valid'));
       }
       const found = this.#snapshots.get(Number(token.id));
-      if (!found || Number(token.rv) <= this.#compacted) {
+      if (!found || Number(token.rv) < this.#compacted) {
         throw new HttpError(
           status(
             410,
@@ -443,7 +443,7 @@ export class FakeKubeApiServer {
           );
         }
         const exact = match === 'Exact' || (match === '' && limit > 0);
-        if (exact && n <= this.#compacted) {
+        if (exact && n < this.#compacted) {
           throw new HttpError(
             status(410, 'Expired', `too old resource version: ${n} (${this.#compacted + 1})`),
           );
