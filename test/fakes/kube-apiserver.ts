@@ -529,8 +529,16 @@ async function streamList(
     part = '';
     if (!ok) {
       const open = await new Promise<boolean>((resolve) => {
-        res.once('drain', () => resolve(true));
-        res.once('close', () => resolve(false));
+        const onDrain = () => {
+          res.off('close', onClose);
+          resolve(true);
+        };
+        const onClose = () => {
+          res.off('drain', onDrain);
+          resolve(false);
+        };
+        res.once('drain', onDrain);
+        res.once('close', onClose);
       });
       if (!open) return;
     }
