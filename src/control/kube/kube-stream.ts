@@ -36,8 +36,7 @@ const CLOSE_ARR = 0x5d;
 /**
  * Splits a JSON list's bytes into its `items` (handed to `onItem` as raw UTF-8, one complete
  * JSON value each) and its other top-level members (`top`, parsed). A byte scanner: it tracks
- * nesting and strings (jumping from quote to quote), keeping only the bytes of the value it is
- * in. Guarded state: written only by push()/end(), called in order by one reader.
+ * nesting and strings (and their escapes), keeping only the bytes of the value it is in. Guarded state: written only by push()/end(), called in order by one reader.
  */
 export class ListScanner {
   readonly #onItem: (item: Buffer) => void;
@@ -79,73 +78,93 @@ export class ListScanner {
   }
 
   #scan(): void {
+    // The hot loop: state in locals; a string is crossed with indexOf (a Node's image names and
+    // digests are most of its bytes).
     const b = this.#buf;
+    const n = b.length;
     let i = this.#pos;
-    while (i < b.length) {
-      if (this.#inStr) {
-        const q = b.indexOf(QUOTE, i);
-        if (q < 0) {
-          i = b.length;
-          break;
-        }
-        let bs = 0;
-        for (let k = q - 1; b[k] === BACKSLASH; k--) bs++;
-        i = q + 1;
-        if (bs % 2 === 1) continue; // an escaped quote
-        this.#inStr = false;
-        if (this.#capStart >= 0 && this.#capKind === 'string') {
-          this.#key = JSON.parse(b.toString('utf8', this.#capStart, i)) as string;
-          this.#capStart = -1;
-        }
-        continue;
-      }
-      const c = b[i]!;
-      if (this.#done) {
-        if (c > 0x20) throw malformed(this.#what, 'data after the list');
-      } else if (c === QUOTE) {
-        this.#inStr = true;
-        if (this.#depth === 1) {
-          this.#capStart = i;
-          this.#capKind = 'string';
-        }
-      } else if (c === OPEN_OBJ || c === OPEN_ARR) {
-        this.#depth++;
-        if (this.#depth === 1) {
-          if (c !== OPEN_OBJ) throw malformed(this.#what, 'not a JSON object');
-        } else if (this.#depth === 2) {
-          if (this.#key === 'items' && c === OPEN_ARR) {
-            this.#inItems = true;
-          } else {
-            this.#capStart = i;
-            this.#capKind = 'member';
+    let depth = this.#depth;
+    let inStr = this.#inStr;
+    try {
+      for (; i < n; i++) {
+        const c = b[i]!;
+        if (inStr) {
+          // jump to the string's next quote; escaped when an odd run of backslashes precedes it
+          const q = b.indexOf(QUOTE, i);
+          if (q < 0) {
+            i = n - 1;
+            continue;
           }
-        } else if (this.#depth === 3 && this.#inItems) {
-          this.#capStart = i;
-          this.#capKind = 'item';
-        }
-      } else if (c === CLOSE_OBJ || c === CLOSE_ARR) {
-        this.#depth--;
-        if (this.#depth === 2 && this.#inItems && this.#capStart >= 0) {
-          const item = b.subarray(this.#capStart, i + 1);
-          this.#capStart = -1;
-          this.#onItem(item);
-        } else if (this.#depth === 1) {
-          if (this.#inItems) {
-            this.#inItems = false;
-          } else if (this.#capStart >= 0) {
-            this.top[this.#key] = parseJson(b.toString('utf8', this.#capStart, i + 1), this.#what);
+          let bs = 0;
+          for (let k = q - 1; b[k] === BACKSLASH; k--) bs++;
+          i = q;
+          if (bs % 2 === 1) continue;
+          inStr = false;
+          if (this.#capStart >= 0 && this.#capKind === 'string') {
+            this.#key = JSON.parse(b.toString('utf8', this.#capStart, i + 1)) as string;
             this.#capStart = -1;
           }
-        } else if (this.#depth === 0) {
-          this.#done = true;
-        } else if (this.#depth < 0) {
-          throw malformed(this.#what, 'unbalanced brackets');
+          continue;
+        }
+        if (c === QUOTE) {
+          inStr = true;
+          if (depth === 1) {
+            this.#capStart = i;
+            this.#capKind = 'string';
+          }
+        } else if (c === OPEN_OBJ || c === OPEN_ARR) {
+          depth++;
+          if (depth === 3) {
+            if (this.#inItems) {
+              this.#capStart = i;
+              this.#capKind = 'item';
+            }
+          } else if (depth === 2) {
+            if (this.#key === 'items' && c === OPEN_ARR) {
+              this.#inItems = true;
+            } else {
+              this.#capStart = i;
+              this.#capKind = 'member';
+            }
+          } else if (depth === 1) {
+            if (c !== OPEN_OBJ || this.#done) throw malformed(this.#what, 'not a JSON object');
+          }
+        } else if (c === CLOSE_OBJ || c === CLOSE_ARR) {
+          depth--;
+          if (depth === 2) {
+            if (this.#inItems && this.#capStart >= 0) {
+              const item = b.subarray(this.#capStart, i + 1);
+              this.#capStart = -1;
+              this.#onItem(item);
+            }
+          } else if (depth === 1) {
+            if (this.#inItems) {
+              this.#inItems = false;
+            } else if (this.#capStart >= 0) {
+              this.top[this.#key] = parseJson(
+                b.toString('utf8', this.#capStart, i + 1),
+                this.#what,
+              );
+              this.#capStart = -1;
+            }
+          } else if (depth === 0) {
+            this.#done = true;
+          } else if (depth < 0) {
+            throw malformed(this.#what, 'unbalanced brackets');
+          }
+        } else if (depth === 0 && c > 0x20) {
+          throw malformed(this.#what, this.#done ? 'data after the list' : 'not a JSON object');
+        }
+        if (this.#capStart >= 0 && i - this.#capStart >= this.#max) {
+          i++;
+          break;
         }
       }
-      i++;
-      if (this.#capStart >= 0 && i - this.#capStart > this.#max) break;
+    } finally {
+      this.#pos = i;
+      this.#depth = depth;
+      this.#inStr = inStr;
     }
-    this.#pos = i;
     if (this.#capStart >= 0 && this.#pos - this.#capStart > this.#max) {
       throw tooLarge(`${this.#what}: one ${this.#capKind}`, this.#max);
     }
