@@ -447,7 +447,9 @@ export class KubeManager implements SubnetManager {
 
   /** Every other managed node as a lease (our node is excluded by name). */
   async otherLeases(_attrs: unknown, signal?: AbortSignal): Promise<Lease[]> {
-    // The latest state (rv=""), paged; each node made a lease (or dropped) as it is parsed.
+    // The latest state (rv="", not "any version": this decides which VTEP MACs are taken, where
+    // a lagging watch cache could miss a node just added), paged; each node made a lease (or
+    // dropped) as it is parsed.
     const leases: Lease[] = [];
     await this.#api.listNodes(
       (n) => {
