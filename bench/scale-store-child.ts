@@ -10,7 +10,10 @@
  * Control: one JSON request per stdin line `{"id":1,"op":"put","args":[[[key, value], ...]]}`,
  * one reply per stdout line `{"id":1,"result":<ms epoch of the last write's answer>}`. The first
  * stdout line is `{"ready":true}`. Ops: config(text), put(pairs), del(keys) (etcd);
- * addNodes(nodes), deleteNodes(names) (kube).
+ * addNodes(nodes), deleteNodes(names), relist() (kube: compacts the history and drops the
+ * watches, so the daemon's next watch gets 410 Expired and it lists again; answers once a watch
+ * from a version after the compaction has come, with the time that took and the list requests
+ * seen meanwhile).
  */
 import { createInterface } from 'node:readline';
 import { EtcdClient } from '../src/control/registry/etcd-client.js';
@@ -71,6 +74,30 @@ if (mode === 'etcd') {
     deleteNodes: async (names) => {
       for (const n of names as string[]) server.deleteNode(n);
       return Date.now();
+    },
+    relist: async () => {
+      const from = server.requests.length;
+      const t0 = Date.now();
+      // a change the daemon does not watch (a pod) moves the version past the daemon's, so
+      // the compaction leaves its version behind: its next watch gets 410 Expired
+      server.addPod('bench', `relist-${t0}`, 'bench-node');
+      server.compact();
+      const rv = server.resourceVersion;
+      server.dropWatches();
+      for (;;) {
+        const seen = server.requests.slice(from);
+        const watch = seen.find(
+          (r) => r.query.get('watch') === 'true' && Number(r.query.get('resourceVersion')) >= rv,
+        );
+        if (watch) {
+          const lists = seen.filter((r) => r.method === 'GET' && r.path === '/api/v1/nodes');
+          return {
+            ms: Date.now() - t0,
+            listRequests: lists.filter((r) => r.query.get('watch') !== 'true').length,
+          };
+        }
+        await new Promise((r) => setTimeout(r, 2));
+      }
     },
   };
   closeAll = () => server.close();

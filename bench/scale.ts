@@ -30,6 +30,10 @@
  *            memory trims, 12 s after the last change and 10 s apart) and its peak (VmHWM)
  *   idle     daemon CPU over --idle-seconds with nothing changing, --idle-settle-seconds (20)
  *            after the burst (so the heap compaction that follows a burst is not counted)
+ *   relist   (kube) the daemon's peak RSS once started; then the fake compacts its history and
+ *            drops the watch, so the daemon's next watch gets 410 Expired and it lists again:
+ *            the time until its new watch opens, the list requests it made, the peak after it.
+ *            `--node-size real`: Nodes filled in as a kubelet does (16.7 KB of JSON each).
  * The machine is shared: every figure is one run, under whatever else runs. Output: a table,
  * and JSON (bench/results/scale.json, or --json PATH). `--flanneld PATH` adds flanneld rows for
  * the etcd store (vxlan, host-gw, udp) measured through the same harness. `--node-args '…'`
@@ -96,6 +100,13 @@ export interface Row {
   /** RSS with N peers once quiet: at the end of the idle window. */
   settledRssMiB?: number | null;
   peakRssMiB: number | null;
+  /** kube: the peak (VmHWM) once every peer is programmed at start, before anything else. */
+  startPeakRssMiB?: number | null;
+  /** kube: 410 Expired → the relist done and the watch open again, and the peak after it. */
+  relistMs?: number | null;
+  relistPeakRssMiB?: number | null;
+  /** kube: the list requests of that relist (pages, or 1 when the list comes whole). */
+  relistRequests?: number | null;
   idleCpuPct: number | null;
   error?: string;
 }
@@ -112,6 +123,12 @@ const { values: opt } = parseArgs({
     /** Quiet time before the idle window: V8 compacts the heap ~8 s after a burst's garbage. */
     'idle-settle-seconds': { type: 'string', default: '20' },
     flanneld: { type: 'string' },
+    /**
+     * kube store: `real` fills every Node in as a kubelet does (test/fakes/kube-apiserver.ts
+     * realSizedNode: 15 labels, flannel annotations, 50 images, 5 conditions, managedFields;
+     * 16.7 KB of JSON each), `small` (the default) only flannel's annotations (~0.6 KB).
+     */
+    'node-size': { type: 'string', default: 'small' },
     /** Extra Node flags for the weft daemon (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`). */
     'node-args': { type: 'string', default: '' },
     json: { type: 'string', default: join(ROOT, 'bench', 'results', 'scale.json') },
@@ -124,6 +141,11 @@ const CHURN_S = Number(opt['churn-seconds']);
 const IDLE_S = Number(opt['idle-seconds']);
 const IDLE_SETTLE_S = Number(opt['idle-settle-seconds']);
 const nodeArgs = opt['node-args'].split(' ').filter((a) => a !== '');
+const REAL_NODES = opt['node-size'] === 'real';
+if (!['real', 'small'].includes(opt['node-size'])) {
+  console.error(`--node-size: real or small (got ${opt['node-size']})`);
+  process.exit(2);
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const pct = (xs: number[], p: number): number | null => {
@@ -160,6 +182,7 @@ function kubeNode(i: number, backend: BackendName) {
   return {
     name: `peer-${i}`,
     podCIDR: peerSubnet(i),
+    ...(REAL_NODES ? { realSize: true } : {}),
     annotations: {
       [`${a}kube-subnet-manager`]: 'true',
       [`${a}public-ip`]: attrs.PublicIP as string,
@@ -220,6 +243,8 @@ interface StoreDriver {
   readonly daemonEnv: Record<string, string>;
   add(ids: readonly number[]): Promise<number>;
   remove(ids: readonly number[]): Promise<number>;
+  /** kube: expire the daemon's watch (410) and wait for its relist; the others: undefined. */
+  relist?(): Promise<{ ms: number; listRequests: number }>;
   close(): Promise<void>;
 }
 
@@ -350,6 +375,7 @@ async function kubeDriver(
         'deleteNodes',
         ids.map((i) => `peer-${i}`),
       ),
+    relist: () => child.call('relist'),
     async close() {
       child.stop();
     },
@@ -581,6 +607,17 @@ async function measure(
     const started = await withTail('start', () => until(o, (s) => s.count >= N, 120_000, 'start'));
     row.startMs = started - t0;
 
+    if (driver.relist) {
+      // kube: the peak of the start (the list), then a relist after 410 Expired and its peak
+      row.startPeakRssMiB = memKiB(pid, 'VmHWM') / 1024;
+      const r = await withTail('relist', () => driver!.relist!());
+      row.relistMs = r.ms;
+      row.relistRequests = r.listRequests;
+      row.relistPeakRssMiB = memKiB(pid, 'VmHWM') / 1024;
+      const still = await o.poll();
+      if (still.count < N) throw new Error(`relist: ${still.count} of ${N} peers programmed`);
+    }
+
     // one event at a time
     const add: number[] = [];
     const del: number[] = [];
@@ -746,6 +783,7 @@ function table(rows: readonly Row[]): string {
     'churn p50/p99 ms',
     'RSS burst / settled (peak) MiB',
     'idle CPU %',
+    'kube: start peak MiB; 410 relist ms (lists) peak MiB',
   ];
   const body = rows.map((r) =>
     r.error
@@ -761,6 +799,9 @@ function table(rows: readonly Row[]): string {
           `${fmt(r.churnP50Ms, 1)} / ${fmt(r.churnP99Ms, 1)}${r.churnLost ? ` (${r.churnLost} late)` : ''}`,
           `${fmt(r.rssMiB)} / ${fmt(r.settledRssMiB ?? null)} (${fmt(r.peakRssMiB)})`,
           fmt(r.idleCpuPct, 2),
+          r.relistMs === undefined
+            ? '-'
+            : `${fmt(r.startPeakRssMiB ?? null)}; ${fmt(r.relistMs ?? null)} (${fmt(r.relistRequests ?? null)}) ${fmt(r.relistPeakRssMiB ?? null)}`,
         ],
   );
   return markdownTable(head, body).trimEnd();
@@ -797,7 +838,13 @@ async function main(): Promise<void> {
   writeFileSync(
     opt.json,
     JSON.stringify(
-      { date: new Date().toISOString(), peers: N, churnRate: CHURN_RATE, rows },
+      {
+        date: new Date().toISOString(),
+        peers: N,
+        churnRate: CHURN_RATE,
+        nodeSize: opt['node-size'],
+        rows,
+      },
       null,
       2,
     ) + '\n',

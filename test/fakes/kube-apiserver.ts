@@ -3,7 +3,17 @@
  * socket, speaking the wire protocol clients (ours, kubectl) expect:
  *
  * - GET /api/v1/nodes → NodeList with metadata.resourceVersion (one global, increasing counter,
- *   as etcd's revision); GET /api/v1/nodes/<name>; GET /api/v1/namespaces/<ns>/pods/<name>.
+ *   as etcd's revision), written item by item; GET /api/v1/nodes/<name>;
+ *   GET /api/v1/namespaces/<ns>/pods/<name>. Lists page as the real server's do (by name):
+ *   `limit` cuts a page and sets `metadata.continue` (and `remainingItemCount`); `continue`
+ *   serves the next page of the same snapshot, or 410 Expired once `compact()` passed its
+ *   version; a resourceVersion other than "0" with `continue` is 400. `resourceVersion=0` is
+ *   served from the "watch cache", which ignores `limit` (the whole list in one response, as
+ *   API servers without cache pagination do; `cachePagesRv0: true` makes it page like the
+ *   rest). No resourceVersion: the latest state (a quorum read), paged. `resourceVersion=N`:
+ *   not older than N (a 504 Too large resource version when N is in the future); with `limit`
+ *   and no `resourceVersionMatch` it is Exact, which the fake serves only at the current
+ *   version (410 when compacted).
  * - GET /api/v1/nodes?watch=true&resourceVersion=N → a chunked stream, one JSON event per line
  *   (`{"type":"ADDED|MODIFIED|DELETED|BOOKMARK|ERROR","object":...}`): every change after N
  *   from the history, then live ones. No resourceVersion (or "0"): synthetic ADDED for every
@@ -20,7 +30,11 @@
  * - Discovery (/api, /apis, /api/v1) so kubectl can talk to it.
  *
  * Test controls: addNode/updateNode/deleteNode/addPod, compact(), dropWatches(), failNext(),
- * bookmark(), and `requests` (every request seen, with its decoded body).
+ * bookmark(), and `requests` (every request seen, with its decoded body). `realSizedNode()`
+ * fills a node in as a kubelet does (see there for its size).
+ *
+ * Stored objects are never changed in place (every write stores a new object), so the history
+ * and list snapshots share them.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -39,6 +53,12 @@ interface HistoryEntry {
   readonly rv: number;
   readonly type: 'ADDED' | 'MODIFIED' | 'DELETED';
   readonly object: Obj;
+}
+
+/** The items of a paged list, as they were at its first page. */
+interface ListSnapshot {
+  readonly rv: number;
+  readonly items: readonly Obj[];
 }
 
 interface Watcher {
@@ -75,20 +95,24 @@ export class FakeKubeApiServer {
   readonly #watchers = new Set<Watcher>();
   readonly #token: string | undefined;
   #rv = 100;
-  /** Versions at or below this were compacted away. */
+  /** Versions below this were compacted away (the state at it is still readable). */
   #compacted = 0;
   #failures: Array<{ code: number; reason: string }> = [];
+  readonly #snapshots = new Map<number, ListSnapshot>();
+  #snapshotId = 0;
+  readonly #cachePagesRv0: boolean;
   readonly requests: RecordedRequest[] = [];
 
-  private constructor(token: string | undefined) {
+  private constructor(token: string | undefined, cachePagesRv0: boolean) {
     this.#token = token;
+    this.#cachePagesRv0 = cachePagesRv0;
     this.#server = http.createServer((req, res) => void this.#handle(req, res));
   }
 
   static async start(
-    o: { host?: string; port?: number; token?: string } = {},
+    o: { host?: string; port?: number; token?: string; cachePagesRv0?: boolean } = {},
   ): Promise<FakeKubeApiServer> {
-    const s = new FakeKubeApiServer(o.token);
+    const s = new FakeKubeApiServer(o.token, o.cachePagesRv0 ?? false);
     await new Promise<void>((resolve, reject) => {
       s.#server.once('error', reject);
       s.#server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => resolve());
@@ -125,7 +149,10 @@ export class FakeKubeApiServer {
     podCIDR?: string;
     podCIDRs?: string[];
     annotations?: Record<string, string>;
+    /** Filled in as a kubelet does: realSizedNode(). */
+    realSize?: boolean;
   }): Obj {
+    if (node.realSize) return this.#write('ADDED', realSizedNode(node));
     const obj: Obj = {
       kind: 'Node',
       apiVersion: 'v1',
@@ -176,6 +203,7 @@ export class FakeKubeApiServer {
   compact(): void {
     this.#compacted = this.#rv;
     this.#history.length = 0;
+    this.#snapshots.clear();
   }
 
   /** Ends every open watch stream (an API server restart, a dropped connection). */
@@ -221,7 +249,7 @@ export class FakeKubeApiServer {
   }
 
   #record(type: HistoryEntry['type'], object: Obj): void {
-    const e: HistoryEntry = { rv: this.#rv, type, object: clone(object) };
+    const e: HistoryEntry = { rv: this.#rv, type, object };
     this.#history.push(e);
     const line = JSON.stringify({ type, object }) + '\n';
     for (const w of this.#watchers) w.res.write(line);
@@ -287,15 +315,7 @@ export class FakeKubeApiServer {
       if (url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1') {
         return this.#watch(url, res);
       }
-      const items = [...this.#nodes.values()].sort((a, b) =>
-        String((a.metadata as Obj).name).localeCompare(String((b.metadata as Obj).name)),
-      );
-      return send(res, 200, {
-        kind: 'NodeList',
-        apiVersion: 'v1',
-        metadata: { resourceVersion: String(this.#rv) },
-        items,
-      });
+      return this.#list(url, res);
     }
     if ((m = /^\/api\/v1\/nodes\/([^/]+)(\/status)?$/.exec(p))) {
       const name = decodeURIComponent(m[1]!);
@@ -370,6 +390,96 @@ export class FakeKubeApiServer {
     return this.#commit(cur, next);
   }
 
+  /** A node list page (see the file's comment for the resourceVersion and paging rules). */
+  #list(url: URL, res: http.ServerResponse): void {
+    const q = url.searchParams;
+    const rvText = q.get('resourceVersion') ?? '';
+    const match = q.get('resourceVersionMatch') ?? '';
+    const limit = Number(q.get('limit') ?? '0');
+    const cont = q.get('continue') ?? '';
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new HttpError(status(400, 'BadRequest', `invalid limit ${q.get('limit')}`));
+    }
+    let snap: ListSnapshot;
+    let start = 0;
+    let paged = limit > 0;
+    if (cont !== '') {
+      if (rvText !== '' && rvText !== '0') {
+        throw new HttpError(
+          status(
+            400,
+            'BadRequest',
+            'specifying resource version is not allowed when using continue',
+          ),
+        );
+      }
+      let token: { id?: unknown; start?: unknown; rv?: unknown };
+      try {
+        token = JSON.parse(Buffer.from(cont, 'base64url').toString('utf8')) as typeof token;
+      } catch {
+        throw new HttpError(status(400, 'BadRequest', 'continue key is not valid'));
+      }
+      const found = this.#snapshots.get(Number(token.id));
+      if (!found || Number(token.rv) < this.#compacted) {
+        throw new HttpError(
+          status(
+            410,
+            'Expired',
+            'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
+          ),
+        );
+      }
+      snap = found;
+      start = Number(token.start);
+    } else {
+      if (rvText !== '' && rvText !== '0') {
+        const n = Number(rvText);
+        if (!Number.isInteger(n) || n < 0) {
+          throw new HttpError(status(400, 'BadRequest', `invalid resourceVersion ${rvText}`));
+        }
+        if (n > this.#rv) {
+          throw new HttpError(
+            status(504, 'Timeout', `Too large resource version: ${n}, current: ${this.#rv}`),
+          );
+        }
+        const exact = match === 'Exact' || (match === '' && limit > 0);
+        if (exact && n < this.#compacted) {
+          throw new HttpError(
+            status(410, 'Expired', `too old resource version: ${n} (${this.#compacted + 1})`),
+          );
+        }
+        if (exact && n !== this.#rv) {
+          throw new HttpError(
+            status(500, 'InternalError', `fake: an Exact list at an older version (${n})`),
+          );
+        }
+      }
+      // resourceVersion=0 from the watch cache: no pages (unless told it pages).
+      if (rvText === '0' && !this.#cachePagesRv0) paged = false;
+      const items = [...this.#nodes.values()].sort((a, b) =>
+        String((a.metadata as Obj).name).localeCompare(String((b.metadata as Obj).name)),
+      );
+      snap = { rv: this.#rv, items };
+    }
+    const end = paged ? Math.min(snap.items.length, start + limit) : snap.items.length;
+    const metadata: Obj = { resourceVersion: String(snap.rv) };
+    if (end < snap.items.length) {
+      let id = cont !== '' ? (JSON.parse(Buffer.from(cont, 'base64url').toString()) as Obj).id : 0;
+      if (cont === '') {
+        id = ++this.#snapshotId;
+        this.#snapshots.set(id as number, snap);
+        // keep a few lists' snapshots, as etcd keeps a window of revisions
+        for (const k of this.#snapshots.keys())
+          if (this.#snapshots.size > 8) this.#snapshots.delete(k);
+      }
+      metadata.continue = Buffer.from(JSON.stringify({ id, start: end, rv: snap.rv })).toString(
+        'base64url',
+      );
+      metadata.remainingItemCount = snap.items.length - end;
+    }
+    void streamList(res, metadata, snap.items, start, end);
+  }
+
   #watch(url: URL, res: http.ServerResponse): void {
     const rvText = url.searchParams.get('resourceVersion') ?? '';
     const timeout = Number(url.searchParams.get('timeoutSeconds') ?? '0');
@@ -400,6 +510,40 @@ export class FakeKubeApiServer {
       if (timer) clearTimeout(timer);
     });
   }
+}
+
+/** Writes a NodeList item by item (as the real server encodes it), waiting when the client is slow. */
+async function streamList(
+  res: http.ServerResponse,
+  metadata: Obj,
+  items: readonly Obj[],
+  start: number,
+  end: number,
+): Promise<void> {
+  res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
+  let part = `{"kind":"NodeList","apiVersion":"v1","metadata":${JSON.stringify(metadata)},"items":[`;
+  for (let i = start; i < end; i++) {
+    part += (i > start ? ',' : '') + JSON.stringify(items[i]);
+    if (part.length < 65_536) continue;
+    const ok = res.write(part);
+    part = '';
+    if (!ok) {
+      const open = await new Promise<boolean>((resolve) => {
+        const onDrain = () => {
+          res.off('close', onClose);
+          resolve(true);
+        };
+        const onClose = () => {
+          res.off('drain', onDrain);
+          resolve(false);
+        };
+        res.once('drain', onDrain);
+        res.once('close', onClose);
+      });
+      if (!open) return;
+    }
+  }
+  res.end(part + ']}');
 }
 
 function send(res: http.ServerResponse, code: number, body: unknown): void {
@@ -580,4 +724,256 @@ export function jsonPatch(target: Obj, ops: unknown): Obj {
   }
   if (!isObj(doc.root)) throw invalid('the patch does not leave an object');
   return doc.root;
+}
+
+// ---- real-sized Nodes ----
+
+const hex64 = (seed: number): string => {
+  let x = (seed * 2654435761) >>> 0;
+  let out = '';
+  while (out.length < 64) {
+    x = (Math.imul(x ^ (x >>> 15), 2246822507) + 0x9e3779b9) >>> 0;
+    out += x.toString(16).padStart(8, '0');
+  }
+  return out;
+};
+
+/** A kubelet's 50 images (the most it reports): a digest and a tag each, shared by every node. */
+const IMAGES: readonly Obj[] = Array.from({ length: 50 }, (_, i) => {
+  const repo = `europe-docker.pkg.dev/platform/team-${i % 7}/service-${i}`;
+  return {
+    names: [`${repo}@sha256:${hex64(i + 1)}`, `${repo}:v1.${i}.${(i * 7) % 13}`],
+    sizeBytes: 10_000_000 + i * 1_234_567,
+  };
+});
+
+const MANAGED_FIELDS_KUBELET = {
+  'f:metadata': {
+    'f:annotations': {
+      '.': {},
+      'f:node.alpha.kubernetes.io/ttl': {},
+      'f:volumes.kubernetes.io/controller-managed-attach-detach': {},
+    },
+    'f:labels': Object.fromEntries(
+      [
+        '.',
+        'beta.kubernetes.io/arch',
+        'beta.kubernetes.io/os',
+        'kubernetes.io/arch',
+        'kubernetes.io/hostname',
+        'kubernetes.io/os',
+        'node.kubernetes.io/instance-type',
+        'topology.kubernetes.io/region',
+        'topology.kubernetes.io/zone',
+      ].map((k) => [k === '.' ? k : `f:${k}`, {}]),
+    ),
+  },
+  'f:spec': { 'f:providerID': {} },
+  'f:status': {
+    'f:conditions': Object.fromEntries(
+      ['MemoryPressure', 'DiskPressure', 'PIDPressure', 'Ready'].map((t) => [
+        `k:{"type":"${t}"}`,
+        {
+          '.': {},
+          'f:lastHeartbeatTime': {},
+          'f:lastTransitionTime': {},
+          'f:message': {},
+          'f:reason': {},
+          'f:status': {},
+          'f:type': {},
+        },
+      ]),
+    ),
+    'f:allocatable': { 'f:cpu': {}, 'f:ephemeral-storage': {}, 'f:memory': {}, 'f:pods': {} },
+    'f:capacity': { 'f:cpu': {}, 'f:ephemeral-storage': {}, 'f:memory': {}, 'f:pods': {} },
+    'f:daemonEndpoints': { 'f:kubeletEndpoint': { 'f:Port': {} } },
+    'f:images': {},
+    'f:nodeInfo': {
+      'f:architecture': {},
+      'f:bootID': {},
+      'f:containerRuntimeVersion': {},
+      'f:kernelVersion': {},
+      'f:kubeProxyVersion': {},
+      'f:kubeletVersion': {},
+      'f:machineID': {},
+      'f:operatingSystem': {},
+      'f:osImage': {},
+      'f:systemUUID': {},
+    },
+  },
+};
+
+/**
+ * A Node as a kubelet, the node controller and flannel fill it in on a real cluster: 15 labels,
+ * the flannel annotations and the kubelet's, four managedFields entries, taints and a
+ * providerID, 5 conditions, addresses, capacity, node info and 50 images (two names each). As
+ * JSON, ~17 KB: 16.7 KB with flannel's four vxlan annotations (`JSON.stringify(...).length`;
+ * a unit test checks 16-18 KB), of which the images are 10.7 KB and managedFields 2.6 KB. The images and the managedFields' field sets are shared by every node (the
+ * fake never changes a stored object in place).
+ */
+export function realSizedNode(node: {
+  name: string;
+  podCIDR?: string;
+  podCIDRs?: string[];
+  annotations?: Record<string, string>;
+}): Obj {
+  const t = '2026-11-01T08:00:00Z';
+  const n = node.name;
+  const idx = [...n].reduce((h, c) => (h * 31 + c.charCodeAt(0)) >>> 0, 7);
+  const labels: Record<string, string> = {
+    'beta.kubernetes.io/arch': 'amd64',
+    'beta.kubernetes.io/instance-type': 'm5.2xlarge',
+    'beta.kubernetes.io/os': 'linux',
+    'failure-domain.beta.kubernetes.io/region': 'eu-west-1',
+    'failure-domain.beta.kubernetes.io/zone': `eu-west-1${'abc'[idx % 3]}`,
+    'kubernetes.io/arch': 'amd64',
+    'kubernetes.io/hostname': n,
+    'kubernetes.io/os': 'linux',
+    'node.kubernetes.io/instance-type': 'm5.2xlarge',
+    'topology.kubernetes.io/region': 'eu-west-1',
+    'topology.kubernetes.io/zone': `eu-west-1${'abc'[idx % 3]}`,
+    'node-role.kubernetes.io/worker': '',
+    'eks.amazonaws.com/nodegroup': `workers-${idx % 4}`,
+    'eks.amazonaws.com/capacityType': 'ON_DEMAND',
+    'k8s.io/cloud-provider-aws': hex64(idx).slice(0, 32),
+  };
+  const cond = (type: string, status: string, reason: string, message: string) => ({
+    type,
+    status,
+    lastHeartbeatTime: t,
+    lastTransitionTime: t,
+    reason,
+    message,
+  });
+  const pods = node.podCIDRs ?? (node.podCIDR !== undefined ? [node.podCIDR] : undefined);
+  return {
+    kind: 'Node',
+    apiVersion: 'v1',
+    metadata: {
+      name: n,
+      uid: `${hex64(idx).slice(0, 8)}-${hex64(idx).slice(8, 12)}-4${hex64(idx).slice(13, 16)}-8${hex64(idx).slice(17, 20)}-${hex64(idx).slice(20, 32)}`,
+      creationTimestamp: t,
+      labels,
+      annotations: {
+        'node.alpha.kubernetes.io/ttl': '0',
+        'volumes.kubernetes.io/controller-managed-attach-detach': 'true',
+        'csi.volume.kubernetes.io/nodeid': JSON.stringify({
+          'ebs.csi.aws.com': `i-${hex64(idx).slice(0, 17)}`,
+        }),
+        ...node.annotations,
+      },
+      managedFields: [
+        {
+          manager: 'kubelet',
+          operation: 'Update',
+          apiVersion: 'v1',
+          time: t,
+          fieldsType: 'FieldsV1',
+          fieldsV1: MANAGED_FIELDS_KUBELET,
+        },
+        {
+          manager: 'kube-controller-manager',
+          operation: 'Update',
+          apiVersion: 'v1',
+          time: t,
+          fieldsType: 'FieldsV1',
+          fieldsV1: {
+            'f:metadata': { 'f:annotations': { 'f:node.alpha.kubernetes.io/ttl': {} } },
+            'f:spec': {
+              'f:podCIDR': {},
+              'f:podCIDRs': { '.': {}, [`v:"${pods?.[0] ?? ''}"`]: {} },
+            },
+          },
+        },
+        {
+          manager: 'flanneld',
+          operation: 'Update',
+          apiVersion: 'v1',
+          time: t,
+          fieldsType: 'FieldsV1',
+          fieldsV1: {
+            'f:metadata': {
+              'f:annotations': Object.fromEntries(
+                Object.keys(node.annotations ?? {}).map((k) => [`f:${k}`, {}]),
+              ),
+            },
+            'f:status': { 'f:conditions': { 'k:{"type":"NetworkUnavailable"}': { '.': {} } } },
+          },
+          subresource: 'status',
+        },
+        {
+          manager: 'aws-cloud-controller-manager',
+          operation: 'Update',
+          apiVersion: 'v1',
+          time: t,
+          fieldsType: 'FieldsV1',
+          fieldsV1: { 'f:status': { 'f:addresses': {} } },
+          subresource: 'status',
+        },
+      ],
+    },
+    spec: {
+      ...(node.podCIDR !== undefined ? { podCIDR: node.podCIDR } : {}),
+      ...(pods !== undefined ? { podCIDRs: pods } : {}),
+      providerID: `aws:///eu-west-1a/i-${hex64(idx).slice(0, 17)}`,
+      taints: [{ key: 'dedicated', value: 'workers', effect: 'PreferNoSchedule' }],
+    },
+    status: {
+      capacity: {
+        cpu: '8',
+        'ephemeral-storage': '104845292Ki',
+        'hugepages-1Gi': '0',
+        'hugepages-2Mi': '0',
+        memory: '32386544Ki',
+        pods: '110',
+      },
+      allocatable: {
+        cpu: '7910m',
+        'ephemeral-storage': '95551679124',
+        'hugepages-1Gi': '0',
+        'hugepages-2Mi': '0',
+        memory: '31369712Ki',
+        pods: '110',
+      },
+      conditions: [
+        cond('NetworkUnavailable', 'False', 'FlannelIsUp', 'Flannel is running on this node'),
+        cond(
+          'MemoryPressure',
+          'False',
+          'KubeletHasSufficientMemory',
+          'kubelet has sufficient memory available',
+        ),
+        cond('DiskPressure', 'False', 'KubeletHasNoDiskPressure', 'kubelet has no disk pressure'),
+        cond(
+          'PIDPressure',
+          'False',
+          'KubeletHasSufficientPID',
+          'kubelet has sufficient PID available',
+        ),
+        cond('Ready', 'True', 'KubeletReady', 'kubelet is posting ready status'),
+      ],
+      addresses: [
+        { type: 'InternalIP', address: `10.200.${(idx >> 8) & 255}.${idx & 255}` },
+        {
+          type: 'InternalDNS',
+          address: `ip-10-200-${(idx >> 8) & 255}-${idx & 255}.eu-west-1.compute.internal`,
+        },
+        { type: 'Hostname', address: n },
+      ],
+      daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+      nodeInfo: {
+        machineID: hex64(idx + 1).slice(0, 32),
+        systemUUID: `ec2${hex64(idx + 2).slice(0, 29)}`,
+        bootID: hex64(idx + 3).slice(0, 36),
+        kernelVersion: '6.1.112-122.189.amzn2023.x86_64',
+        osImage: 'Amazon Linux 2023.6.20241031',
+        containerRuntimeVersion: 'containerd://1.7.22',
+        kubeletVersion: 'v1.31.2-eks-94953ac',
+        kubeProxyVersion: 'v1.31.2-eks-94953ac',
+        operatingSystem: 'linux',
+        architecture: 'amd64',
+      },
+      images: IMAGES,
+    },
+  };
 }

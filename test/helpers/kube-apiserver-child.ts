@@ -5,7 +5,9 @@
  *
  * Control: one JSON request per stdin line, `{"id":1,"op":"addNode","args":[{...}]}`; one reply
  * per stdout line, `{"id":1,"result":...}` or `{"id":1,"error":"..."}`. The first stdout line is
- * `{"listening":"http://host:port"}`. Ops: addNode, deleteNode, node, setPodCIDR, patches.
+ * `{"listening":"http://host:port"}`. Ops: addNode (`realSize: true` fills the node in as a
+ * kubelet does, ~17 KB), deleteNode, node, setPodCIDR, patches, compact, dropWatches, bookmark.
+ * Lists page (`limit`/`continue`) and rv=0 is served whole, as the fake serves them.
  */
 import { createInterface } from 'node:readline';
 import { FakeKubeApiServer } from '../fakes/kube-apiserver.js';
@@ -23,6 +25,9 @@ const ops: Record<string, (...a: Args) => unknown> = {
       if (cidr === null) n.spec = {};
       else n.spec.podCIDR = cidr as string;
     }),
+  compact: () => server.compact(),
+  dropWatches: () => server.dropWatches(),
+  bookmark: () => server.bookmark(),
   /** PATCH requests seen for one node (path and body), to count annotation writes. */
   patches: (name) =>
     server

@@ -10,7 +10,8 @@
  * Errors: every call rejects with a WeftError carrying the HTTP status and the Status reason in
  * `details`: 404 → WEFT_ERR_STORE_NOT_FOUND, 410 (a too-old resourceVersion, as an HTTP status
  * or as a watch ERROR event) → WEFT_ERR_STORE_COMPACTED, anything else (401/403/5xx, refused,
- * reset, a torn stream) → WEFT_ERR_STORE_UNAVAILABLE, `signal` fired → WEFT_ERR_ABORTED.
+ * reset, a torn stream) → WEFT_ERR_STORE_UNAVAILABLE, `signal` fired → WEFT_ERR_ABORTED, one
+ * list item, watch line or plain response over `maxObjectBytes` → WEFT_ERR_STORE_RESPONSE_TOO_LARGE.
  */
 import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -19,6 +20,7 @@ import https from 'node:https';
 import { dirname, join, resolve } from 'node:path';
 import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
+import { LineSplitter, ListScanner, MAX_OBJECT_BYTES, parseJson, tooLarge } from './kube-stream.js';
 
 /** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
 export interface KubeNode {
@@ -228,13 +230,29 @@ interface RequestOptions {
 /** A plain request that sends or receives nothing for this long has failed. */
 export const REQUEST_IDLE_MS = 30_000;
 
+/** How a list is asked for (see listNodes). */
+export interface ListOptions {
+  /** "0": any version (the watch cache); "": the latest (a quorum read). */
+  readonly resourceVersion: '0' | '';
+  /** Items per page (`limit`); the next pages follow `metadata.continue`. */
+  readonly limit: number;
+  readonly signal?: AbortSignal;
+}
+
+export interface KubeApiLimits {
+  /** The largest list item, watch line or plain response read (default MAX_OBJECT_BYTES). */
+  readonly maxObjectBytes?: number;
+}
+
 export class KubeApi {
   readonly #conn: KubeConnection;
   readonly #server: URL;
+  readonly #maxObject: number;
 
-  constructor(conn: KubeConnection) {
+  constructor(conn: KubeConnection, limits: KubeApiLimits = {}) {
     this.#conn = conn;
     this.#server = conn.server;
+    this.#maxObject = limits.maxObjectBytes ?? MAX_OBJECT_BYTES;
   }
 
   get server(): string {
@@ -253,13 +271,68 @@ export class KubeApi {
     );
   }
 
-  async listNodes(signal?: AbortSignal): Promise<{ items: KubeNode[]; resourceVersion: string }> {
-    const list = await this.#json<{ items?: KubeNode[]; metadata?: { resourceVersion?: string } }>(
-      'GET',
-      '/api/v1/nodes',
-      { signal },
-    );
-    return { items: list.items ?? [], resourceVersion: list.metadata?.resourceVersion ?? '' };
+  /**
+   * Lists nodes in pages of `limit`, following `continue`, handing each node to `each` as soon
+   * as its bytes have arrived (a page is read as a stream, never held whole: see kube-stream.ts),
+   * so the caller can cut it down before the next one is parsed. The continued pages carry no
+   * resourceVersion (the token holds it; the server refuses both). Resolves with the list's
+   * resourceVersion (where a watch starts) and the number of pages. A continue token the server
+   * has expired is a 410 → WEFT_ERR_STORE_COMPACTED (the caller lists again from the start).
+   */
+  async listNodes(
+    each: (node: KubeNode) => void,
+    o: ListOptions,
+  ): Promise<{ resourceVersion: string; pages: number }> {
+    let cont = '';
+    let resourceVersion = '';
+    let pages = 0;
+    do {
+      const query: Record<string, string> = { limit: String(o.limit) };
+      if (cont !== '') query.continue = cont;
+      else if (o.resourceVersion !== '') query.resourceVersion = o.resourceVersion;
+      const meta = await this.#listPage('/api/v1/nodes', query, each, o.signal);
+      pages++;
+      if (typeof meta.resourceVersion === 'string') resourceVersion = meta.resourceVersion;
+      cont = typeof meta.continue === 'string' ? meta.continue : '';
+    } while (cont !== '');
+    return { resourceVersion, pages };
+  }
+
+  /** One list page, streamed: its items to `each`, its metadata returned. */
+  async #listPage(
+    path: string,
+    query: Record<string, string>,
+    each: (node: KubeNode) => void,
+    signal: AbortSignal | undefined,
+  ): Promise<{ resourceVersion?: unknown; continue?: unknown }> {
+    const res = await this.#send('GET', path, { query, signal });
+    const what = `GET ${path}`;
+    try {
+      if (res.statusCode !== 200) {
+        throw statusError(res.statusCode ?? 0, await readAll(res, this.#maxObject, what), what);
+      }
+      const scanner = new ListScanner(
+        (item) => each(parseJson(item.toString('utf8'), `${what}: an item`) as KubeNode),
+        this.#maxObject,
+        what,
+      );
+      for await (const chunk of res as AsyncIterable<Buffer>) scanner.push(chunk);
+      scanner.end();
+      const meta = scanner.top.metadata;
+      return typeof meta === 'object' && meta !== null ? meta : {};
+    } catch (err) {
+      if (signal?.aborted) throw abortError(signal);
+      if (err instanceof WeftError) throw err;
+      throw new WeftError(
+        'WEFT_ERR_STORE_UNAVAILABLE',
+        `kubernetes ${what}: ${errorMessage(err)}`,
+        {
+          cause: err,
+        },
+      );
+    } finally {
+      res.destroy();
+    }
   }
 
   patchNodeStatus(
@@ -279,7 +352,11 @@ export class KubeApi {
    * Watches nodes from `resourceVersion`, yielding the events of each received chunk as one
    * batch. Ends when the server closes the stream (timeoutSeconds); a 410 (as status or as an
    * ERROR event) rejects WEFT_ERR_STORE_COMPACTED, any other ERROR event or a torn stream
-   * WEFT_ERR_STORE_UNAVAILABLE.
+   * WEFT_ERR_STORE_UNAVAILABLE. Bookmarks are asked for (`allowWatchBookmarks`): BOOKMARK
+   * events carry only a newer resourceVersion (an object with no name), for the caller to
+   * resume from after the stream ends, so a quiet watch does not fall behind the server's
+   * history and come back to a 410 and a relist. Lines are split as bytes (one line at most
+   * maxObjectBytes), each parsed alone.
    */
   async *watchNodes(
     resourceVersion: string,
@@ -297,16 +374,19 @@ export class KubeApi {
       // The server ends the stream after timeoutSeconds; silence well past that is a dead peer.
       idleMs: (timeoutSeconds + 30) * 1000,
     });
-    if (res.statusCode !== 200) throw statusError(res.statusCode ?? 0, await readAll(res), 'watch');
-    res.setEncoding('utf8');
-    let buf = '';
+    const lines = new LineSplitter(this.#maxObject);
     try {
-      for await (const chunk of res as AsyncIterable<string>) {
-        buf += chunk;
-        const lines = buf.split('\n');
-        buf = lines.pop() ?? '';
+      if (res.statusCode !== 200) {
+        throw statusError(
+          res.statusCode ?? 0,
+          await readAll(res, this.#maxObject, 'watch'),
+          'watch',
+        );
+      }
+      for await (const chunk of res as AsyncIterable<Buffer>) {
         const batch: Array<WatchEvent<KubeNode>> = [];
-        for (const line of lines) {
+        for (const bytes of lines.push(chunk)) {
+          const line = bytes.toString('utf8');
           if (line.trim() === '') continue;
           const ev = parseWatchLine(line);
           if (ev.type === 'ERROR') {
@@ -331,8 +411,9 @@ export class KubeApi {
 
   async #json<T>(method: string, path: string, o: RequestOptions): Promise<T> {
     const res = await this.#send(method, path, o);
-    const text = await readAll(res).catch((err: unknown) => {
+    const text = await readAll(res, this.#maxObject, `${method} ${path}`).catch((err: unknown) => {
       if (o.signal?.aborted) throw abortError(o.signal);
+      if (err instanceof WeftError) throw err;
       throw new WeftError(
         'WEFT_ERR_STORE_UNAVAILABLE',
         `kubernetes ${method} ${path}: ${errorMessage(err)}`,
@@ -403,10 +484,20 @@ export class KubeApi {
   }
 }
 
-function readAll(res: http.IncomingMessage): Promise<string> {
+/** A whole (small) response body; over `maxBytes` the response is dropped and refused. */
+function readAll(res: http.IncomingMessage, maxBytes: number, what: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const parts: Buffer[] = [];
-    res.on('data', (c: Buffer) => parts.push(c));
+    let len = 0;
+    res.on('data', (c: Buffer) => {
+      len += c.length;
+      if (len > maxBytes) {
+        res.destroy();
+        reject(tooLarge(`${what}: the response`, maxBytes));
+        return;
+      }
+      parts.push(c);
+    });
     res.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
     res.on('error', reject);
   });

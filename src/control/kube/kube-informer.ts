@@ -8,7 +8,9 @@
  *     │ 410 Expired            │  └──────── re-watch from last rv ◄──┘
  *     └────────────────────────┘            other error: backoff, re-watch (list if none yet)
  *
- * Nodes are kept cut down to what weft reads (slimNode). Subscribers get a `sync` batch (the
+ * Nodes are kept cut down to what weft reads (slimNode), each as it is parsed: a list comes in
+ * pages (`limit`, `continue`) and each page is read as a stream, so memory never holds a whole
+ * list of real Nodes (10-50 KB each), only one at a time. Subscribers get a `sync` batch (the
  * whole node map) first and after every relist — they diff against what they knew — and
  * `changes` batches in between (one per received chunk).
  * Guarded state: `#nodes`, `#rv` and `#subs` are written only by the run loop and subscribe().
@@ -33,9 +35,14 @@ export interface NodeInformerOptions {
   readonly watchTimeoutSeconds?: number;
   /** Called on every relist after the first (410 Expired, or a list after errors). */
   readonly onRelist?: () => void;
+  /** Nodes per list page (default LIST_PAGE_SIZE). */
+  readonly listPageSize?: number;
 }
 
 export const INFORMER_BACKOFF: BackoffOptions = { initialMs: 200, maxMs: 30_000 };
+
+/** Nodes per list page (client-go's pager default). */
+export const LIST_PAGE_SIZE = 500;
 
 /**
  * What the informer keeps of a node: its name, resourceVersion, annotations and pod CIDRs, all
@@ -97,7 +104,7 @@ class Subscription {
 export class NodeInformer {
   readonly #api: KubeApi;
   readonly #o: NodeInformerOptions;
-  readonly #nodes = new Map<string, KubeNode>();
+  #nodes = new Map<string, KubeNode>();
   readonly #subs = new Set<Subscription>();
   readonly #stop = new AbortController();
   readonly #errorsSeen = new LogOnce();
@@ -179,7 +186,9 @@ export class NodeInformer {
         }
       } catch (err) {
         if (signal.aborted) break;
-        if (isWeftError(err, 'WEFT_ERR_STORE_COMPACTED')) {
+        // A watch's 410: relist now. A list's own 410 (its continue token expired between
+        // pages) is retried like any failure, with backoff: it lists again from the start.
+        if (isWeftError(err, 'WEFT_ERR_STORE_COMPACTED') && this.#rv !== null) {
           log.info({ resourceVersion: this.#rv }, 'node watch expired; relisting');
           this.#rv = null;
           continue;
@@ -194,20 +203,48 @@ export class NodeInformer {
   }
 
   /**
-   * Lists all nodes into the cache, cut down, and emits the sync batch. A method of its own so
-   * that the whole list (full Nodes, 10-50 KB each in a real cluster) dies when it returns: a
-   * local of #run would stay alive in the suspended run loop for as long as the watch lasts.
-   * Returns the list's resourceVersion, where the watch starts.
+   * Lists all nodes into the cache, cut down one by one as they are parsed (no full Node
+   * outlives its own parse), and emits the sync batch. Returns the list's resourceVersion,
+   * where the watch starts.
+   *
+   * Which version the list asks for (client-go's reflector does the same, for the same
+   * reasons):
+   * - The first list: resourceVersion=0, "any version" — served from the API server's watch
+   *   cache instead of a quorum read through to etcd (5,000 daemons starting together would
+   *   otherwise each read every Node from etcd). The watch cache may ignore `limit` for rv=0
+   *   (API servers without cache pagination send the whole list in one response, with no
+   *   `continue`): that is why each page is parsed as a stream — the memory bound holds
+   *   whether or not the server pages.
+   * - Every later list (after a 410 Expired/Gone, or a continue token that expired): NOT
+   *   rv=0. We have already seen versions up to the expired one, and "any version" may be
+   *   answered by an API server whose cache lags behind it (another replica behind the load
+   *   balancer, one just restarted): the cache would go back in time. It lists with
+   *   resourceVersion="" (the latest state, a quorum read, which etcd pages by `limit`), as
+   *   client-go relists with rv="" when its last version is gone. A relist after a 410 is
+   *   rare, so the etcd read it costs is acceptable; it is bounded in memory the same way.
    */
   async #relist(signal: AbortSignal): Promise<string> {
-    const list = await this.#api.listNodes(signal);
-    this.#nodes.clear();
-    for (const n of list.items) this.#nodes.set(n.metadata.name, slimNode(n));
+    const fresh = new Map<string, KubeNode>();
+    const list = await this.#api.listNodes(
+      (n) => {
+        const name = n.metadata?.name;
+        if (typeof name === 'string') fresh.set(name, slimNode(n));
+      },
+      {
+        resourceVersion: this.#lists === 0 ? '0' : '',
+        limit: this.#o.listPageSize ?? LIST_PAGE_SIZE,
+        signal,
+      },
+    );
+    this.#nodes = fresh;
     this.#rv = list.resourceVersion;
     if (this.#lists++ > 0) this.#o.onRelist?.();
     this.#synced = true;
     this.#emit({ kind: 'sync', nodes: new Map(this.#nodes) });
-    this.#o.log.debug({ nodes: this.#nodes.size, resourceVersion: this.#rv }, 'nodes listed');
+    this.#o.log.debug(
+      { nodes: this.#nodes.size, pages: list.pages, resourceVersion: this.#rv },
+      'nodes listed',
+    );
     return list.resourceVersion;
   }
 

@@ -41,7 +41,7 @@ import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
 import { diffSnapshots } from '../lease/watcher.js';
 import { KUBE_OPERATIONS, type LeaseMetrics, timedStore } from '../metrics/metrics.js';
 import { KubeApi, loadKubeConfig, type KubeNode } from './kube-api.js';
-import { NodeInformer } from './kube-informer.js';
+import { LIST_PAGE_SIZE, NodeInformer, slimNode } from './kube-informer.js';
 
 export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
 /** How long acquireLease waits for the controller manager to assign a podCIDR. */
@@ -447,8 +447,19 @@ export class KubeManager implements SubnetManager {
 
   /** Every other managed node as a lease (our node is excluded by name). */
   async otherLeases(_attrs: unknown, signal?: AbortSignal): Promise<Lease[]> {
-    const { items } = await this.#api.listNodes(signal);
-    return items.map((n) => this.#peerLease(n)).filter((l): l is Lease => l !== null);
+    // The latest state (rv="", not "any version": this decides which VTEP MACs are taken, where
+    // a lagging watch cache could miss a node just added), paged; each node made a lease (or
+    // dropped) as it is parsed.
+    const leases: Lease[] = [];
+    await this.#api.listNodes(
+      (n) => {
+        if (typeof n.metadata?.name !== 'string') return;
+        const l = this.#peerLease(slimNode(n));
+        if (l) leases.push(l);
+      },
+      { resourceVersion: '', limit: LIST_PAGE_SIZE, signal },
+    );
+    return leases;
   }
 
   async *watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]> {

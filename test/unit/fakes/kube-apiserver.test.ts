@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { FakeKubeApiServer } from '../../fakes/kube-apiserver.js';
+import { FakeKubeApiServer, realSizedNode } from '../../fakes/kube-apiserver.js';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -103,6 +103,63 @@ describe('reads', () => {
     server.addPod('ns', 'p', 'n1');
     const r = await request('GET', '/api/v1/namespaces/ns/pods/p');
     assert.equal(r.body.spec.nodeName, 'n1');
+  });
+});
+
+describe('paged lists', () => {
+  const names = async (q: string) => {
+    const r = await request('GET', `/api/v1/nodes?${q}`);
+    return { r, names: (r.body.items ?? []).map((n: Obj) => n.metadata.name as string) };
+  };
+  beforeEach(() => {
+    for (const n of ['n2', 'n3', 'n4']) server.addNode({ name: n, podCIDR: '10.5.2.0/24' });
+  });
+
+  test('limit cuts pages by name; continue serves the rest of the same snapshot', async () => {
+    const p1 = await names('limit=3');
+    assert.deepEqual(p1.names, ['n1', 'n2', 'n3']);
+    assert.equal(p1.r.body.metadata.remainingItemCount, 1);
+    server.addNode({ name: 'n0', podCIDR: '10.5.9.0/24' });
+    const p2 = await names(`limit=3&continue=${p1.r.body.metadata.continue}`);
+    assert.deepEqual(p2.names, ['n4']);
+    assert.equal(p2.r.body.metadata.continue, undefined);
+    assert.equal(p2.r.body.metadata.resourceVersion, p1.r.body.metadata.resourceVersion);
+  });
+
+  test('resourceVersion=0 (the watch cache) ignores limit', async () => {
+    const r = await names('limit=2&resourceVersion=0');
+    assert.deepEqual(r.names, ['n1', 'n2', 'n3', 'n4']);
+    assert.equal(r.r.body.metadata.continue, undefined);
+  });
+
+  test('continue with a resourceVersion is 400; after a compaction it is 410 Expired', async () => {
+    const p1 = await names('limit=2');
+    const token = p1.r.body.metadata.continue as string;
+    const bad = await request('GET', `/api/v1/nodes?limit=2&continue=${token}&resourceVersion=5`);
+    assert.deepEqual([bad.status, bad.body.reason], [400, 'BadRequest']);
+    server.addPod('ns', 'p', 'n1');
+    server.compact();
+    const gone = await request('GET', `/api/v1/nodes?limit=2&continue=${token}`);
+    assert.deepEqual([gone.status, gone.body.reason], [410, 'Expired']);
+  });
+
+  test('a real-sized node is 16-18 KB of JSON', () => {
+    const n = realSizedNode({
+      name: 'node-1234',
+      podCIDR: '10.5.1.0/24',
+      annotations: {
+        'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
+        'flannel.alpha.coreos.com/public-ip': '10.250.4.210',
+        'flannel.alpha.coreos.com/backend-type': 'vxlan',
+        'flannel.alpha.coreos.com/backend-data': '{"VNI":1,"VtepMAC":"0a:00:00:00:04:d2"}',
+      },
+    }) as Obj;
+    const size = JSON.stringify(n).length;
+    assert.ok(size >= 16_000 && size <= 18_000, `${size} bytes`);
+    assert.equal(n.status.images.length, 50);
+    assert.equal(Object.keys(n.metadata.labels).length, 15);
+    assert.equal(n.status.conditions.length, 5);
+    assert.ok(n.metadata.managedFields.length > 0);
   });
 });
 

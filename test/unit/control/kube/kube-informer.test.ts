@@ -1,16 +1,23 @@
 /**
  * The node informer keeps only what weft reads of each node (name, resourceVersion,
  * annotations, pod CIDRs): a real Node's status, labels and managedFields are most of its size,
- * and 5,000 of them held whole would be most of a daemon's memory. Driven through the fake API
- * server, listed and watched.
+ * and 5,000 of them held whole would be most of a daemon's memory. It lists in pages, each read
+ * as a stream and each node cut down as it is parsed, so no more than the nodes of one received
+ * chunk are ever alive at once. Driven through the fake API server, listed and watched.
  */
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, test } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { logger } from '../../../../src/common/log.js';
-import { KubeApi, loadKubeConfig } from '../../../../src/control/kube/kube-api.js';
 import {
+  KubeApi,
+  loadKubeConfig,
+  type KubeNode,
+  type ListOptions,
+} from '../../../../src/control/kube/kube-api.js';
+import {
+  LIST_PAGE_SIZE,
   NodeInformer,
   slimNode,
   type NodeBatch,
@@ -39,6 +46,52 @@ const KEPT = (name: string, rv: string, podCIDR: string) => ({
   metadata: { name, resourceVersion: rv, annotations: ANN },
   spec: { podCIDR },
 });
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+
+/**
+ * A KubeApi that keeps a WeakRef to every full node the list hands over, with the number of
+ * list requests the server had seen when it was handed over (its page).
+ */
+class TrackingApi extends KubeApi {
+  readonly listed: Array<{ ref: WeakRef<KubeNode>; page: number }> = [];
+  /** Called as each node is handed over, before the informer sees it. */
+  onNode: ((page: number) => void) | null = null;
+
+  override listNodes(each: (node: KubeNode) => void, o: ListOptions) {
+    return super.listNodes((n) => {
+      const page = server.requestsTo('GET', '/api/v1/nodes').filter(isList).length;
+      this.onNode?.(page);
+      this.listed.push({ ref: new WeakRef(n), page });
+      each(n);
+    }, o);
+  }
+
+  /** The pages whose nodes are still alive after a full collection. */
+  alive(): number[] {
+    gc();
+    return this.listed.filter((l) => l.ref.deref() !== undefined).map((l) => l.page);
+  }
+}
+
+const isList = (r: { query: URLSearchParams }) => r.query.get('watch') !== 'true';
+const lists = () => server.requestsTo('GET', '/api/v1/nodes').filter(isList);
+
+/** `count` nodes filled in as a kubelet does (16.7 KB of JSON each). */
+function addRealNodes(count: number): void {
+  for (let i = 0; i < count; i++) {
+    server.addNode({
+      name: `n${String(i).padStart(3, '0')}`,
+      podCIDR: `10.5.${i}.0/24`,
+      annotations: ANN,
+      realSize: true,
+    });
+  }
+}
+
+/** WeakRef targets stay alive until the job that made them ends. */
+const nextJob = () => new Promise((r) => setImmediate(r));
 
 let server: FakeKubeApiServer;
 let ac: AbortController;
@@ -107,53 +160,195 @@ test(
 );
 
 test(
-  'the whole list is let go once the nodes are cached (the watch keeps only slim nodes)',
-  {
-    timeout: 20_000,
-  },
+  'the first list asks the watch cache (resourceVersion=0) in pages, the watch asks for bookmarks',
+  { timeout: 20_000 },
   async () => {
-    // A local holding the list inside the run loop stays alive while the loop is suspended in the
-    // watch, for as long as it lasts: 5,000 real Nodes at 10-50 KB each.
-    setFlagsFromString('--expose-gc');
-    const gc = runInNewContext('gc') as () => void;
-    const listed: Array<WeakRef<object>> = [];
-    class TrackingApi extends KubeApi {
-      override async listNodes(signal?: AbortSignal) {
-        const list = await super.listNodes(signal);
-        listed.push(
-          new WeakRef(list),
-          new WeakRef(list.items),
-          ...list.items.map((n) => new WeakRef(n)),
-        );
-        return list;
-      }
-    }
-    for (const [i, name] of ['a', 'b', 'c'].entries()) {
-      server.addNode({ name, podCIDR: `10.5.${i + 1}.0/24`, annotations: ANN });
-      server.updateNode(name, (n) => fatten(n));
-    }
-    const informer = new NodeInformer(new TrackingApi(loadKubeConfig({ apiUrl: server.url })), {
+    server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
+    const listedAt = String(server.resourceVersion);
+    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
       log: logger('test'),
       watchTimeoutSeconds: 30,
     });
     try {
       const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
       assert.equal((await nextBatch(it)).kind, 'sync');
-      // A change seen proves the run loop has moved on into the watch, where it waits.
-      server.addNode({ name: 'd', podCIDR: '10.5.4.0/24', annotations: ANN });
+      server.addNode({ name: 'b', podCIDR: '10.5.2.0/24', annotations: ANN });
       assert.equal((await nextBatch(it)).kind, 'changes');
-      assert.equal(listed.length, 5);
-      // (WeakRef targets are kept until the current job ends)
-      await new Promise((r) => setImmediate(r));
-      gc();
+      const [list, ...more] = lists();
+      assert.equal(more.length, 0);
+      assert.equal(list!.query.get('resourceVersion'), '0');
+      assert.equal(list!.query.get('limit'), String(LIST_PAGE_SIZE));
+      const watch = server.requestsTo('GET', '/api/v1/nodes').find((r) => !isList(r))!;
+      assert.equal(watch.query.get('allowWatchBookmarks'), 'true');
+      assert.equal(watch.query.get('resourceVersion'), listedAt, 'from the list version');
+    } finally {
+      await informer.close();
+    }
+  },
+);
+
+test(
+  'a paged list: every page is cut down before the next one is parsed, and nothing of it stays',
+  { timeout: 30_000 },
+  async () => {
+    await server.close();
+    server = await FakeKubeApiServer.start({ cachePagesRv0: true });
+    addRealNodes(10);
+    const api = new TrackingApi(loadKubeConfig({ apiUrl: server.url }));
+    const seenAlive: number[][] = [];
+    let page = 0;
+    api.onNode = (p) => {
+      if (p === page) return;
+      // the first node of a new page: nothing of the earlier pages may be alive
+      page = p;
+      seenAlive.push(api.alive());
+    };
+    const informer = new NodeInformer(api, {
+      log: logger('test'),
+      watchTimeoutSeconds: 30,
+      listPageSize: 3,
+    });
+    try {
+      const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+      const sync = await nextBatch(it);
+      assert.equal(sync.kind === 'sync' && sync.nodes.size, 10);
       assert.deepEqual(
-        listed.map((r) => r.deref() === undefined),
-        listed.map(() => true),
-        'nothing of the list is alive',
+        lists().map((r) => [r.query.get('limit'), r.query.has('continue')]),
+        [
+          ['3', false],
+          ['3', true],
+          ['3', true],
+          ['3', true],
+        ],
+        'four pages of 3, the continue token followed',
       );
+      assert.deepEqual(seenAlive, [[], [], [], []], 'no earlier page alive at a new page');
+      await nextJob();
+      assert.deepEqual(api.alive(), [], 'nothing of the list is alive');
+      assert.equal(api.listed.length, 10);
+      const kept = informer.get('n004')!;
+      assert.deepEqual(Object.keys(kept), ['metadata', 'spec']);
+      assert.deepEqual(Object.keys(kept.metadata).sort(), [
+        'annotations',
+        'name',
+        'resourceVersion',
+      ]);
+      assert.equal(kept.spec?.podCIDR, '10.5.4.0/24');
+    } finally {
+      await informer.close();
+    }
+  },
+);
+
+test(
+  'a list the watch cache sends whole (limit ignored for rv=0) is cut down node by node as it streams',
+  { timeout: 30_000 },
+  async () => {
+    addRealNodes(40); // 0.67 MB in one response
+    const api = new TrackingApi(loadKubeConfig({ apiUrl: server.url }));
+    let most = 0;
+    api.onNode = () => {
+      most = Math.max(most, api.alive().length);
+    };
+    const informer = new NodeInformer(api, { log: logger('test'), watchTimeoutSeconds: 30 });
+    try {
+      const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+      const sync = await nextBatch(it);
+      assert.equal(sync.kind === 'sync' && sync.nodes.size, 40);
+      assert.equal(lists().length, 1, 'one response');
+      // alive at once: the nodes parsed from one received chunk (at most 64 KB: 4 nodes)
+      assert.ok(most <= 8, `${most} full nodes alive at once`);
+      await nextJob();
+      assert.deepEqual(api.alive(), [], 'nothing of the list is alive');
+    } finally {
+      await informer.close();
+    }
+  },
+);
+
+test('a BOOKMARK moves the resourceVersion on and emits nothing', { timeout: 20_000 }, async () => {
+  server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
+  const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
+    log: logger('test'),
+    watchTimeoutSeconds: 30,
+  });
+  const watches = () => server.requestsTo('GET', '/api/v1/nodes').filter((r) => !isList(r));
+  try {
+    const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+    assert.equal((await nextBatch(it)).kind, 'sync');
+    // the watch is open once a change has come through it
+    server.addNode({ name: 'b', podCIDR: '10.5.2.0/24', annotations: ANN });
+    assert.equal((await nextBatch(it)).kind, 'changes');
+    server.addPod('default', 'p', 'a'); // a version no node event carries
+    const bookmarked = String(server.resourceVersion);
+    const before = watches().length;
+    // the stream ends right behind the bookmark: the informer reads it before the end
+    server.bookmark();
+    server.dropWatches();
+    while (watches().length === before) await new Promise((r) => setTimeout(r, 5));
+    assert.equal(watches().at(-1)!.query.get('resourceVersion'), bookmarked);
+    server.addNode({ name: 'c', podCIDR: '10.5.3.0/24', annotations: ANN });
+    const next = await nextBatch(it);
+    assert.deepEqual(
+      next.kind === 'changes' && next.changes.map((c) => c.node.metadata.name),
+      ['c'],
+      'the batch after the bookmark is the next change',
+    );
+    assert.equal(lists().length, 1, 'no relist');
+  } finally {
+    await informer.close();
+  }
+});
+
+test(
+  'a 410 Expired relists the latest state (resourceVersion="") in pages',
+  { timeout: 20_000 },
+  async () => {
+    for (const [i, name] of ['a', 'b', 'c', 'd', 'e'].entries()) {
+      server.addNode({ name, podCIDR: `10.5.${i + 1}.0/24`, annotations: ANN });
+    }
+    let relists = 0;
+    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
+      log: logger('test'),
+      watchTimeoutSeconds: 30,
+      listPageSize: 2,
+      onRelist: () => relists++,
+    });
+    try {
+      const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+      assert.equal((await nextBatch(it)).kind, 'sync');
+      server.addNode({ name: 'f', podCIDR: '10.5.6.0/24', annotations: ANN });
+      assert.equal((await nextBatch(it)).kind, 'changes');
+      const first = lists().length;
+      // the informer's version falls out of the history; its next watch gets 410
+      server.addPod('default', 'p', 'a');
+      server.compact();
+      server.dropWatches();
+      const sync = await nextBatch(it);
+      assert.equal(sync.kind, 'sync');
+      assert.deepEqual(sync.kind === 'sync' && [...sync.nodes.keys()].sort(), [
+        'a',
+        'b',
+        'c',
+        'd',
+        'e',
+        'f',
+      ]);
+      assert.equal(relists, 1);
       assert.deepEqual(
-        informer.get('a'),
-        KEPT('a', informer.get('a')!.metadata.resourceVersion!, '10.5.1.0/24'),
+        lists()
+          .slice(first)
+          .map((r) => [
+            r.query.get('resourceVersion'),
+            r.query.get('limit'),
+            r.query.has('continue'),
+          ]),
+        [
+          [null, '2', false],
+          [null, '2', true],
+          [null, '2', true],
+        ],
+        'rv="" (not 0: a lagging cache could go back in time), three pages of 2',
       );
     } finally {
       await informer.close();
