@@ -142,6 +142,7 @@ NlOp ToOp(Napi::Env env, const Napi::Object& o) {
       op.local = IpProp(env, o, "local");
       op.link = static_cast<int>(NumProp(o, "link", 0));
       op.learning = o.Get("learning").ToBoolean().Value();
+      op.gbp = o.Get("gbp").ToBoolean().Value();
       break;
     case NlOpKind::kAddIpip:
       op.name = StrProp(o, "name");
@@ -215,6 +216,7 @@ Napi::Object LinkObject(Napi::Env env, const LinkEntry& l) {
     v.Set("local", Ip(env, l.vxlan.local));
     v.Set("link", l.vxlan.link);
     v.Set("learning", l.vxlan.learning);
+    v.Set("gbp", l.vxlan.gbp);
     o.Set("vxlan", v);
   } else {
     o.Set("vxlan", env.Null());

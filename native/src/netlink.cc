@@ -149,6 +149,7 @@ nlmsghdr* BuildOp(char* at, const NlOp& op, uint32_t seq) {
       if (op.local.family == AF_INET6) mnl_attr_put(nlh, IFLA_VXLAN_LOCAL6, 16, op.local.bytes);
       mnl_attr_put_u16(nlh, IFLA_VXLAN_PORT, htons(op.port));
       mnl_attr_put_u8(nlh, IFLA_VXLAN_LEARNING, op.learning ? 1 : 0);
+      if (op.gbp) mnl_attr_put(nlh, IFLA_VXLAN_GBP, 0, nullptr);
       mnl_attr_nest_end(nlh, data);
       mnl_attr_nest_end(nlh, info);
       break;
@@ -314,6 +315,7 @@ int ParseLink(const nlmsghdr* nlh, LinkEntry* e) {
       if (vx.tb[IFLA_VXLAN_LEARNING]) {
         e->vxlan.learning = mnl_attr_get_u8(vx.tb[IFLA_VXLAN_LEARNING]) != 0;
       }
+      e->vxlan.gbp = vx.tb[IFLA_VXLAN_GBP] != nullptr;
     }
     if (e->kind == "ipip" && info.tb[IFLA_INFO_DATA]) {
       AttrTable tun;

@@ -69,6 +69,7 @@ struct NlOp {
   IpAddr local;
   int link = 0;  // underlying device index (0: none)
   bool learning = false;
+  bool gbp = false;  // IFLA_VXLAN_GBP (a flag attribute)
 };
 
 struct RouteEntry {
@@ -106,6 +107,7 @@ struct VxlanInfo {
   IpAddr local;
   int link = 0;
   bool learning = true;
+  bool gbp = false;
 };
 
 struct IpipInfo {

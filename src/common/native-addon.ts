@@ -29,6 +29,7 @@ export interface RawLink {
     local: string | null;
     link: number;
     learning: boolean;
+    gbp: boolean;
   } | null;
   /** An ipip device's tunnel parameters (null for other kinds). */
   ipip: {

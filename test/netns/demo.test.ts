@@ -5,6 +5,10 @@
  *   underlay ns (br0) ── node 0 (weft daemon, cni0 ── pod) ── node 1 (weft daemon, cni0 ── pod)
  *   per backend: a fresh cluster; pods ping across nodes and iperf3 runs between them
  *
+ * The table names the engine: kernel, native, and bpf for the bpf rows (`vxlan-bpf`,
+ * `udp-bpf`); where the bpf engine cannot run (forced here with WEFT_BPF_PROBE_FAIL, inherited
+ * by the daemons) the row says why and the demo still succeeds.
+ *
  * `--keep`: the command returns 0 with the cluster up and detached (each daemon leads its own
  * session), recorded in a state file; `weft demo down` removes exactly that, and leaves alone a
  * `weft-demo-*` namespace (with a process in it) that another demo could own.
@@ -48,11 +52,74 @@ test(
     assert.equal(code, 0, `${r.stdout}\n${r.stderr.slice(-3000)}`);
     const rows = r.stdout.split('\n').filter((l) => /^(host-gw|vxlan-userspace)\s/.test(l));
     assert.equal(rows.length, 2, r.stdout);
+    const engines = new Map([
+      ['host-gw', 'kernel'],
+      ['vxlan-userspace', 'native'],
+    ]);
     for (const row of rows) {
-      const [, reach, gbps] = row.split(/\s{2,}/);
+      const [backend, engine, reach, gbps] = row.split(/\s{2,}/);
+      assert.equal(engine, engines.get(backend!), row);
       assert.equal(reach, '2/2', row);
       assert.match(gbps!, /^\d+\.\d+ Gbit\/s$/, row);
     }
+    assert.deepEqual(demoNamespaces(p.proc.pid), []);
+  },
+);
+
+test(
+  'weft demo: the bpf rows (vxlan and udp with --dataplane-engine=bpf) run on the bpf engine, named in the table',
+  { skip },
+  async () => {
+    const p = startWeft([
+      'demo',
+      '--nodes',
+      '2',
+      '--backend',
+      'vxlan-bpf,udp-bpf',
+      '--iperf-seconds',
+      '1',
+    ]);
+    const code = await p.exited;
+    const out = p.stdout();
+    assert.equal(code, 0, `${out}\n${p.stderr().slice(-3000)}`);
+    const rows = out.split('\n').filter((l) => /^(vxlan-bpf|udp-bpf)\s/.test(l));
+    assert.equal(rows.length, 2, out);
+    for (const row of rows) {
+      const [, engine, reach, gbps] = row.split(/\s{2,}/);
+      assert.equal(engine, 'bpf', row);
+      assert.equal(reach, '2/2', row);
+      assert.match(gbps!, /^\d+\.\d+ Gbit\/s$/, row);
+    }
+    assert.deepEqual(demoNamespaces(p.proc.pid), []);
+  },
+);
+
+test(
+  'weft demo: where the bpf engine cannot run, its row says why and the demo still succeeds',
+  { skip },
+  async () => {
+    const p = startWeft(
+      ['demo', '--nodes', '2', '--backend', 'udp-bpf,udp', '--iperf-seconds', '1'],
+      {
+        env: { WEFT_BPF_PROBE_FAIL: '1' },
+      },
+    );
+    const code = await p.exited;
+    const out = p.stdout();
+    assert.equal(code, 0, `${out}\n${p.stderr().slice(-3000)}`);
+    const row = out.split('\n').find((l) => /^udp-bpf\s/.test(l));
+    assert.ok(row, out);
+    const [, engine, reach, gbps] = row.split(/\s{2,}/);
+    assert.equal(engine, 'native', row);
+    assert.equal(reach, 'unavailable', row);
+    assert.equal(gbps, '-', row);
+    assert.match(
+      out,
+      /udp-bpf: the bpf engine cannot run on this machine \(bpf engine unavailable \(probe forced to fail by WEFT_BPF_PROBE_FAIL\)\)/,
+    );
+    // the other rows are measured as usual
+    const udp = out.split('\n').find((l) => /^udp\s/.test(l));
+    assert.match(udp ?? '', /^udp\s+native\s+2\/2\s/, out);
     assert.deepEqual(demoNamespaces(p.proc.pid), []);
   },
 );

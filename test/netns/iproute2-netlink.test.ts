@@ -45,6 +45,7 @@ const DEVICES: Op[] = [
     local: 'fd00:250::1',
     link: 'eth0',
     learning: true,
+    gbp: true,
     mac: M6,
   },
   { op: 'setLink', dev: 'vxlan4', up: true },
@@ -170,6 +171,7 @@ describe('Iproute2Netlink agrees with NativeNetlink', { skip }, () => {
       local: 'fd00:250::1',
       link: eth0,
       learning: true,
+      gbp: true,
     });
     assert.deepEqual(link, await native.getLink('vxlan6'));
   });

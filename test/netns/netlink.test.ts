@@ -97,6 +97,7 @@ describe('NativeNetlink in a namespace', { skip }, () => {
         local: F.local,
         link: d0!.index,
         learning: false,
+        gbp: false,
       });
       assert.equal(l?.mtu, f === 4 ? 1450 : 1430);
       assert.equal(l?.mac, f === 4 ? '0e:11:22:33:44:55' : '0e:11:22:33:44:66');

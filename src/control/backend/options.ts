@@ -2,16 +2,18 @@
  * The Backend options each backend type reads, besides `Type` (names as flannel spells them,
  * matched case-insensitively as Go's JSON does). Anything else in the Backend block is not
  * supported: the daemon logs it once as a WEFT_ERR_BACKEND_UNSUPPORTED warning and ignores it
- * (flannel's vxlan `MacPrefix`, `Learning` or `MTU`; a misspelt `VIN`). The test beside it checks
+ * (flannel's vxlan `MacPrefix`; a misspelt `VIN`). The test beside it checks
  * that every registered backend has a list and that each listed option is really parsed.
  */
 import type { BackendConfig } from '../config/net-config.js';
+import { EXTENSION_COMMANDS } from './extension.js';
 
-const VXLAN = ['VNI', 'Port', 'GBP', 'DirectRouting', 'Dataplane'] as const;
+const VXLAN = ['VNI', 'Port', 'MTU', 'GBP', 'Learning', 'DirectRouting', 'Dataplane'] as const;
 const IPIP = ['DirectRouting', 'Dataplane'] as const;
 
 export const BACKEND_OPTIONS: Readonly<Record<string, readonly string[]>> = Object.freeze({
   alloc: [],
+  extension: EXTENSION_COMMANDS,
   'host-gw': [],
   ipip: IPIP,
   'ipip-userspace': IPIP,

@@ -5,6 +5,7 @@
 import { WeftError } from '../../common/errors.js';
 import type { BackendFactory } from './backend.js';
 import { createAllocBackend } from './alloc.js';
+import { EXTENSION, createExtensionBackend, parseExtensionConfig } from './extension.js';
 import { createHostGwBackend } from './host-gw.js';
 import type { BackendConfig } from '../config/net-config.js';
 import { IPIP_USERSPACE, createIpipBackend, parseIpipConfig } from './ipip.js';
@@ -25,6 +26,7 @@ const factories: Map<string, BackendFactory> = new Map<string, BackendFactory>([
   ['ipip', (ctx) => createIpipBackend(ctx, { userspace: factories.get(IPIP_USERSPACE) ?? null })],
   [VXLAN_USERSPACE, (ctx) => createVxlanUserspaceBackend(ctx)],
   [IPIP_USERSPACE, (ctx) => createIpipUserspaceBackend(ctx)],
+  [EXTENSION, (ctx) => createExtensionBackend(ctx)],
 ]);
 
 export function registerBackend(type: string, factory: BackendFactory): void {
@@ -49,6 +51,7 @@ const blockParsers = new Map<string, (raw: Readonly<Record<string, unknown>>) =>
   ['udp', parseUdpConfig],
   ['ipip', parseIpipConfig],
   [IPIP_USERSPACE, parseIpipConfig],
+  [EXTENSION, parseExtensionConfig],
 ]);
 
 /**

@@ -84,6 +84,8 @@ export interface UserspaceSpec {
   readonly overhead: number;
   /** The same over an IPv6 underlay (vxlan 70); default overhead + 20. */
   readonly overheadV6?: number;
+  /** The TUN's MTU when the Backend block sets one (vxlan `MTU` − 50); else from the overheads. */
+  readonly mtu?: number;
   /**
    * Each pod family rides the underlay of its own family, as flannel's vxlan does (IPv4 pods to
    * the peer's PublicIP, IPv6 pods to its PublicIPv6; a dual-stack node binds both addresses).
@@ -166,7 +168,8 @@ export function createUserspaceBackend(
   const binds = underlayBinds(ext, families, spec.underlayPerFamily ?? false);
   // An IPv6 underlay in use: its larger outer header sets the TUN MTU (one TUN for both).
   const v6Underlay = binds.bindIp6 !== undefined || (binds.bindIp?.includes(':') ?? false);
-  const mtu = ext.mtu - (v6Underlay ? (spec.overheadV6 ?? spec.overhead + 20) : spec.overhead);
+  const mtu =
+    spec.mtu ?? ext.mtu - (v6Underlay ? (spec.overheadV6 ?? spec.overhead + 20) : spec.overhead);
   const skipped = new LogOnce();
   // Skipped peers are counted as the kernel backends count theirs (once per lease and reason).
   const backendMetrics = kernelMetrics(ctx.metrics);

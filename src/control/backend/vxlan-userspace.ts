@@ -11,7 +11,8 @@
  * PublicIPv6 with its BackendV6Data VtepMAC; one engine binds both addresses on a dual-stack
  * node (MTU then interface MTU − 70, the IPv6 outer header's), only the IPv6 one on an
  * IPv6-only node. Our lease publishes the same VtepMAC in BackendData and BackendV6Data (one
- * TUN receives both).
+ * TUN receives both). Backend `MTU`, when set, makes the TUN's MTU (and FLANNEL_MTU) MTU − 50
+ * as the kernel device's; `Learning` and `GBP` are refused (vxlan.ts assertUserspaceCan).
  */
 import { parseIP } from '../../common/ip.js';
 import { parseMac } from '../../dataplane/peer-table.js';
@@ -23,8 +24,10 @@ import {
   VXLAN,
   VXLAN_OVERHEAD_V4,
   VXLAN_OVERHEAD_V6,
+  assertUserspaceCan,
   parseVxlanConfig,
   vtepMACFor,
+  vxlanDeviceMTU,
   vxlanDeviceName,
 } from './vxlan.js';
 
@@ -32,6 +35,14 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
   const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
   const dev = vxlanDeviceName(4, cfg.vni);
   const families = enabledFamilies(ctx.netConfig);
+  // the kernel-only options are refused before anything starts (also when "Dataplane": "auto"
+  // hands over here for lack of kernel vxlan)
+  assertUserspaceCan(cfg);
+  // Backend MTU − 50 for every family (each call checks its family's minimum)
+  const mtu =
+    cfg.mtu === null
+      ? undefined
+      : Math.min(...families.map((f) => vxlanDeviceMTU(cfg, ctx.extIface.mtu, f)));
   let inner: Backend | null = null;
   const need = () => {
     if (!inner) throw new Error('vxlan-userspace: used before prepare');
@@ -50,6 +61,7 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
         port: cfg.port,
         overhead: VXLAN_OVERHEAD_V4,
         overheadV6: VXLAN_OVERHEAD_V6,
+        ...(mtu === undefined ? {} : { mtu }),
         underlayPerFamily: true,
         vni: cfg.vni,
         vtepMac: parseMac(mac),

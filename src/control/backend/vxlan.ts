@@ -1,8 +1,9 @@
 /**
  * vxlan with the kernel dataplane, as flannel (DESIGN §5):
  *
- *   device   flannel.<VNI> (IPv6: flannel-v6.<VNI>), vxlan id VNI dstport Port nolearning
- *            local <iface addr> dev <ext iface>, MTU = iface MTU − 50 (IPv6 underlay − 70),
+ *   device   flannel.<VNI> (IPv6: flannel-v6.<VNI>), vxlan id VNI dstport Port [no]learning
+ *            [gbp] local <iface addr> dev <ext iface>; MTU = Backend `MTU` − 50 for both
+ *            families, as flannel (FLANNEL_MTU too); without `MTU`, iface MTU − 50 (IPv6 − 70),
  *            address = own subnet's network address /32 (/128), MAC random locally-administered
  *            and kept across restarts (read back from the device, else from the MAC file)
  *   per peer (BackendType vxlan), in this order:
@@ -15,6 +16,8 @@
  *
  * Backend option `Dataplane`: "kernel" (this file), "userspace" (delegated to the factory the
  * registry passes in `deps.userspace`, its `vxlan-userspace` entry), "auto" (kernel, or userspace when the kernel has no vxlan).
+ * `Learning` and `GBP` are kernel-device flags (as flannel sets them); the userspace dataplane
+ * (native and bpf engines) can do neither and refuses them (assertUserspaceCan).
  */
 import { WeftError, configError, errorMessage, isWeftError } from '../../common/errors.js';
 import { type Family, type IPNet, containsIP, parseIP } from '../../common/ip.js';
@@ -49,6 +52,12 @@ export const DEFAULT_VXLAN_PORT = 8472;
 /** Outer IPv4 (20) + UDP (8) + VXLAN (8) + inner Ethernet (14). */
 export const VXLAN_OVERHEAD_V4 = 50;
 export const VXLAN_OVERHEAD_V6 = 70;
+/**
+ * The smallest Backend `MTU`: its device MTU (MTU − 50) must hold IPv4's minimum datagram (68).
+ * With IPv6 enabled the device must hold IPv6's minimum link MTU (1280): MTU ≥ 1330.
+ */
+export const MIN_VXLAN_MTU = 68 + VXLAN_OVERHEAD_V4;
+export const MIN_VXLAN_MTU_V6 = 1280 + VXLAN_OVERHEAD_V4;
 
 export type Dataplane = 'kernel' | 'userspace' | 'auto';
 
@@ -57,6 +66,12 @@ export interface VxlanConfig {
   readonly port: number;
   readonly directRouting: boolean;
   readonly dataplane: Dataplane;
+  /** Backend `MTU` (the underlay's, before the 50 bytes of encapsulation); null: the interface's. */
+  readonly mtu: number | null;
+  /** Backend `Learning`: the kernel device learns remote MACs from what it receives. */
+  readonly learning: boolean;
+  /** Backend `GBP`: VXLAN group-based policy extension on the kernel device. */
+  readonly gbp: boolean;
 }
 
 /** Parses the vxlan Backend block (names matched case-insensitively, as Go's JSON does). */
@@ -71,20 +86,79 @@ export function parseVxlanConfig(raw: Readonly<Record<string, unknown>>): VxlanC
   };
   const vni = int('VNI', DEFAULT_VNI, 0, 0xffffff);
   const port = int('Port', 0, 0, 65535) || DEFAULT_VXLAN_PORT;
-  const dr = jsonField(raw, 'DirectRouting') ?? false;
-  if (typeof dr !== 'boolean') throw configError('Backend.DirectRouting', 'must be true or false');
-  const gbp = jsonField(raw, 'GBP') ?? false;
-  if (gbp !== false) {
-    throw new WeftError(
-      'WEFT_ERR_BACKEND_UNSUPPORTED',
-      'Backend.GBP: group-based policy is not supported',
+  // 0 is Go's zero value (flannel would make a device of MTU −50): the interface MTU, as unset.
+  const mtu = int('MTU', 0, 0, 65535);
+  if (mtu !== 0 && mtu < MIN_VXLAN_MTU) {
+    throw configError(
+      'Backend.MTU',
+      `must be 0 (the interface MTU) or at least ${MIN_VXLAN_MTU} (the device gets MTU − ${VXLAN_OVERHEAD_V4})`,
     );
   }
+  const flag = (name: string): boolean => {
+    const v = jsonField(raw, name) ?? false;
+    if (typeof v !== 'boolean') throw configError(`Backend.${name}`, 'must be true or false');
+    return v;
+  };
+  const dr = flag('DirectRouting');
+  const learning = flag('Learning');
+  const gbp = flag('GBP');
   const dp = jsonField(raw, 'Dataplane') ?? 'kernel';
   if (dp !== 'kernel' && dp !== 'userspace' && dp !== 'auto') {
     throw configError('Backend.Dataplane', 'must be "kernel", "userspace" or "auto"');
   }
-  return { vni, port, directRouting: dr, dataplane: dp };
+  const cfg: VxlanConfig = {
+    vni,
+    port,
+    directRouting: dr,
+    dataplane: dp,
+    mtu: mtu === 0 ? null : mtu,
+    learning,
+    gbp,
+  };
+  if (dp === 'userspace') assertUserspaceCan(cfg);
+  return cfg;
+}
+
+/**
+ * The options only a kernel vxlan device has: the userspace dataplane (native and bpf engines)
+ * refuses them rather than run without them. `Learning`: it learns no MAC from what it receives
+ * (its peers are the leases); `GBP`: it neither writes nor checks the group-policy header.
+ */
+export function assertUserspaceCan(cfg: VxlanConfig): void {
+  const why = cfg.gbp
+    ? 'Backend.GBP: the userspace vxlan dataplane (native and bpf engines) cannot write or check VXLAN group-based-policy headers'
+    : cfg.learning
+      ? 'Backend.Learning: the userspace vxlan dataplane (native and bpf engines) does not learn remote MACs; its peers come from the leases'
+      : null;
+  if (why) {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND_UNSUPPORTED',
+      `${why}; use "Dataplane": "kernel" (the vxlan kernel module) or drop the option`,
+      { details: { field: cfg.gbp ? 'Backend.GBP' : 'Backend.Learning' } },
+    );
+  }
+}
+
+/**
+ * The vxlan device's (or TUN's) MTU for one family: Backend `MTU` − 50 for both families when
+ * set (flannel's rule), else the interface MTU − 50 (IPv6 underlay − 70). With IPv6 enabled a
+ * Backend `MTU` below 1330 is refused (the device could not carry IPv6).
+ */
+export function vxlanDeviceMTU(
+  cfg: Pick<VxlanConfig, 'mtu'>,
+  ifaceMTU: number,
+  family: Family,
+): number {
+  if (cfg.mtu !== null) {
+    if (family === 6 && cfg.mtu < MIN_VXLAN_MTU_V6) {
+      throw configError(
+        'Backend.MTU',
+        `must be at least ${MIN_VXLAN_MTU_V6} with EnableIPv6 (the device's MTU − ${VXLAN_OVERHEAD_V4} must hold IPv6's 1280)`,
+      );
+    }
+    return cfg.mtu - VXLAN_OVERHEAD_V4;
+  }
+  return ifaceMTU - (family === 4 ? VXLAN_OVERHEAD_V4 : VXLAN_OVERHEAD_V6);
 }
 
 export function vxlanDeviceName(family: Family, vni: number): string {
@@ -151,6 +225,8 @@ interface DeviceWanted {
   readonly link: string;
   readonly linkIndex: number;
   readonly mtu: number;
+  readonly learning: boolean;
+  readonly gbp: boolean;
 }
 
 /** Whether an existing link is the vxlan device we would create (then it is reused as is). */
@@ -162,7 +238,8 @@ export function isCompatibleDevice(l: LinkInfo, w: DeviceWanted): boolean {
     l.vxlan.port === w.port &&
     (l.vxlan.local ?? null) === w.local &&
     l.vxlan.link === w.linkIndex &&
-    !l.vxlan.learning
+    l.vxlan.learning === w.learning &&
+    (l.vxlan.gbp ?? false) === w.gbp
   );
 }
 
@@ -205,12 +282,16 @@ export async function ensureVxlanDevice(
       port: w.port,
       ...(w.local ? { local: w.local } : {}),
       link: w.link,
-      learning: false,
+      learning: w.learning,
+      ...(w.gbp ? { gbp: true } : {}),
       mtu: w.mtu,
       mac,
     },
   ]);
-  log.info({ dev: w.name, mac, vni: w.vni, port: w.port }, 'created vxlan device');
+  log.info(
+    { dev: w.name, mac, vni: w.vni, port: w.port, mtu: w.mtu, learning: w.learning, gbp: w.gbp },
+    'created vxlan device',
+  );
   return mac;
 }
 
@@ -352,7 +433,7 @@ function createKernelVxlan(
       for (const family of families) {
         const dev = vxlanDeviceName(family, cfg.vni);
         const local = family === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
-        const devMtu = ext.mtu - (family === 4 ? VXLAN_OVERHEAD_V4 : VXLAN_OVERHEAD_V6);
+        const devMtu = vxlanDeviceMTU(cfg, ext.mtu, family);
         const wanted: DeviceWanted = {
           name: dev,
           vni: cfg.vni,
@@ -361,6 +442,8 @@ function createKernelVxlan(
           link: ext.name,
           linkIndex: ext.index,
           mtu: devMtu,
+          learning: cfg.learning,
+          gbp: cfg.gbp,
         };
         const mac = await ensureVxlanDevice(
           nl,

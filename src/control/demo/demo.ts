@@ -4,6 +4,11 @@
  * pods through weft-cni (bridge + host-local), pings every pod pair, runs a short iperf3, and
  * prints a table. Everything it made is removed on success, failure or Ctrl-C.
  *
+ * The table names the engine that moved the packets, as the daemons' logs say (kernel for the
+ * kernel backends). The bpf rows (`vxlan-bpf`, `udp-bpf`: `--dataplane-engine=bpf`) need the
+ * bpf engine's programs to load here: where they cannot, the daemons fall back to native and the
+ * row says why instead of measuring native under a bpf label (not a failure of the demo).
+ *
  * With --keep the last cluster is built detached (daemons and etcd in their own session, their
  * output in log files under the state dir), recorded in `<state-dir>/weft-demo-<pid>.json`
  * (processes with their start times, namespaces, dir), and the command returns. `weft demo down`
@@ -19,12 +24,29 @@ import { iperf, ping, waitForMesh } from '../../testbed/probes.js';
 import { deleteNamespace, isRoot } from '../../testbed/netns.js';
 import { Progress } from './progress.js';
 
-export const DEMO_BACKENDS: Record<string, Record<string, unknown>> = {
-  'host-gw': { Type: 'host-gw' },
-  vxlan: { Type: 'vxlan' },
-  'vxlan-userspace': { Type: 'vxlan', Dataplane: 'userspace' },
-  udp: { Type: 'udp' },
+export interface DemoBackend {
+  /** The net-conf Backend block. */
+  readonly backend: Record<string, unknown>;
+  /** Extra daemon flags. */
+  readonly flags?: readonly string[];
+}
+
+export const DEMO_BACKENDS: Record<string, DemoBackend> = {
+  'host-gw': { backend: { Type: 'host-gw' } },
+  vxlan: { backend: { Type: 'vxlan' } },
+  'vxlan-userspace': { backend: { Type: 'vxlan', Dataplane: 'userspace' } },
+  'vxlan-bpf': {
+    backend: { Type: 'vxlan', Dataplane: 'userspace' },
+    flags: ['--dataplane-engine=bpf'],
+  },
+  udp: { backend: { Type: 'udp' } },
+  'udp-bpf': { backend: { Type: 'udp' }, flags: ['--dataplane-engine=bpf'] },
 };
+
+/** The log line of a userspace backend's engine start (backend/userspace.ts) and its field. */
+const ENGINE_STARTED = 'userspace dataplane started';
+/** What the dataplane logs when the bpf engine cannot run (dataplane/index.ts). */
+const BPF_FELL_BACK = 'bpf engine unavailable; the native engine runs instead';
 
 export const DEMO_FLAGS = {
   nodes: int(3, 'number of node namespaces', { min: 2, max: 16 }),
@@ -62,6 +84,10 @@ export interface KeptState {
 
 export interface DemoRow {
   backend: string;
+  /** The engine that moved the packets: kernel, native, bpf or js (null: not known). */
+  engine: string | null;
+  /** Why the row's engine could not run here (the bpf rows): not measured, not a failure. */
+  unavailable?: string;
   pairs: number;
   reachable: number;
   gbps: number | null;
@@ -127,7 +153,8 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
           Cluster.build({
             nodes: o.nodes,
             store: o.store,
-            backend: DEMO_BACKENDS[backend]!,
+            backend: DEMO_BACKENDS[backend]!.backend,
+            flags: DEMO_BACKENDS[backend]!.flags ?? [],
             prefix: id,
             parallelStart: true,
             podWiring: 'cni',
@@ -144,6 +171,7 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
       } catch (err) {
         rows.push({
           backend,
+          engine: null,
           pairs: 0,
           reachable: 0,
           gbps: null,
@@ -169,7 +197,53 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
     if (current) await (current as Cluster).destroy();
   }
   io.stdout.write(renderTable(rows));
-  return rows.every((r) => !r.error && r.reachable === r.pairs && r.pairs > 0) ? 0 : 1;
+  return rows.every((r) => r.unavailable || (!r.error && r.reachable === r.pairs && r.pairs > 0))
+    ? 0
+    : 1;
+}
+
+/**
+ * The engine the daemons run, from their logs: the userspace backends log it when their
+ * dataplane starts (kernel when none does); `unavailable` is the reason a node gave for running
+ * native where bpf was asked.
+ */
+export function daemonEngines(lines: Iterable<Readonly<Record<string, unknown>>>): {
+  engine: string | null;
+  unavailable: string | null;
+} {
+  const engines = new Set<string>();
+  let unavailable: string | null = null;
+  for (const l of lines) {
+    if (l.msg === ENGINE_STARTED && typeof l.engine === 'string') engines.add(l.engine);
+    if (l.msg === BPF_FELL_BACK && unavailable === null) unavailable = String(l.err);
+  }
+  const engine = engines.size === 0 ? 'kernel' : [...engines].sort().join('+');
+  return { engine, unavailable };
+}
+
+/**
+ * A node's daemon log lines: as captured (in memory, complete once the daemon is ready), or
+ * for a detached daemon (nothing captured) from its log file.
+ */
+function nodeLogLines(n: Cluster['nodes'][number]): Array<Readonly<Record<string, unknown>>> {
+  if (n.logs.length > 0) return n.logs;
+  const out: Array<Record<string, unknown>> = [];
+  for (const line of readLog(n.logFile).split('\n')) {
+    try {
+      if (line.startsWith('{')) out.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      /* not a log line */
+    }
+  }
+  return out;
+}
+
+function readLog(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
 }
 
 async function runBackend(
@@ -182,6 +256,24 @@ async function runBackend(
   await progress.step(`[${backend}] starting ${cluster.nodes.length} weft daemons`, () =>
     cluster.startDaemons(),
   );
+  const { engine, unavailable } = await progress.step(
+    `[${backend}] checking which engine runs`,
+    async () => daemonEngines(cluster.nodes.flatMap(nodeLogLines)),
+    (e) => (e.unavailable ? `bpf unavailable: ${e.unavailable}` : `${e.engine}`),
+  );
+  const asksBpf = DEMO_BACKENDS[backend]?.flags?.includes('--dataplane-engine=bpf') ?? false;
+  if (asksBpf && (unavailable !== null || engine !== 'bpf')) {
+    // Measuring here would measure native under a bpf label.
+    return {
+      backend,
+      engine,
+      pairs: 0,
+      reachable: 0,
+      gbps: null,
+      rttAvgMs: null,
+      unavailable: `the bpf engine cannot run on this machine (${unavailable ?? `the daemons run ${engine}`}); the daemons fell back to native, so this row is not measured`,
+    };
+  }
   const made = await progress.step(
     `[${backend}] creating pods through weft-cni (bridge + host-local)`,
     () => cluster.addPods(pods),
@@ -212,6 +304,7 @@ async function runBackend(
   }
   return {
     backend,
+    engine,
     pairs: pairs.length,
     reachable: results.filter((r) => r.received > 0).length,
     gbps,
@@ -220,10 +313,11 @@ async function runBackend(
 }
 
 export function renderTable(rows: readonly DemoRow[]): string {
-  const head = ['backend', 'reachable', 'throughput', 'rtt avg'];
+  const head = ['backend', 'engine', 'reachable', 'throughput', 'rtt avg'];
   const body = rows.map((r) => [
     r.backend,
-    r.error ? 'failed' : `${r.reachable}/${r.pairs}`,
+    r.engine ?? '-',
+    r.error ? 'failed' : r.unavailable ? 'unavailable' : `${r.reachable}/${r.pairs}`,
     r.gbps === null ? '-' : `${r.gbps.toFixed(2)} Gbit/s`,
     r.rttAvgMs === null ? '-' : `${r.rttAvgMs.toFixed(3)} ms`,
   ]);
@@ -236,6 +330,7 @@ export function renderTable(rows: readonly DemoRow[]): string {
       .trimEnd();
   let out = `\n${line(head)}\n${w.map((x) => '─'.repeat(x)).join('   ')}\n${body.map(line).join('\n')}\n`;
   for (const r of rows) if (r.error) out += `\n${r.backend}: ${r.error}\n`;
+  for (const r of rows) if (r.unavailable) out += `\n${r.backend}: ${r.unavailable}\n`;
   return out;
 }
 

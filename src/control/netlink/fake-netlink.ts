@@ -271,6 +271,7 @@ export class FakeNetlink implements Netlink {
             local: op.local ?? null,
             link,
             learning: op.learning,
+            gbp: op.gbp ?? false,
           },
         });
         return 0;

@@ -200,6 +200,7 @@ export function opArgs(op: Op): { tool: Tool; args: string[] } {
       if (op.local) args.push('local', op.local);
       if (op.link) args.push('dev', op.link);
       args.push(op.learning ? 'learning' : 'nolearning');
+      if (op.gbp) args.push('gbp');
       return { tool: 'ip', args };
     }
   }
@@ -248,6 +249,7 @@ interface IpLink {
       local6?: string;
       link?: string;
       learning?: boolean;
+      gbp?: boolean;
       remote?: string;
       ttl?: number;
       tos?: string | number;
@@ -472,6 +474,7 @@ export class Iproute2Netlink implements Netlink {
         local: data.local ?? data.local6 ?? null,
         link,
         learning: data.learning ?? true,
+        gbp: data.gbp ?? false,
       };
     }
     const ipip: LinkInfo['ipip'] =

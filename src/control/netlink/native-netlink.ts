@@ -290,6 +290,7 @@ export class NativeNetlink implements Netlink {
           local: op.local ?? '',
           link,
           learning: op.learning,
+          gbp: op.gbp ?? false,
           mtu: op.mtu ?? 0,
           mac: op.mac ?? '',
         };

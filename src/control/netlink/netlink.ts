@@ -60,6 +60,8 @@ export interface VxlanSpec {
   /** Underlying device name. */
   readonly link?: string;
   readonly learning: boolean;
+  /** Group-based policy extension (VXLAN-GBP); absent: off. */
+  readonly gbp?: boolean;
   readonly mtu?: number;
   readonly mac?: string;
 }
@@ -164,6 +166,8 @@ export interface LinkInfo {
     /** Underlying device index (0: none). */
     readonly link: number;
     readonly learning: boolean;
+    /** VXLAN-GBP on (absent: off). */
+    readonly gbp?: boolean;
   } | null;
   /** The tunnel parameters of an `ipip` device (absent or null for other kinds). */
   readonly ipip?: IpipInfo | null;

@@ -22,6 +22,7 @@ import {
 import { createHostGwBackend } from '../../../../src/control/backend/host-gw.js';
 import { backendFactory, registerBackend } from '../../../../src/control/backend/registry.js';
 import { createVxlanBackend, parseVxlanConfig } from '../../../../src/control/backend/vxlan.js';
+import { createVxlanUserspaceBackend } from '../../../../src/control/backend/vxlan-userspace.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
 import { PIN_DIR_ENV, pinDirName } from '../../../../src/dataplane/bpf-pins.js';
 import { EXT, FAM, backendContext, ownLease } from './fixtures.js';
@@ -49,6 +50,7 @@ describe('vxlan backend (kernel) over the fake netlink', () => {
       local: EXT.ifaceAddr,
       link: 2,
       learning: false,
+      gbp: false,
     });
     assert.equal(v4.mtu, 1450);
     assert.equal(v6.vxlan?.local, EXT.ifaceAddrV6);
@@ -200,7 +202,124 @@ describe('vxlan backend options', () => {
       port: 8472,
       directRouting: false,
       dataplane: 'kernel',
+      mtu: null,
+      learning: false,
+      gbp: false,
     });
+  });
+
+  test('MTU 0 means the interface MTU, as unset', () => {
+    assert.equal(parseVxlanConfig({ Type: 'vxlan', MTU: 0 }).mtu, null);
+  });
+
+  for (const bad of [117, 1400.5, 65536, -1, '1400']) {
+    test(`MTU ${JSON.stringify(bad)} is refused naming Backend.MTU`, () => {
+      assert.throws(
+        () => parseVxlanConfig({ Type: 'vxlan', MTU: bad }),
+        (e: unknown) =>
+          isWeftError(e, 'WEFT_ERR_CONFIG_INVALID') && /^Backend\.MTU: /.test(e.message),
+      );
+    });
+  }
+
+  for (const option of ['Learning', 'GBP']) {
+    test(`${option} must be true or false`, () => {
+      assert.throws(
+        () => parseVxlanConfig({ Type: 'vxlan', [option]: 'yes' }),
+        (e: unknown) =>
+          isWeftError(e, 'WEFT_ERR_CONFIG_INVALID') &&
+          e.message === `Backend.${option}: must be true or false`,
+      );
+    });
+
+    test(`${option} with Dataplane userspace is refused naming the option and the way out`, () => {
+      assert.throws(
+        () => parseVxlanConfig({ Type: 'vxlan', Dataplane: 'userspace', [option]: true }),
+        (e: unknown) =>
+          isWeftError(e, 'WEFT_ERR_BACKEND_UNSUPPORTED') &&
+          e.exitCode === 2 &&
+          e.message.startsWith(`Backend.${option}: the userspace vxlan dataplane`) &&
+          e.message.includes('"Dataplane": "kernel"'),
+      );
+    });
+
+    test(`${option} with Dataplane auto is refused when it would hand over to userspace`, async () => {
+      const nl = fakeWithExt();
+      nl.failWith((op) => op.op === 'addVxlan', constants.errno.EOPNOTSUPP);
+      const b = createVxlanBackend(
+        backendContext({ Type: 'vxlan', Dataplane: 'auto', [option]: true }),
+        { openNetlink: () => nl, userspace: createVxlanUserspaceBackend },
+      );
+      await assert.rejects(
+        b.prepare(),
+        (e: unknown) =>
+          isWeftError(e, 'WEFT_ERR_BACKEND_UNSUPPORTED') &&
+          e.message.startsWith(`Backend.${option}: `),
+      );
+    });
+  }
+
+  test('MTU 1400: both devices get MTU − 50 and FLANNEL_MTU is MTU − 50 (as flannel)', async () => {
+    const nl = fakeWithExt();
+    const b = createVxlanBackend(backendContext({ Type: 'vxlan', MTU: 1400 }), {
+      openNetlink: () => nl,
+    });
+    const p = await b.prepare();
+    assert.equal(nl.links.get('flannel.1')!.mtu, 1350);
+    assert.equal(nl.links.get('flannel-v6.1')!.mtu, 1350);
+    assert.equal(p.mtu, 1350);
+  });
+
+  test('without MTU the IPv6 device keeps the interface MTU − 70', async () => {
+    const nl = fakeWithExt();
+    await createVxlanBackend(backendContext({ Type: 'vxlan' }), {
+      openNetlink: () => nl,
+    }).prepare();
+    assert.equal(nl.links.get('flannel-v6.1')!.mtu, 1430);
+  });
+
+  test('a reused device gets the new MTU', async () => {
+    const nl = fakeWithExt();
+    const ctx = (mtu: number) => backendContext({ Type: 'vxlan', MTU: mtu });
+    await createVxlanBackend(ctx(1400), { openNetlink: () => nl }).prepare();
+    const index = nl.links.get('flannel.1')!.index;
+    await createVxlanBackend(ctx(9000), { openNetlink: () => nl }).prepare();
+    assert.equal(nl.links.get('flannel.1')!.index, index);
+    assert.equal(nl.links.get('flannel.1')!.mtu, 8950);
+  });
+
+  test('MTU below 1330 with IPv6 enabled is refused naming Backend.MTU', async () => {
+    const b = createVxlanBackend(backendContext({ Type: 'vxlan', MTU: 1300 }), {
+      openNetlink: fakeWithExt,
+    });
+    await assert.rejects(
+      b.prepare(),
+      (e: unknown) =>
+        isWeftError(e, 'WEFT_ERR_CONFIG_INVALID') && /^Backend\.MTU: .*1330/.test(e.message),
+    );
+  });
+
+  test('Learning and GBP are set on the kernel device as flannel sets them', async () => {
+    const nl = fakeWithExt();
+    await createVxlanBackend(backendContext({ Type: 'vxlan', Learning: true, GBP: true }), {
+      openNetlink: () => nl,
+    }).prepare();
+    assert.equal(nl.links.get('flannel.1')!.vxlan?.learning, true);
+    assert.equal(nl.links.get('flannel.1')!.vxlan?.gbp, true);
+    assert.equal(nl.links.get('flannel-v6.1')!.vxlan?.gbp, true);
+  });
+
+  test('a device whose learning or gbp differs from the config is recreated', async () => {
+    const nl = fakeWithExt();
+    await createVxlanBackend(backendContext({ Type: 'vxlan', GBP: true }), {
+      openNetlink: () => nl,
+    }).prepare();
+    const index = nl.links.get('flannel.1')!.index;
+    await createVxlanBackend(backendContext({ Type: 'vxlan' }), {
+      openNetlink: () => nl,
+    }).prepare();
+    assert.notEqual(nl.links.get('flannel.1')!.index, index);
+    assert.equal(nl.links.get('flannel.1')!.vxlan?.gbp, false);
   });
 
   test('a bad Dataplane names the field', () => {
