@@ -43,7 +43,10 @@ struct BpfConfig {
 };
 
 // Counter slots of the programs (weft.bpf.c enum; src/dataplane/bpf-engine.ts BPF_COUNTERS).
-constexpr size_t kBpfCounterCount = 8;
+constexpr size_t kBpfCounterCount = 9;
+
+// Entries each peer map (per family) and the source map hold (weft.bpf.c max_entries).
+constexpr size_t kBpfMapEntries = 65536;
 
 // What a bpffs path holds, for the pin checks and tests: kind "link" | "prog" | "map" | ""
 // (nothing there, or not a bpf object); for a link its type, id, program (id and name) and, for

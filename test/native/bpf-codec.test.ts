@@ -4,9 +4,10 @@
  * IPv4/IPv6 packets (valid and broken), both directions, both formats:
  * - whatever the reference encapsulates to a peer on an IPv4 underlay, weft_tx encapsulates to
  *   the same UDP payload behind a valid outer IPv4 + UDP header, and redirects;
- * - whatever the reference decapsulates, weft_rx decapsulates to the same inner packet;
- * - everything else is left untouched (TC_ACT_OK, same bytes) for the userspace engine, which
- *   drops or sends it exactly as the reference does.
+ * - whatever the reference decapsulates, weft_rx decapsulates to the same inner packet and
+ *   redirects it (into the TUN's ingress);
+ * - everything else is left untouched (TC_ACT_UNSPEC = TCX_NEXT, same bytes) for the next tc
+ *   program and the userspace engine, which drops or sends it exactly as the reference does.
  * Nothing is attached: test runs touch no device. Needs root (bpf(2)).
  */
 import assert from 'node:assert/strict';
@@ -15,8 +16,8 @@ import { after, before, describe, it } from 'node:test';
 import { ipFromBytes } from '../../src/common/ip.js';
 import {
   BPF_COUNTERS,
-  TC_ACT_OK,
   TC_ACT_REDIRECT,
+  TC_ACT_UNSPEC,
   bpfObjectPath,
   loadBpfBinding,
 } from '../../src/dataplane/bpf-binding.js';
@@ -134,7 +135,7 @@ describe(
           const want = ref.drop === 'none' && peer!.publicIP.family === 4 && !hasTrailer(p);
           const what = `packet ${i} ${p.toString('hex')}`;
           if (!want) {
-            assert.equal(r.verdict, TC_ACT_OK, `${what}: left to userspace`);
+            assert.equal(r.verdict, TC_ACT_UNSPEC, `${what}: left to the next program`);
             assert.ok(r.data.equals(frame), `${what}: untouched`);
             passed++;
             continue;
@@ -179,7 +180,7 @@ describe(
           const inner = d.subarray(format === 'vxlan' ? js.VXLAN_ENCAP_LEN : 0);
           const want = ref.drop === 'none' && !hasTrailer(inner);
           const what = `datagram ${i} ${d.toString('hex')}`;
-          assert.equal(r.verdict, TC_ACT_OK, what);
+          assert.equal(r.verdict, want ? TC_ACT_REDIRECT : TC_ACT_UNSPEC, what);
           if (!want) {
             assert.ok(r.data.equals(frame), `${what}: untouched`);
             passed++;
@@ -211,7 +212,7 @@ describe(
       const before = bpf!.bpfCounters(id)[BPF_COUNTERS.indexOf('rx_passed')]!;
       for (const f of variants) {
         const r = bpf!.bpfTestRun(id, 'rx', f);
-        assert.equal(r.verdict, TC_ACT_OK);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
         assert.deepEqual(r.data, f);
       }
       // Not ours at all: not even counted as passed.
@@ -233,7 +234,7 @@ describe(
       const frame = Buffer.concat([eth(0x0800), p]);
       assert.equal(bpf!.bpfTestRun(id, 'tx', frame).verdict, TC_ACT_REDIRECT, 'without GSO');
       const r = bpf!.bpfTestRun(id, 'tx', frame, 1400, 2);
-      assert.equal(r.verdict, TC_ACT_OK);
+      assert.equal(r.verdict, TC_ACT_UNSPEC);
       assert.deepEqual(r.data, frame);
     });
 
