@@ -5,6 +5,7 @@
 #include <linux/bpf.h>
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -147,27 +148,37 @@ int TcxProgIds(uint32_t ifindex, bool ingress, std::vector<uint32_t>* ids) {
   return 0;
 }
 
+std::string UntrustedPinDir(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) < 0) return Errno(dir.c_str(), errno);
+  if (S_ISLNK(st.st_mode)) return dir + " is a symlink";
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a directory";
+  if (st.st_uid != 0) return dir + " is not owned by root";
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return dir + " is writable by group or others";
+  return "";
+}
+
 int UnpinBpfDir(const std::string& dir) {
   if (dir.empty()) return 0;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return 0;
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  closedir(d);
+  struct stat st;
+  if (lstat(dir.c_str(), &st) < 0) return 0;
+  if (!UntrustedPinDir(dir).empty()) return -EPERM;
+  // Only weft's own names: never every entry (another tool's pins may sit beside them).
   int removed = 0;
-  for (const std::string& n : names) {
+  for (const char* n : kPinName) {
     std::string path = dir + "/" + n;
-    int fd = bpf_obj_get(path.c_str());
-    if (fd >= 0) {
-      if (FdKind(fd) == "link") bpf_link_detach(fd);
-      close(fd);
+    if (lstat(path.c_str(), &st) < 0) continue;
+    // A symlink is removed, never followed (it may point at another tool's link).
+    if (!S_ISLNK(st.st_mode)) {
+      int fd = bpf_obj_get(path.c_str());
+      if (fd >= 0) {
+        if (FdKind(fd) == "link") bpf_link_detach(fd);
+        close(fd);
+      }
     }
     if (unlink(path.c_str()) == 0) removed++;
   }
-  rmdir(dir.c_str());
+  rmdir(dir.c_str());  // fails, leaving it, while anything else is in it
   return removed;
 }
 
@@ -530,6 +541,12 @@ int BpfEngine::AdoptPin(const std::string& path, int prog, uint32_t ifindex, int
                         std::string* why) {
   why->clear();
   if (path.empty()) return -1;
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    *why = "a symlink, not a pin";
+    unlink(path.c_str());  // the symlink itself; its target is never opened
+    return -1;
+  }
   int fd = bpf_obj_get(path.c_str());
   if (fd < 0) {
     if (errno == ENOENT) return -1;
@@ -638,7 +655,8 @@ BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
   Detach();
   uint32_t ifindex[2] = {tun_ifindex, underlay_ifindex};
   if (want == BpfAttachMode::kNone || want == BpfAttachMode::kTcx) {
-    pin_dir_ = pin_dir;
+    // A pin directory someone else could write to is never used (bpf-pins.ts checks it first).
+    pin_dir_ = !pin_dir.empty() && UntrustedPinDir(pin_dir).empty() ? pin_dir : std::string();
     int types[2] = {kBpfTcxEgress, kBpfTcxIngress};
     int err = 0;
     for (int i = 0; i < 2 && !err; i++) {

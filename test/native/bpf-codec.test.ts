@@ -79,6 +79,15 @@ function ipv4Text(b: Buffer): string {
   return [...b.subarray(0, 4)].join('.');
 }
 
+/** The packet-count slots (bytes left out) that changed between two counter reads. */
+function counterDelta(a: readonly number[], b: readonly number[]): Record<string, number> {
+  const d: Record<string, number> = {};
+  BPF_COUNTERS.forEach((name, i) => {
+    if (!name.endsWith('_bytes') && b[i] !== a[i]) d[name] = b[i]! - a[i]!;
+  });
+  return d;
+}
+
 /** prog_id / map_id / link_id of every bpf fd this process holds (/proc/self/fdinfo). */
 function heldBpfIds(): number[] {
   const ids: number[] = [];
@@ -125,6 +134,7 @@ describe(
         const rng = new Rng(format === 'udp' ? 111 : 112);
         let handled = 0;
         let passed = 0;
+        const before = bpf!.bpfCounters(id);
         for (let i = 0; i < 4000; i++) {
           const p = randomPacket(rng, BIG_MAX);
           if (tooShortForTestRun(p)) continue;
@@ -161,6 +171,11 @@ describe(
           assert.equal(o.readUInt16BE(26), 0, `${what}: UDP checksum 0, as kernel vxlan over IPv4`);
         }
         assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+        // Every packet counted once, under what happened to it.
+        assert.deepEqual(counterDelta(before, bpf!.bpfCounters(id)), {
+          tx_packets: handled,
+          tx_passed: passed,
+        });
       });
 
       it(`${format} decap matches on 4000 random datagrams`, () => {
@@ -168,6 +183,7 @@ describe(
         const rng = new Rng(format === 'udp' ? 121 : 122);
         let handled = 0;
         let passed = 0;
+        const before = bpf!.bpfCounters(id);
         for (let i = 0; i < 4000; i++) {
           const p = randomPacket(rng, BIG_MAX);
           const d = format === 'vxlan' ? vxlanFrame(rng, p) : p;
@@ -192,6 +208,12 @@ describe(
           assert.equal(r.data.readUInt16BE(12), etherTypeOf(inner), `${what}: EtherType`);
         }
         assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+        // Every datagram (all to our address and port) counted once: decapsulated or passed,
+        // never both, none as an error.
+        assert.deepEqual(counterDelta(before, bpf!.bpfCounters(id)), {
+          rx_packets: handled,
+          rx_passed: passed,
+        });
       });
     }
 
