@@ -80,7 +80,7 @@ function ipv4Text(b: Buffer): string {
 }
 
 /** The packet-count slots (bytes left out) that changed between two counter reads. */
-function counterDelta(a: readonly number[], b: readonly number[]): Record<string, number> {
+function counterDelta(a: ArrayLike<number>, b: ArrayLike<number>): Record<string, number> {
   const d: Record<string, number> = {};
   BPF_COUNTERS.forEach((name, i) => {
     if (!name.endsWith('_bytes') && b[i] !== a[i]) d[name] = b[i]! - a[i]!;
