@@ -4,8 +4,12 @@
  *
  *   pod → TUN egress ── weft_tx: encap + redirect_neigh ──→ underlay       (fast path)
  *                    └─ anything it does not handle → TUN → native engine  (slow path, counted)
- *   underlay ingress ── weft_rx: checks + decap → stack → pod              (fast path)
+ *   underlay ingress ── weft_rx: checks + decap → TUN ingress → stack → pod (fast path)
  *                    └─ anything it does not handle → UDP socket → native engine
+ *
+ * What the programs leave alone goes on to the next tc program (TC_ACT_UNSPEC = TCX_NEXT). The
+ * outer packets never meet netfilter (tc ingress is before INPUT, redirect_neigh skips OUTPUT):
+ * where the host has rules on the tunnel port (bpf-firewall.ts), the engine refuses to start.
  *
  * Start: the programs load (verifier), a probe runs them under BPF_PROG_TEST_RUN on a small and
  * a page-sized packet of each family and compares the bytes with the reference codec, then they
