@@ -61,14 +61,14 @@ enum {
   C_RX_PASSED,  // ours (our port, our address) but left to the userspace socket
   C_TX_REDIRECT_ERROR,
   C_BRIDGE_BYPASS,  // GSO packets weft_bridge handed straight to a bridge port
-  C_RX_ERROR,       // changed half way (flannel-udp TTL written, decap or redirect refused): dropped
+  C_RX_ERROR,  // changed half way (flannel-udp TTL written, decap or redirect refused): dropped
   C_COUNT,
 };
 
 struct config {
   __u32 format;  // FORMAT_*
   __u32 vni;
-  __u32 tun_ifindex;       // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
+  __u32 tun_ifindex;  // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
   __u32 underlay_ifindex;  // where encapsulated packets leave
   __u32 local_v4;          // our underlay address (network order)
   __u16 port;              // backend port (network order)

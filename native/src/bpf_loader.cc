@@ -1,19 +1,19 @@
 #include "bpf_loader.h"
 
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include <linux/bpf.h>
-#include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/bpf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
-#include <cstddef>
 #include <set>
 #include <utility>
 
