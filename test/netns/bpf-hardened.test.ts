@@ -178,9 +178,12 @@ describe('bpf engine on hardened hosts', { skip }, () => {
         }
       } finally {
         await stopPair(nodes);
-        for (const s of [A, B]) {
+        for (const [s, dev] of [
+          [A, 'va'],
+          [B, 'vb'],
+        ] as const) {
           nsExec(s.ns, 'iptables', ['-w', '-F', 'INPUT']);
-          for (const c of ['all', 'default'])
+          for (const c of ['all', 'default', dev])
             nsExec(s.ns, 'sysctl', ['-qw', `net.ipv4.conf.${c}.rp_filter=0`]);
         }
       }
