@@ -18,6 +18,14 @@ export const ERROR_CODES = {
   WEFT_ERR_STORE_KEY_EXISTS: { exit: 1, summary: 'a create-if-absent found the key taken' },
   WEFT_ERR_STORE_NOT_FOUND: { exit: 1, summary: 'the key is not in the store' },
   WEFT_ERR_STORE_COMPACTED: { exit: 1, summary: 'a watch revision was compacted away' },
+  WEFT_ERR_STORE_RESPONSE_TOO_LARGE: {
+    exit: 1,
+    summary: "an etcd answer (a body, one watch message) is over the client's size cap",
+  },
+  WEFT_ERR_KUBE_TLS: {
+    exit: 1,
+    summary: "the API server's certificate fails verification (CA or name), or it refused ours",
+  },
   WEFT_ERR_KUBE_NODE: { exit: 1, summary: 'this Kubernetes node cannot be found or named' },
   WEFT_ERR_KUBE_POD_CIDR: {
     exit: 1,
