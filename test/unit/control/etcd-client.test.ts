@@ -249,4 +249,49 @@ describe('the cap on an answer', () => {
       c.close();
     }
   });
+
+  test('a watch message over the cap is skipped and the registry re-lists (a resync batch)', async () => {
+    //   EtcdRegistry ──▶ fake: 1st watch sends an oversized message; range lists one key
+    const key = Buffer.from('/coreos.com/network/subnets/10.5.1.0-24').toString('base64');
+    const value = Buffer.from('{"PublicIP":"192.0.2.1"}').toString('base64');
+    let watches = 0;
+    const fake = http.createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' });
+      if (req.url === '/v3/watch') {
+        res.write('{"result":{"header":{"revision":"7"},"created":true}}\n');
+        if (++watches === 1) res.write(`{"result":${big}}\n`);
+      } else if (req.url === '/v3/kv/range') {
+        res.end(
+          JSON.stringify({ header: { revision: '9' }, kvs: [{ key, value, mod_revision: '8' }] }),
+        );
+      } else {
+        res.end('{}');
+      }
+    });
+    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', r));
+    const r = new EtcdRegistry({
+      endpoints: [`http://127.0.0.1:${(fake.address() as { port: number }).port}`],
+      maxResponseBytes: CAP,
+    });
+    const ac = new AbortController();
+    const it = r.watchSubnets(7, ac.signal)[Symbol.asyncIterator]();
+    try {
+      const first = await it.next();
+      assert.equal(first.done, false);
+      assert.equal(first.value?.kind, 'resync');
+      assert.ok(first.value?.kind === 'resync');
+      assert.deepEqual(
+        first.value.leases.map((l) => [l.key, l.value]),
+        [['10.5.1.0-24', '{"PublicIP":"192.0.2.1"}']],
+      );
+      assert.equal(first.value.revision, 9);
+    } finally {
+      ac.abort();
+      await it.return?.();
+      await r.close();
+      fake.closeAllConnections();
+      await new Promise((done) => fake.close(done));
+    }
+  });
 });
