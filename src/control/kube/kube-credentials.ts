@@ -103,7 +103,8 @@ export class KubeCredentials {
   async tls(): Promise<https.RequestOptions> {
     const m = this.#m;
     if (m.certFile !== undefined && m.keyFile !== undefined) await this.#reloadPair();
-    this.#agent ??= new https.Agent({ keepAlive: true });
+    // As Node's global agent (what these requests used before they had one of their own).
+    this.#agent ??= new https.Agent({ keepAlive: true, scheduling: 'lifo', timeout: 5000 });
     return {
       ...m.tls,
       ...(this.#pair ? { cert: this.#pair.cert, key: this.#pair.key } : {}),
