@@ -355,13 +355,23 @@ export class KubeApi {
 
   /** A request; a 401 after which the token file holds another token is sent once more. */
   async #send(method: string, path: string, o: RequestOptions): Promise<http.IncomingMessage> {
-    const res = await this.#sendOnce(method, path, o);
-    if (res.statusCode !== 401 || !(await this.#creds.refreshAfterUnauthorized())) return res;
-    res.resume();
-    return this.#sendOnce(method, path, o);
+    const first = await this.#sendOnce(method, path, o);
+    if (
+      first.res.statusCode !== 401 ||
+      !(await this.#creds.refreshAfterUnauthorized(first.authorization))
+    ) {
+      return first.res;
+    }
+    first.res.resume();
+    return (await this.#sendOnce(method, path, o)).res;
   }
 
-  async #sendOnce(method: string, path: string, o: RequestOptions): Promise<http.IncomingMessage> {
+  /** One request, and the Authorization header it carried. */
+  async #sendOnce(
+    method: string,
+    path: string,
+    o: RequestOptions,
+  ): Promise<{ res: http.IncomingMessage; authorization: string | undefined }> {
     if (o.signal?.aborted) throw abortError(o.signal);
     const url = new URL(this.#server.pathname.replace(/\/$/, '') + path, this.#server);
     for (const [k, v] of Object.entries(o.query ?? {})) url.searchParams.set(k, v);
@@ -399,7 +409,9 @@ export class KubeApi {
     }
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
-      const req = mod.request(url, { ...opts, signal: o.signal }, resolve);
+      const req = mod.request(url, { ...opts, signal: o.signal }, (res) =>
+        resolve({ res, authorization: auth }),
+      );
       const idleMs = o.idleMs ?? REQUEST_IDLE_MS;
       req.setTimeout(idleMs, () => req.destroy(new Error(`no data for ${idleMs} ms`)));
       req.on('socket', (sock) => sock.setKeepAlive(true, 30_000));

@@ -73,22 +73,30 @@ export class KubeCredentials {
     return undefined;
   }
 
-  /** After a 401: reads the token file again; true when it holds another token (try again). */
-  async refreshAfterUnauthorized(): Promise<boolean> {
+  /**
+   * After a 401 to a request that carried `used`: reads the token file again; true when it now
+   * holds another token (the request is worth sending once more).
+   */
+  async refreshAfterUnauthorized(used: string | undefined): Promise<boolean> {
     if (this.#m.tokenFile === undefined) return false;
-    const before = this.#token?.value;
-    try {
-      return (await this.#readToken(true)) !== before;
-    } catch {
-      return false;
-    }
+    const now = await this.#readToken(true).catch(() => undefined);
+    return now !== undefined && `Bearer ${now}` !== used;
   }
 
   async #readToken(force: boolean): Promise<string> {
     const file = this.#m.tokenFile!;
-    const sig = await signature(file);
-    if (!force && this.#token?.sig === sig) return this.#token.value;
-    const value = (await readFile(file, 'utf8')).trim();
+    let sig: string;
+    let value: string;
+    try {
+      sig = await signature(file);
+      if (!force && this.#token?.sig === sig) return this.#token.value;
+      value = (await readFile(file, 'utf8')).trim();
+    } catch (err) {
+      // Gone for a moment while it is replaced: the token read last is still the best guess.
+      if (this.#token === null) throw err;
+      log.debug({ file, err: errorMessage(err) }, 'token file unreadable; using the last token');
+      return this.#token.value;
+    }
     if (this.#token !== null && this.#token.value !== value) {
       log.info({ file }, 'kubernetes token file changed; using the new token');
     }
@@ -102,7 +110,16 @@ export class KubeCredentials {
    */
   async tls(): Promise<https.RequestOptions> {
     const m = this.#m;
-    if (m.certFile !== undefined && m.keyFile !== undefined) await this.#reloadPair();
+    if (m.certFile !== undefined && m.keyFile !== undefined) {
+      await this.#reloadPair().catch((err: unknown) => {
+        // Unreadable for a moment while replaced: keep the pair in use (there is one from start).
+        if (this.#pair === null) throw err;
+        log.debug(
+          { certFile: m.certFile, err: errorMessage(err) },
+          'client certificate unreadable',
+        );
+      });
+    }
     // As Node's global agent (what these requests used before they had one of their own).
     this.#agent ??= new https.Agent({ keepAlive: true, scheduling: 'lifo', timeout: 5000 });
     return {
