@@ -549,6 +549,8 @@ export interface OpenKubeOptions {
   readonly setNodeNetworkUnavailable: boolean;
   /** Environment (NODE_NAME, POD_NAME, POD_NAMESPACE, KUBERNETES_SERVICE_*); process.env. */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /** In a pod: where the service account's token and ca.crt are (tests; SERVICE_ACCOUNT_DIR). */
+  readonly serviceAccountDir?: string;
   readonly signal?: AbortSignal;
   readonly podCidrWaitMs?: number;
 }
@@ -576,7 +578,12 @@ export async function openKubeManager(
   }
   const netConfig = parseNetConfig(text);
   const api = new KubeApi(
-    loadKubeConfig({ apiUrl: o.kubeApiUrl, kubeconfigFile: o.kubeconfigFile, env: o.env }),
+    loadKubeConfig({
+      apiUrl: o.kubeApiUrl,
+      kubeconfigFile: o.kubeconfigFile,
+      env: o.env,
+      ...(o.serviceAccountDir !== undefined ? { serviceAccountDir: o.serviceAccountDir } : {}),
+    }),
   );
   const nodeName = await resolveNodeName(api, o.env ?? process.env, o.signal);
   const manager = new KubeManager({

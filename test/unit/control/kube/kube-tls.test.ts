@@ -15,6 +15,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
 import { KubeApi, loadKubeConfig } from '../../../../src/control/kube/kube-api.js';
+import { openKubeManager } from '../../../../src/control/kube/kube-manager.js';
+import { createLeaseMetrics } from '../../../../src/control/metrics/metrics.js';
 import { FakeKubeApiServer } from '../../../fakes/kube-apiserver.js';
 import { opensslSkipReason } from '../../../helpers/etcd.js';
 import { type Pem, issue, makeCa } from '../../../helpers/tls-certs.js';
@@ -117,6 +119,59 @@ describe('in a pod: HTTPS with the service account CA and token', { skip }, () =
     const before = server.requests.length;
     assert.equal((await api.getNode('n1')).metadata.name, 'n1');
     assert.equal(server.requests.length - before, 2, 'refused once, then sent again');
+  });
+});
+
+describe('the kube subnet manager in a pod (as the DaemonSet starts it)', { skip }, () => {
+  let server: FakeKubeApiServer;
+  before(async () => {
+    server = await FakeKubeApiServer.start({
+      token: 'sa-token',
+      tls: { cert: server127.cert, key: server127.key },
+    });
+    server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });
+    writeFileSync(
+      join(dir, 'net-conf.json'),
+      JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'vxlan' } }),
+    );
+  });
+  after(() => server?.close());
+
+  const open = (sa: string) =>
+    openKubeManager(
+      {
+        kubeApiUrl: '',
+        kubeconfigFile: '',
+        kubeAnnotationPrefix: 'flannel.alpha.coreos.com',
+        netConfigPath: join(dir, 'net-conf.json'),
+        setNodeNetworkUnavailable: true,
+        env: {
+          NODE_NAME: 'n1',
+          KUBERNETES_SERVICE_HOST: '127.0.0.1',
+          KUBERNETES_SERVICE_PORT: String(server.port),
+        },
+        serviceAccountDir: sa,
+      },
+      createLeaseMetrics(),
+    );
+
+  test('starts over HTTPS with the service account', async () => {
+    const m = await open(mount('sa-manager', clusterCa, 'sa-token\n'));
+    try {
+      assert.equal(m.nodeName, 'n1');
+    } finally {
+      await m.close();
+    }
+  });
+
+  test('a wrong CA stops it at start with WEFT_ERR_KUBE_TLS naming the CA file', async () => {
+    const sa = mount('sa-manager-wrong-ca', otherCa, 'sa-token\n');
+    const before = server.requests.length;
+    await assert.rejects(
+      open(sa),
+      (e) => isWeftError(e, 'WEFT_ERR_KUBE_TLS') && e.message.includes(join(sa, 'ca.crt')),
+    );
+    assert.equal(server.requests.length, before, 'no request got past the handshake');
   });
 });
 
