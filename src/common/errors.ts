@@ -22,6 +22,10 @@ export const ERROR_CODES = {
     exit: 1,
     summary: 'one object, line or response from the store is larger than the cap',
   },
+  WEFT_ERR_KUBE_TLS: {
+    exit: 1,
+    summary: "the API server's certificate fails verification (CA or name), or it refused ours",
+  },
   WEFT_ERR_KUBE_NODE: { exit: 1, summary: 'this Kubernetes node cannot be found or named' },
   WEFT_ERR_KUBE_POD_CIDR: {
     exit: 1,

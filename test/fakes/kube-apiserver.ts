@@ -27,6 +27,10 @@
  *   A patch that changes nothing bumps no version and sends no event (as etcd's no-op update).
  * - Errors are `Status` objects with the real reasons: NotFound 404, Expired 410, Conflict 409,
  *   UnsupportedMediaType 415, BadRequest 400, Invalid 422, Unauthorized 401.
+ * - HTTPS (`tls`: the server's certificate and key, and a client CA to ask for client
+ *   certificates): served with node:https on loopback. `setToken()` changes the bearer token it
+ *   accepts, `requireClientCn()` the client certificate's CN (401 otherwise): credentials that
+ *   rotate under a running client.
  * - Discovery (/api, /apis, /api/v1) so kubectl can talk to it.
  *
  * Test controls: addNode/updateNode/deleteNode/addPod, compact(), dropWatches(), failNext(),
@@ -37,7 +41,9 @@
  * and list snapshots share them.
  */
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 
 type Obj = Record<string, unknown>;
 
@@ -87,13 +93,22 @@ class HttpError extends Error {
   }
 }
 
+/** PEM material of an HTTPS fake: its certificate and key, and the CA of client certificates. */
+export interface FakeTls {
+  readonly cert: Buffer;
+  readonly key: Buffer;
+  readonly clientCa?: Buffer;
+}
+
 export class FakeKubeApiServer {
   readonly #server: http.Server;
   readonly #nodes = new Map<string, Obj>();
   readonly #pods = new Map<string, Obj>();
   readonly #history: HistoryEntry[] = [];
   readonly #watchers = new Set<Watcher>();
-  readonly #token: string | undefined;
+  #token: string | undefined;
+  #clientCn: string | undefined;
+  readonly #scheme: 'http' | 'https';
   #rv = 100;
   /** Versions below this were compacted away (the state at it is still readable). */
   #compacted = 0;
@@ -103,16 +118,36 @@ export class FakeKubeApiServer {
   readonly #cachePagesRv0: boolean;
   readonly requests: RecordedRequest[] = [];
 
-  private constructor(token: string | undefined, cachePagesRv0: boolean) {
+  private constructor(token: string | undefined, tls: FakeTls | undefined, cachePagesRv0: boolean) {
     this.#token = token;
     this.#cachePagesRv0 = cachePagesRv0;
-    this.#server = http.createServer((req, res) => void this.#handle(req, res));
+    const handle = (req: http.IncomingMessage, res: http.ServerResponse) =>
+      void this.#handle(req, res);
+    this.#scheme = tls ? 'https' : 'http';
+    this.#server = tls
+      ? https.createServer(
+          {
+            cert: tls.cert,
+            key: tls.key,
+            ...(tls.clientCa
+              ? { ca: tls.clientCa, requestCert: true, rejectUnauthorized: true }
+              : {}),
+          },
+          handle,
+        )
+      : http.createServer(handle);
   }
 
   static async start(
-    o: { host?: string; port?: number; token?: string; cachePagesRv0?: boolean } = {},
+    o: {
+      host?: string;
+      port?: number;
+      token?: string;
+      tls?: FakeTls;
+      cachePagesRv0?: boolean;
+    } = {},
   ): Promise<FakeKubeApiServer> {
-    const s = new FakeKubeApiServer(o.token, o.cachePagesRv0 ?? false);
+    const s = new FakeKubeApiServer(o.token, o.tls, o.cachePagesRv0 ?? false);
     await new Promise<void>((resolve, reject) => {
       s.#server.once('error', reject);
       s.#server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => resolve());
@@ -123,7 +158,21 @@ export class FakeKubeApiServer {
   get url(): string {
     const a = this.#server.address() as AddressInfo;
     const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
-    return `http://${host}:${a.port}`;
+    return `${this.#scheme}://${host}:${a.port}`;
+  }
+
+  get port(): number {
+    return (this.#server.address() as AddressInfo).port;
+  }
+
+  /** From now on only this bearer token is accepted. */
+  setToken(token: string): void {
+    this.#token = token;
+  }
+
+  /** From now on only a client certificate with this CN is accepted (HTTPS with a client CA). */
+  requireClientCn(cn: string): void {
+    this.#clientCn = cn;
   }
 
   get resourceVersion(): number {
@@ -281,6 +330,10 @@ export class FakeKubeApiServer {
       });
       if (this.#token !== undefined && req.headers.authorization !== `Bearer ${this.#token}`) {
         throw new HttpError(status(401, 'Unauthorized', 'Unauthorized'));
+      }
+      if (this.#clientCn !== undefined) {
+        const cn = (req.socket as TLSSocket).getPeerCertificate().subject?.CN;
+        if (cn !== this.#clientCn) throw new HttpError(status(401, 'Unauthorized', 'Unauthorized'));
       }
       const fail = this.#failures.shift();
       if (fail) throw new HttpError(status(fail.code, fail.reason, 'injected failure'));

@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { sleep } from '../../src/common/lifecycle.js';
 import { EtcdRegistry, type EtcdRegistryOptions } from '../../src/control/registry/etcd.js';
 import type { WatchBatch } from '../../src/control/registry/registry.js';
+import { startTcpProxy } from '../helpers/tcp-proxy.js';
 import {
   enableAuth,
   etcdSkipReason,
@@ -286,6 +287,54 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     }
   });
 
+  it('a watch stream gone silent (a frozen proxy) is replaced at its idle deadline; no event is lost or repeated', async () => {
+    //   EtcdRegistry ──▶ tcp proxy (frozen: open, silent) ──▶ etcd ◀── etcdctl (writes)
+    const proxy = await startTcpProxy(Number(new URL(etcd!.endpoint).port));
+    const prefix = freshPrefix();
+    // A short idle deadline (and call deadline) so the test does not wait a minute.
+    const r = open({ prefix, endpoints: [proxy.url], watchIdleMs: 300, callTimeoutMs: 1000 });
+    const ac = new AbortController();
+    const it = r
+      .watchSubnets((await r.listSubnets()).revision + 1, ac.signal)
+      [Symbol.asyncIterator]();
+    const keyOf = (b: WatchBatch) =>
+      b.kind === 'events' ? b.events.map((e) => (e.type === 'put' ? e.lease.key : e.key)) : [];
+    try {
+      etcd!.ctl(['put', `${prefix}/subnets/${V4_KEY}`, V4_VALUE]);
+      assert.deepEqual(keyOf(await nextBatch(it, 30_000)), [V4_KEY], 'the stream is open');
+      proxy.freeze();
+      // Written straight to etcd while the stream is frozen: the old stream cannot carry it.
+      etcd!.ctl(['put', `${prefix}/subnets/${DUAL_KEY}`, DUAL_VALUE]);
+      const got = await collect(it, (bs) => bs.some((b) => keyOf(b).includes(DUAL_KEY)), 30_000);
+      // A marker written after it: everything before the marker was delivered by then.
+      etcd!.ctl(['put', `${prefix}/subnets/${DUAL_KEY}`, 'marker']);
+      got.push(
+        ...(await collect(
+          it,
+          (bs) =>
+            bs.some(
+              (b) =>
+                b.kind === 'events' &&
+                b.events.some((e) => e.type === 'put' && e.lease.value === 'marker'),
+            ),
+          30_000,
+        )),
+      );
+      assert.ok(
+        got.every((b) => b.kind === 'events'),
+        'resumed from its revision, no resync',
+      );
+      const values = got.flatMap((b) =>
+        b.kind === 'events' ? b.events.map((e) => (e.type === 'put' ? e.lease.value : '')) : [],
+      );
+      assert.deepEqual(values, [DUAL_VALUE, 'marker'], 'the frozen write once, then the marker');
+    } finally {
+      ac.abort();
+      await it.return?.();
+      await proxy.close();
+    }
+  });
+
   it('fails over to the live endpoint when another is down', async () => {
     const dead = `http://127.0.0.1:${await freePort()}`;
     const r = open({ endpoints: [dead, etcd!.endpoint] });
@@ -444,6 +493,27 @@ describe('EtcdRegistry with username and password', { skip }, () => {
       } finally {
         await r.close();
       }
+    }
+  });
+
+  it('calls refused together for a forgotten token authenticate once, and all retry with the new one', async () => {
+    //   EtcdRegistry ──▶ tcp proxy (counts POST /v3/auth/authenticate) ──▶ etcd (auth on)
+    const proxy = await startTcpProxy(Number(new URL(authEtcd!.endpoint).port));
+    const authenticate = () => proxy.count('POST /v3/auth/authenticate ');
+    const prefix = freshPrefix();
+    const r = new EtcdRegistry({ endpoints: [proxy.url], prefix, ...creds });
+    try {
+      await r.setNetworkConfig('{"Network":"10.5.0.0/16"}');
+      assert.equal(authenticate(), 1);
+      // Turning auth off and on makes etcd forget every token it handed out.
+      authEtcd!.ctl(['auth', 'disable']);
+      authEtcd!.ctl(['auth', 'enable']);
+      const got = await Promise.all(Array.from({ length: 12 }, () => r.getNetworkConfig()));
+      assert.deepEqual(new Set(got), new Set(['{"Network":"10.5.0.0/16"}']));
+      assert.equal(authenticate(), 2, 'one authentication for the twelve refused calls');
+    } finally {
+      await r.close();
+      await proxy.close();
     }
   });
 

@@ -10,16 +10,17 @@
  * Errors: every call rejects with a WeftError carrying the HTTP status and the Status reason in
  * `details`: 404 → WEFT_ERR_STORE_NOT_FOUND, 410 (a too-old resourceVersion, as an HTTP status
  * or as a watch ERROR event) → WEFT_ERR_STORE_COMPACTED, anything else (401/403/5xx, refused,
- * reset, a torn stream) → WEFT_ERR_STORE_UNAVAILABLE, `signal` fired → WEFT_ERR_ABORTED, one
+ * reset, a torn stream) → WEFT_ERR_STORE_UNAVAILABLE, a failed TLS handshake (CA, name, expiry,
+ * client certificate refused) → WEFT_ERR_KUBE_TLS, `signal` fired → WEFT_ERR_ABORTED, one
  * list item, watch line or plain response over `maxObjectBytes` → WEFT_ERR_STORE_RESPONSE_TOO_LARGE.
  */
 import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import { dirname, join, resolve } from 'node:path';
 import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
+import { KubeCredentials } from './kube-credentials.js';
 import { LineSplitter, ListScanner, MAX_OBJECT_BYTES, parseJson, tooLarge } from './kube-stream.js';
 
 /** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
@@ -80,7 +81,7 @@ export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccoun
 
 /**
  * How to reach the API server: its URL, the TLS material, and the auth header of each request
- * (a token file is read again per request: a pod's bound token rotates).
+ * (token and certificate files are read again when they change: kube-credentials.ts).
  */
 export interface KubeConnection {
   readonly server: URL;
@@ -91,6 +92,11 @@ export interface KubeConnection {
     readonly servername?: string;
     readonly rejectUnauthorized: boolean;
   };
+  /** The file `tls.ca` was read from (named in TLS errors). */
+  readonly caFile?: string;
+  /** The files `tls.cert` / `tls.key` were read from: re-read when they change. */
+  readonly certFile?: string;
+  readonly keyFile?: string;
   readonly token?: string;
   readonly tokenFile?: string;
   readonly basic?: { readonly username: string; readonly password: string };
@@ -122,12 +128,14 @@ function fromKubeconfig(file: string): KubeConnection {
   const dir = dirname(file);
   const str = (o: Record<string, unknown>, k: string): string | undefined =>
     typeof o[k] === 'string' && o[k] !== '' ? o[k] : undefined;
-  /** `<name>-data` (base64) or `<name>` (a file path). */
-  const material = (o: Record<string, unknown>, name: string): Buffer | undefined => {
+  /** `<name>-data` (base64) or `<name>` (a file path, returned too). */
+  const material = (o: Record<string, unknown>, name: string): { data?: Buffer; file?: string } => {
     const data = str(o, `${name}-data`);
-    if (data !== undefined) return Buffer.from(data, 'base64');
+    if (data !== undefined) return { data: Buffer.from(data, 'base64') };
     const path = str(o, name);
-    return path === undefined ? undefined : readFileSync(resolve(dir, path));
+    if (path === undefined) return {};
+    const file = resolve(dir, path);
+    return { data: readFileSync(file), file };
   };
   for (const plugin of ['exec', 'auth-provider']) {
     if (user[plugin] !== undefined) {
@@ -139,9 +147,9 @@ function fromKubeconfig(file: string): KubeConnection {
   }
   const server = str(cluster, 'server');
   if (server === undefined) throw new Error(`${file}: cluster has no server`);
-  const ca = material(cluster, 'certificate-authority');
-  const cert = material(user, 'client-certificate');
-  const key = material(user, 'client-key');
+  const { data: ca, file: caFile } = material(cluster, 'certificate-authority');
+  const { data: cert, file: certFile } = material(user, 'client-certificate');
+  const { data: key, file: keyFile } = material(user, 'client-key');
   const servername = str(cluster, 'tls-server-name');
   const token = str(user, 'token');
   const tokenFile = str(user, 'tokenFile');
@@ -155,6 +163,9 @@ function fromKubeconfig(file: string): KubeConnection {
       ...(servername ? { servername } : {}),
       rejectUnauthorized: cluster['insecure-skip-tls-verify'] !== true,
     },
+    ...(caFile ? { caFile } : {}),
+    // Both as files: the pair rotates (kubelet-style); data inline never changes.
+    ...(certFile && keyFile ? { certFile, keyFile } : {}),
     ...(token ? { token } : {}),
     ...(tokenFile ? { tokenFile: resolve(dir, tokenFile) } : {}),
     ...(username ? { basic: { username, password: str(user, 'password') ?? '' } } : {}),
@@ -167,6 +178,7 @@ function inCluster(host: string, port: string, dir: string): KubeConnection {
   return {
     server: new URL(`https://${h}:${port}`),
     tls: { ca: readFileSync(join(dir, 'ca.crt')), rejectUnauthorized: true },
+    caFile: join(dir, 'ca.crt'),
     tokenFile: join(dir, 'token'),
   };
 }
@@ -205,19 +217,6 @@ export function loadKubeConfig(
   return c;
 }
 
-/** The Authorization header of a request (none without credentials). */
-async function authorization(c: KubeConnection): Promise<string | undefined> {
-  if (c.tokenFile !== undefined) {
-    const t = (await readFile(c.tokenFile, 'utf8')).trim();
-    return `Bearer ${t}`;
-  }
-  if (c.token !== undefined) return `Bearer ${c.token}`;
-  if (c.basic) {
-    return `Basic ${Buffer.from(`${c.basic.username}:${c.basic.password}`).toString('base64')}`;
-  }
-  return undefined;
-}
-
 interface RequestOptions {
   readonly body?: unknown;
   readonly contentType?: string;
@@ -245,12 +244,12 @@ export interface KubeApiLimits {
 }
 
 export class KubeApi {
-  readonly #conn: KubeConnection;
+  readonly #creds: KubeCredentials;
   readonly #server: URL;
   readonly #maxObject: number;
 
   constructor(conn: KubeConnection, limits: KubeApiLimits = {}) {
-    this.#conn = conn;
+    this.#creds = new KubeCredentials(conn);
     this.#server = conn.server;
     this.#maxObject = limits.maxObjectBytes ?? MAX_OBJECT_BYTES;
   }
@@ -435,7 +434,25 @@ export class KubeApi {
     }
   }
 
+  /** A request; a 401 after which the token file holds another token is sent once more. */
   async #send(method: string, path: string, o: RequestOptions): Promise<http.IncomingMessage> {
+    const first = await this.#sendOnce(method, path, o);
+    if (
+      first.res.statusCode !== 401 ||
+      !(await this.#creds.refreshAfterUnauthorized(first.authorization))
+    ) {
+      return first.res;
+    }
+    first.res.resume();
+    return (await this.#sendOnce(method, path, o)).res;
+  }
+
+  /** One request, and the Authorization header it carried. */
+  async #sendOnce(
+    method: string,
+    path: string,
+    o: RequestOptions,
+  ): Promise<{ res: http.IncomingMessage; authorization: string | undefined }> {
     if (o.signal?.aborted) throw abortError(o.signal);
     const url = new URL(this.#server.pathname.replace(/\/$/, '') + path, this.#server);
     for (const [k, v] of Object.entries(o.query ?? {})) url.searchParams.set(k, v);
@@ -453,18 +470,29 @@ export class KubeApi {
           : {}),
       },
     };
-    const auth = await authorization(this.#conn).catch((err: unknown) => {
-      throw new WeftError(
-        'WEFT_ERR_STORE_UNAVAILABLE',
-        `kubernetes credentials: ${errorMessage(err)}`,
-        { cause: err, details: { server: this.#server.origin } },
-      );
+    // The credentials as they are now: a rotated token or client certificate is used at once.
+    const credentialsError = (err: unknown) =>
+      new WeftError('WEFT_ERR_STORE_UNAVAILABLE', `kubernetes credentials: ${errorMessage(err)}`, {
+        cause: err,
+        details: { server: this.#server.origin },
+      });
+    const auth = await this.#creds.authorization().catch((err: unknown) => {
+      throw credentialsError(err);
     });
     if (auth !== undefined) (opts.headers as Record<string, string | number>).Authorization = auth;
-    if (url.protocol === 'https:') Object.assign(opts, this.#conn.tls);
+    if (url.protocol === 'https:') {
+      Object.assign(
+        opts,
+        await this.#creds.tls().catch((err: unknown) => {
+          throw credentialsError(err);
+        }),
+      );
+    }
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
-      const req = mod.request(url, { ...opts, signal: o.signal }, resolve);
+      const req = mod.request(url, { ...opts, signal: o.signal }, (res) =>
+        resolve({ res, authorization: auth }),
+      );
       const idleMs = o.idleMs ?? REQUEST_IDLE_MS;
       req.setTimeout(idleMs, () => req.destroy(new Error(`no data for ${idleMs} ms`)));
       req.on('socket', (sock) => sock.setKeepAlive(true, 30_000));
@@ -472,11 +500,12 @@ export class KubeApi {
         if (o.signal?.aborted) reject(abortError(o.signal));
         else
           reject(
-            new WeftError(
-              'WEFT_ERR_STORE_UNAVAILABLE',
-              `kubernetes ${method} ${url.pathname}: ${errorMessage(err)}`,
-              { cause: err, details: { server: this.#server.origin } },
-            ),
+            this.#creds.tlsError(err, `${method} ${url.pathname}`) ??
+              new WeftError(
+                'WEFT_ERR_STORE_UNAVAILABLE',
+                `kubernetes ${method} ${url.pathname}: ${errorMessage(err)}`,
+                { cause: err, details: { server: this.#server.origin } },
+              ),
           );
       });
       req.end(body);

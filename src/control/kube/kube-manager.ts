@@ -560,6 +560,8 @@ export interface OpenKubeOptions {
   readonly setNodeNetworkUnavailable: boolean;
   /** Environment (NODE_NAME, POD_NAME, POD_NAMESPACE, KUBERNETES_SERVICE_*); process.env. */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /** In a pod: where the service account's token and ca.crt are (tests; SERVICE_ACCOUNT_DIR). */
+  readonly serviceAccountDir?: string;
   readonly signal?: AbortSignal;
   readonly podCidrWaitMs?: number;
 }
@@ -588,7 +590,12 @@ export async function openKubeManager(
   const netConfig = parseNetConfig(text);
   const api = timedStore(
     new KubeApi(
-      loadKubeConfig({ apiUrl: o.kubeApiUrl, kubeconfigFile: o.kubeconfigFile, env: o.env }),
+      loadKubeConfig({
+        apiUrl: o.kubeApiUrl,
+        kubeconfigFile: o.kubeconfigFile,
+        env: o.env,
+        ...(o.serviceAccountDir !== undefined ? { serviceAccountDir: o.serviceAccountDir } : {}),
+      }),
     ),
     'kube',
     KUBE_OPERATIONS,

@@ -7,12 +7,16 @@
  * What it owns: failover (each endpoint once per call, starting with the last one that
  * answered), a deadline per unary call, TLS from PEM files, and username/password auth (a token
  * from /v3/auth/authenticate in the Authorization header, fetched again when etcd forgets it,
- * e.g. after a restart). Retries with backoff and error wrapping are the caller's (etcd.ts).
+ * e.g. after a restart; one authentication at a time, however many calls were refused), and a
+ * cap on every answer (a unary body, one message of a watch stream): beyond it the call fails
+ * with WEFT_ERR_STORE_RESPONSE_TOO_LARGE instead of buffering without bound. Retries with
+ * backoff and error wrapping are the caller's (etcd.ts).
  * Compared with a gRPC client it loads no protocol-buffer runtime: a daemon on etcd holds ~15 MB
  * less.
  */
 import http from 'node:http';
 import https from 'node:https';
+import { WeftError } from '../../common/errors.js';
 
 /** One key as etcd returns it; `lease` and `mod_revision` are '0' when etcd leaves them out. */
 export interface EtcdKv {
@@ -108,6 +112,24 @@ export interface EtcdClientOptions {
   readonly auth?: { readonly username: string; readonly password: string };
   /** Deadline of one unary call, ms. */
   readonly callTimeoutMs: number;
+  /** Largest answer accepted: a unary body, or one message of a watch (default 64 MiB). */
+  readonly maxResponseBytes?: number;
+}
+
+/**
+ * The default cap of one answer. etcd refuses requests over 1.5 MiB (--max-request-bytes), so a
+ * 5,000-lease range is ~2 MB; 64 MiB leaves room for far larger networks and still bounds what a
+ * broken or hostile endpoint can make the daemon buffer.
+ */
+export const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+
+/** The error of an answer over the cap (not recoverable: the same read would be as large). */
+export function tooLargeError(what: string, bytes: number, max: number): WeftError {
+  return new WeftError(
+    'WEFT_ERR_STORE_RESPONSE_TOO_LARGE',
+    `etcd ${what}: answer larger than ${max} bytes (${bytes} bytes read or announced)`,
+    { details: { what, bytes, maxBytes: max } },
+  );
 }
 
 /**
@@ -211,15 +233,25 @@ export function errorFromBody(status: number, body: unknown): EtcdError {
  */
 export class JsonLines {
   #pending: Buffer = Buffer.alloc(0);
+  readonly #maxLine: number;
+
+  /** `maxLine`: the longest object accepted (bytes); a longer one throws tooLargeError. */
+  constructor(maxLine = Infinity) {
+    this.#maxLine = maxLine;
+  }
 
   push(chunk: Buffer): unknown[] {
     this.#pending = this.#pending.length ? Buffer.concat([this.#pending, chunk]) : chunk;
     const out: unknown[] = [];
     let nl: number;
     while ((nl = this.#pending.indexOf(0x0a)) >= 0) {
+      if (nl > this.#maxLine) throw tooLargeError('watch message', nl, this.#maxLine);
       const line = this.#pending.subarray(0, nl).toString('utf8').trim();
       this.#pending = this.#pending.subarray(nl + 1);
       if (line !== '') out.push(JSON.parse(line));
+    }
+    if (this.#pending.length > this.#maxLine) {
+      throw tooLargeError('watch message', this.#pending.length, this.#maxLine);
     }
     return out;
   }
@@ -230,6 +262,12 @@ export class JsonLines {
     this.#pending = Buffer.alloc(0);
     return line === '' ? [] : [JSON.parse(line)];
   }
+}
+
+/** The headers of one call and the token promise they came from (null without auth). */
+interface AuthHeader {
+  readonly headers: Record<string, string>;
+  readonly token: Promise<string> | null;
 }
 
 interface Endpoint {
@@ -244,12 +282,15 @@ export class EtcdClient {
   readonly #callTimeoutMs: number;
   /** The endpoint that answered last: calls start there. */
   #current = 0;
+  /** The token of every call; refused, it is replaced once (single flight), see #authHeader. */
   #token: Promise<string> | null = null;
+  readonly #maxResponseBytes: number;
   #closed = false;
 
   constructor(options: EtcdClientOptions) {
     this.#auth = options.auth;
     this.#callTimeoutMs = options.callTimeoutMs;
+    this.#maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
     this.#endpoints = options.endpoints.map((e) => {
       const url = new URL(e);
       if (url.protocol !== 'http:' && url.protocol !== 'https:') {
@@ -342,13 +383,16 @@ export class EtcdClient {
     let last: unknown;
     for (let i = 0; i < this.#endpoints.length; i++) {
       const ep = this.#endpoints[(this.#current + i) % this.#endpoints.length]!;
+      let token: Promise<string> | null = null;
       try {
-        const stream = await this.#openWatch(ep, body, await this.#authHeader(), onItem);
+        const auth = await this.#authHeader();
+        token = auth.token;
+        const stream = await this.#openWatch(ep, body, auth, onItem);
         this.#current = this.#endpoints.indexOf(ep);
         return stream;
       } catch (err) {
         last = err;
-        this.#forgetTokenIfRefused(err);
+        this.#forgetTokenIfRefused(err, token);
         if (!isRecoverable(err)) throw err;
       }
     }
@@ -365,7 +409,7 @@ export class EtcdClient {
   #openWatch(
     ep: Endpoint,
     body: string,
-    headers: Record<string, string>,
+    { headers, token }: AuthHeader,
     onItem: (item: WatchItem) => void,
   ): Promise<WatchStream> {
     return new Promise((resolve, reject) => {
@@ -401,7 +445,7 @@ export class EtcdClient {
       req.on('response', (res) => {
         clearTimeout(connectTimer);
         if (res.statusCode !== 200) {
-          collect(res).then(
+          collect(res, this.#maxResponseBytes, 'watch').then(
             (text) => reject(errorFromBody(res.statusCode ?? 0, parseOrEmpty(text))),
             (err: unknown) => reject(asEtcdError(err)),
           );
@@ -409,14 +453,14 @@ export class EtcdClient {
         }
         open = true;
         resolve(stream);
-        const lines = new JsonLines();
+        const lines = new JsonLines(this.#maxResponseBytes);
         const deliver = (objs: unknown[]) => {
           for (const o of objs) {
             if (done) return;
             const m = o as { result?: WireWatch; error?: unknown };
             if (m.error !== undefined) {
               const err = errorFromBody(200, m);
-              this.#forgetTokenIfRefused(err);
+              this.#forgetTokenIfRefused(err, token);
               finish({ kind: 'error', err });
               req.destroy();
               return;
@@ -428,7 +472,13 @@ export class EtcdClient {
           try {
             deliver(lines.push(chunk));
           } catch (err) {
-            finish({ kind: 'error', err: new EtcdError(`watch: ${String(err)}`, undefined, true) });
+            finish({
+              kind: 'error',
+              err:
+                err instanceof WeftError
+                  ? err
+                  : new EtcdError(`watch: ${String(err)}`, undefined, true),
+            });
             req.destroy();
           }
         });
@@ -454,13 +504,16 @@ export class EtcdClient {
     let last: unknown;
     for (let i = 0; i < this.#endpoints.length; i++) {
       const ep = this.#endpoints[(this.#current + i) % this.#endpoints.length]!;
+      let token: Promise<string> | null = null;
       try {
-        const out = await this.#post(ep, path, body, await this.#authHeader(), signal);
+        const auth = await this.#authHeader();
+        token = auth.token;
+        const out = await this.#post(ep, path, body, auth.headers, signal);
         this.#current = this.#endpoints.indexOf(ep);
         return out;
       } catch (err) {
         last = err;
-        if (this.#forgetTokenIfRefused(err) && !refreshed) {
+        if (this.#forgetTokenIfRefused(err, token) && !refreshed) {
           refreshed = true; // the same endpoint again, with a new token
           i--;
           continue;
@@ -494,7 +547,7 @@ export class EtcdClient {
         reject(asEtcdError(err));
       });
       req.on('response', (res) => {
-        collect(res).then(
+        collect(res, this.#maxResponseBytes, path).then(
           (text) => {
             clearTimeout(timer);
             const parsed = parseOrEmpty(text);
@@ -511,13 +564,18 @@ export class EtcdClient {
     });
   }
 
-  async #authHeader(): Promise<Record<string, string>> {
-    if (!this.#auth) return {};
-    this.#token ??= this.#authenticate(this.#auth);
+  /**
+   * The Authorization header. Every call in flight shares one token promise: when etcd refuses
+   * the token, the first refusal drops it and the next call starts the one authentication that
+   * all of them await (each is a bcrypt check on etcd).
+   */
+  async #authHeader(): Promise<AuthHeader> {
+    if (!this.#auth) return { headers: {}, token: null };
+    const token = (this.#token ??= this.#authenticate(this.#auth));
     try {
-      return { authorization: await this.#token };
+      return { headers: { authorization: await token }, token };
     } catch (err) {
-      this.#token = null;
+      if (this.#token === token) this.#token = null;
       throw err;
     }
   }
@@ -539,27 +597,47 @@ export class EtcdClient {
     throw last;
   }
 
-  /** Drops a token etcd refused (the next call authenticates again); true when it did. */
-  #forgetTokenIfRefused(err: unknown): boolean {
+  /**
+   * On a refused token: true (the call may try again), and the token `used` is dropped unless
+   * another refused call already replaced it, so concurrent refusals authenticate once.
+   */
+  #forgetTokenIfRefused(err: unknown, used: Promise<string> | null): boolean {
     if (
       this.#auth &&
       err instanceof EtcdError &&
       (err.code === UNAUTHENTICATED || err.code === 3) &&
       TOKEN_REFUSED.test(err.message)
     ) {
-      this.#token = null;
+      if (this.#token === used) this.#token = null;
       return true;
     }
     return false;
   }
 }
 
-function collect(res: http.IncomingMessage): Promise<string> {
+/** A whole body, at most `max` bytes (a longer one, or one announced longer, rejects). */
+function collect(res: http.IncomingMessage, max: number, what: string): Promise<string> {
   return new Promise((resolve, reject) => {
+    const announced = Number(res.headers['content-length'] ?? NaN);
+    if (announced > max) {
+      res.destroy();
+      reject(tooLargeError(what, announced, max));
+      return;
+    }
     const chunks: Buffer[] = [];
-    res.on('data', (c: Buffer) => chunks.push(c));
+    let size = 0;
+    res.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > max) {
+        res.destroy();
+        reject(tooLargeError(what, size, max));
+        return;
+      }
+      chunks.push(c);
+    });
     res.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
     res.on('error', reject);
+    res.on('close', () => reject(new EtcdError(`${what}: answer cut short`, undefined, true)));
   });
 }
 
@@ -572,8 +650,8 @@ function parseOrEmpty(text: string): unknown {
 }
 
 /** A socket-level failure (refused, reset, TLS refused, deadline) as a recoverable EtcdError. */
-function asEtcdError(err: unknown): EtcdError {
-  if (err instanceof EtcdError) return err;
+function asEtcdError(err: unknown): EtcdError | WeftError {
+  if (err instanceof EtcdError || err instanceof WeftError) return err;
   const e = err as NodeJS.ErrnoException;
   if (e?.name === 'AbortError') return new EtcdError('aborted', 1, false);
   return new EtcdError(

@@ -8,7 +8,15 @@
  * call, a deadline per unary call (default 5 s), TLS, auth tokens). The bounded, cancellable
  * retry with backoff is here (then WEFT_ERR_STORE_UNAVAILABLE), and so is the watch: it resumes
  * from the last event's revision + 1, reconnects with backoff 100 ms → 5 s, and turns
- * compaction into a `resync` batch.
+ * compaction (or a watch message over the size cap) into a `resync` batch.
+ *
+ * Watch liveness: a stream that says nothing for `watchIdleMs` (default 60 s) is checked with
+ * one cheap read (a count-only range of the config key: its header carries the store's
+ * revision). If etcd has moved past the last revision the stream delivered, or does not answer,
+ * the stream is presumed silent (a half-open connection, a stuck proxy) and is torn down and
+ * opened again from that revision: nothing is lost and nothing repeats. An idle but live stream
+ * on etcd that nobody wrote to costs one read per period and is kept. (The gateway's watch is
+ * HTTP/1.1, half duplex: a `progress_request` cannot be sent on an open stream.)
  */
 import { readFileSync } from 'node:fs';
 import {
@@ -43,6 +51,8 @@ const log = logger('registry-etcd');
 export const DEFAULT_ETCD_PREFIX = '/coreos.com/network';
 /** Watch reconnect backoff (flannel's). */
 const WATCH_BACKOFF = { initialMs: 100, maxMs: 5000 };
+/** A watch stream silent this long is checked (see the head of the file). */
+export const DEFAULT_WATCH_IDLE_MS = 60_000;
 
 export interface EtcdRegistryOptions {
   /** `http://host:port` or `https://host:port`; all of one scheme. */
@@ -63,7 +73,14 @@ export interface EtcdRegistryOptions {
   readonly retryMaxMs?: number;
   /** Deadline of one unary call (default 5 s). */
   readonly callTimeoutMs?: number;
+  /** Silence on a watch stream after which it is checked (default DEFAULT_WATCH_IDLE_MS). */
+  readonly watchIdleMs?: number;
+  /** Cap of one etcd answer, bytes (default DEFAULT_MAX_RESPONSE_BYTES, 64 MiB). */
+  readonly maxResponseBytes?: number;
 }
+
+/** What the watch loop reads: the stream's items, and the answer of an idle check. */
+type LoopItem = WatchItem | { readonly kind: 'idle-check'; readonly revision: number | null };
 
 function readPem(flag: string, path: string): Buffer {
   try {
@@ -93,6 +110,7 @@ export class EtcdRegistry implements Registry {
   readonly #subnetsPrefix: Buffer;
   readonly #subnetsEnd: Buffer;
   readonly #retry: { attempts: number; initialMs: number; maxMs: number };
+  readonly #watchIdleMs: number;
   readonly #closeCtl = new AbortController();
   #closed = false;
 
@@ -110,6 +128,7 @@ export class EtcdRegistry implements Registry {
       maxMs: options.retryMaxMs ?? 2000,
     };
     const callTimeoutMs = options.callTimeoutMs ?? 5000;
+    this.#watchIdleMs = options.watchIdleMs ?? DEFAULT_WATCH_IDLE_MS;
 
     const secure = options.endpoints.some((e) => e.startsWith('https:'));
     let tls: { ca?: Buffer; cert?: Buffer; key?: Buffer } | undefined;
@@ -138,6 +157,9 @@ export class EtcdRegistry implements Registry {
           ? { auth: { username: options.username, password: options.password ?? '' } }
           : {}),
         callTimeoutMs,
+        ...(options.maxResponseBytes !== undefined
+          ? { maxResponseBytes: options.maxResponseBytes }
+          : {}),
       });
     } catch (err) {
       throw usageError('etcd-endpoints', errorMessage(err));
@@ -416,7 +438,18 @@ export class EtcdRegistry implements Registry {
     log.debug({ from: fromRevision }, 'etcd watch started');
     try {
       while (!stop.aborted) {
-        const inbox = new Inbox<WatchItem>();
+        const inbox = new Inbox<LoopItem>();
+        let idleTimer: NodeJS.Timeout | undefined;
+        /** (Re)starts the idle deadline; at it, etcd's revision is read (see the file's head). */
+        const armIdle = () => {
+          clearTimeout(idleTimer);
+          idleTimer = setTimeout(() => {
+            this.#client.range({ key: this.#configKey, count_only: true }, stop).then(
+              (r) => inbox.push({ kind: 'idle-check', revision: Number(r.header.revision) }),
+              () => inbox.push({ kind: 'idle-check', revision: null }),
+            );
+          }, this.#watchIdleMs);
+        };
         let stream: WatchStream;
         try {
           const opening = this.#client.watch(
@@ -427,7 +460,10 @@ export class EtcdRegistry implements Registry {
               start_revision: Math.max(1, next),
               progress_notify: true,
             },
-            (item) => inbox.push(item),
+            (item) => {
+              armIdle();
+              inbox.push(item);
+            },
           );
           // Stopped while it was opening: the stream that opens after all is closed at once.
           opening.then(
@@ -448,25 +484,51 @@ export class EtcdRegistry implements Registry {
         }
         const cancel = () => stream.cancel();
         stop.addEventListener('abort', cancel, { once: true });
+        armIdle();
         let failure: unknown = null;
         try {
           for (;;) {
             const item = await inbox.shift(stop);
             if (item === undefined) return;
-            if (item.kind === 'error') {
-              failure = item.err;
+            if (item.kind === 'idle-check') {
+              // Etcd has not moved past what the stream delivered: silence is just quiet.
+              if (item.revision !== null && item.revision < next) {
+                armIdle();
+                continue;
+              }
+              failure = new Error(
+                item.revision === null
+                  ? `watch silent for ${this.#watchIdleMs} ms and etcd did not answer a read`
+                  : `watch silent for ${this.#watchIdleMs} ms while etcd is at revision ` +
+                      `${item.revision} (next expected ${next}): presumed dead`,
+              );
               break;
             }
-            if (item.kind === 'end') {
+            let resync = false;
+            if (item.kind === 'error') {
+              if (!isWeftError(item.err, 'WEFT_ERR_STORE_RESPONSE_TOO_LARGE')) {
+                failure = item.err;
+                break;
+              }
+              log.warn(
+                { next, code: item.err.code, err: errorMessage(item.err) },
+                'etcd watch message over the size cap skipped, re-listing',
+              );
+              resync = true;
+            } else if (item.kind === 'end') {
               failure = new Error('watch stream ended');
               break;
-            }
-            const res = item.res;
-            if (res.compact_revision !== '0' || /compacted/.test(res.cancel_reason)) {
+            } else if (
+              item.res.compact_revision !== '0' ||
+              /compacted/.test(item.res.cancel_reason)
+            ) {
               log.warn(
-                { next, compactRevision: res.compact_revision },
+                { next, compactRevision: item.res.compact_revision },
                 'etcd watch fell behind compaction, re-listing',
               );
+              resync = true;
+            }
+            if (resync) {
               const list = await this.listSubnets(stop).catch((err: unknown) => {
                 failure = err;
                 return null;
@@ -477,6 +539,8 @@ export class EtcdRegistry implements Registry {
               attempt = 0;
               break;
             }
+            if (item.kind !== 'data') continue; // not reached: every other kind broke out above
+            const res = item.res;
             if (res.canceled) {
               failure = new Error(`watch canceled: ${res.cancel_reason || 'no reason given'}`);
               break;
@@ -494,6 +558,7 @@ export class EtcdRegistry implements Registry {
             yield { kind: 'events', events, revision: eventRevision(last) };
           }
         } finally {
+          clearTimeout(idleTimer);
           stop.removeEventListener('abort', cancel);
           cancel();
         }

@@ -5,12 +5,16 @@
  * test/integration/etcd-registry.test.ts.
  */
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { type Server, type Socket, createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { isWeftError } from '../../../src/common/errors.js';
+import { EtcdRegistry } from '../../../src/control/registry/etcd.js';
 import {
   EtcdClient,
   EtcdError,
   JsonLines,
+  type WatchItem,
   errorFromBody,
   fromWireWatch,
   isRecoverable,
@@ -137,5 +141,157 @@ describe('EtcdClient transport', () => {
       () => new EtcdClient({ endpoints: ['unix:///run/etcd.sock'], callTimeoutMs: 1000 }),
       /http:\/\/host:port/,
     );
+  });
+});
+
+describe('the cap on an answer', () => {
+  //   EtcdClient ──HTTP──▶ loopback fake "etcd" that answers with oversized bodies
+  const CAP = 1024;
+  const big = JSON.stringify({ header: { revision: '5' }, kvs: [], pad: 'x'.repeat(4 * CAP) });
+  let server: http.Server;
+  let url = '';
+  const requests: string[] = [];
+  before(async () => {
+    server = http.createServer((req, res) => {
+      requests.push(req.url ?? '');
+      req.resume();
+      if (req.url === '/v3/kv/range') {
+        res.writeHead(200, { 'content-type': 'application/json' }).end(big); // Content-Length
+      } else if (req.url === '/v3/kv/txn') {
+        res.writeHead(200, { 'content-type': 'application/json' }); // chunked, no length
+        for (let i = 0; i < big.length; i += 256) res.write(big.slice(i, i + 256));
+        res.end();
+      } else if (req.url === '/v3/watch') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"result":{"header":{"revision":"5"},"created":true}}\n');
+        res.write(`{"result":${big}}\n`);
+      } else {
+        res.writeHead(404).end('{}');
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  });
+  after(async () => {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  });
+
+  const tooLarge = (e: unknown) => isWeftError(e, 'WEFT_ERR_STORE_RESPONSE_TOO_LARGE');
+
+  test('a body announced larger than the cap fails with WEFT_ERR_STORE_RESPONSE_TOO_LARGE', async () => {
+    const c = new EtcdClient({ endpoints: [url], callTimeoutMs: 5000, maxResponseBytes: CAP });
+    try {
+      await assert.rejects(c.range({ key: Buffer.from('/x') }), tooLarge);
+    } finally {
+      c.close();
+    }
+  });
+
+  test('a chunked body that grows past the cap fails the same way', async () => {
+    const c = new EtcdClient({ endpoints: [url], callTimeoutMs: 5000, maxResponseBytes: CAP });
+    try {
+      await assert.rejects(c.txn({ compare: [], success: [], failure: [] }), tooLarge);
+    } finally {
+      c.close();
+    }
+  });
+
+  test('a watch message over the cap ends the stream with that error', async () => {
+    const c = new EtcdClient({ endpoints: [url], callTimeoutMs: 5000, maxResponseBytes: CAP });
+    const items: WatchItem[] = [];
+    let ended: () => void = () => {};
+    const done = new Promise<void>((r) => (ended = r));
+    try {
+      await c.watch(
+        {
+          key: Buffer.from('/a/'),
+          range_end: Buffer.from('/a0'),
+          start_revision: 1,
+          progress_notify: false,
+        },
+        (i) => {
+          items.push(i);
+          if (i.kind !== 'data') ended();
+        },
+      );
+      await done;
+      assert.equal(items.length, 2);
+      const [first, second] = items;
+      assert.equal(first?.kind === 'data' && first.res.created, true);
+      assert.ok(second?.kind === 'error' && tooLarge(second.err), JSON.stringify(second));
+    } finally {
+      c.close();
+    }
+  });
+
+  test('the registry passes the code on without retrying', async () => {
+    const r = new EtcdRegistry({
+      endpoints: [url],
+      maxResponseBytes: CAP,
+      attempts: 5,
+      retryInitialMs: 1,
+    });
+    try {
+      const before = requests.length;
+      await assert.rejects(r.listSubnets(), tooLarge);
+      assert.deepEqual(requests.slice(before), ['/v3/kv/range'], 'asked once');
+    } finally {
+      await r.close();
+    }
+  });
+
+  test('under the default cap the same answer is read', async () => {
+    const c = new EtcdClient({ endpoints: [url], callTimeoutMs: 5000 });
+    try {
+      assert.equal((await c.range({ key: Buffer.from('/x') })).header.revision, '5');
+    } finally {
+      c.close();
+    }
+  });
+
+  test('a watch message over the cap is skipped and the registry re-lists (a resync batch)', async () => {
+    //   EtcdRegistry ──▶ fake: 1st watch sends an oversized message; range lists one key
+    const key = Buffer.from('/coreos.com/network/subnets/10.5.1.0-24').toString('base64');
+    const value = Buffer.from('{"PublicIP":"192.0.2.1"}').toString('base64');
+    let watches = 0;
+    const fake = http.createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' });
+      if (req.url === '/v3/watch') {
+        res.write('{"result":{"header":{"revision":"7"},"created":true}}\n');
+        if (++watches === 1) res.write(`{"result":${big}}\n`);
+      } else if (req.url === '/v3/kv/range') {
+        res.end(
+          JSON.stringify({ header: { revision: '9' }, kvs: [{ key, value, mod_revision: '8' }] }),
+        );
+      } else {
+        res.end('{}');
+      }
+    });
+    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', r));
+    const r = new EtcdRegistry({
+      endpoints: [`http://127.0.0.1:${(fake.address() as { port: number }).port}`],
+      maxResponseBytes: CAP,
+    });
+    const ac = new AbortController();
+    const it = r.watchSubnets(7, ac.signal)[Symbol.asyncIterator]();
+    try {
+      const first = await it.next();
+      assert.equal(first.done, false);
+      assert.equal(first.value?.kind, 'resync');
+      assert.ok(first.value?.kind === 'resync');
+      assert.deepEqual(
+        first.value.leases.map((l) => [l.key, l.value]),
+        [['10.5.1.0-24', '{"PublicIP":"192.0.2.1"}']],
+      );
+      assert.equal(first.value.revision, 9);
+    } finally {
+      ac.abort();
+      await it.return?.();
+      await r.close();
+      fake.closeAllConnections();
+      await new Promise((done) => fake.close(done));
+    }
   });
 });
