@@ -2,7 +2,8 @@
  * vxlan with the kernel dataplane, as flannel (DESIGN §5):
  *
  *   device   flannel.<VNI> (IPv6: flannel-v6.<VNI>), vxlan id VNI dstport Port nolearning
- *            local <iface addr> dev <ext iface>, MTU = iface MTU − 50 (IPv6 underlay − 70),
+ *            local <send addr> dev <ext iface> (the public IP where it is a local address, as
+ *            flannel HEAD; else the interface's: iface.ts sendAddress), MTU = iface MTU − 50 (IPv6 underlay − 70),
  *            address = own subnet's network address /32 (/128), MAC random locally-administered
  *            and kept across restarts (read back from the device, else from the MAC file)
  *   per peer (BackendType vxlan), in this order:
@@ -40,6 +41,7 @@ import {
 } from './kernel-common.js';
 import type { Ownership } from './reconcile.js';
 import { chooseVtepMAC, peerVtepMAC, usableVtepMAC } from './vtep-mac.js';
+import { sendAddress } from '../iface.js';
 
 export const VXLAN = 'vxlan';
 /** The name the userspace VXLAN dataplane registers under (registerBackend). */
@@ -351,7 +353,9 @@ function createKernelVxlan(
       let mtu = 0;
       for (const family of families) {
         const dev = vxlanDeviceName(family, cfg.vni);
-        const local = family === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
+        // the public IP where it is an address of this host (as flannel HEAD), else the
+        // interface's (behind a NAT)
+        const local = sendAddress(ext, family);
         const devMtu = ext.mtu - (family === 4 ? VXLAN_OVERHEAD_V4 : VXLAN_OVERHEAD_V6);
         const wanted: DeviceWanted = {
           name: dev,
