@@ -258,6 +258,13 @@ function userspaceBackend(ctx: BackendContext, deps: VxlanDeps): Backend {
 }
 
 /**
+ * Test knob: "Dataplane": "auto" finds the kernel's vxlan link type refused (EOPNOTSUPP), as on a
+ * kernel without the vxlan module, which a namespace cannot otherwise model (the module is
+ * loaded for the whole machine).
+ */
+export const NO_KERNEL_VXLAN_ENV = 'WEFT_TEST_NO_KERNEL_VXLAN';
+
+/**
  * The vxlan backend factory (registered as `vxlan`). With Dataplane "userspace" it hands over to
  * the `vxlan-userspace` factory; with "auto" it tries the kernel device and hands over when the
  * kernel has no vxlan link type.
@@ -273,6 +280,13 @@ export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): B
     isReady: () => impl.isReady?.() ?? true,
     async prepare() {
       try {
+        if (process.env[NO_KERNEL_VXLAN_ENV] === '1') {
+          throw new WeftError(
+            'WEFT_ERR_NETLINK',
+            `link add ${vxlanDeviceName(4, cfg.vni)} type vxlan: operation not supported (${NO_KERNEL_VXLAN_ENV})`,
+            { details: { errno: 'EOPNOTSUPP' } },
+          );
+        }
         return await kernel.prepare();
       } catch (err) {
         if (!isNoKernelVxlan(err)) throw err;
