@@ -8,15 +8,21 @@
 //            (and VXLAN + inner Ethernet) → bpf_redirect_neigh(underlay).
 //   weft_rx  ingress of the underlay (Ethernet): UDP to our port on our IPv4 address from a peer's
 //            public address → VNI, inner MAC, anti-spoofing (and TTL for flannel-udp) →
-//            adjust_room decap → TC_ACT_OK into the stack.
+//            adjust_room decap → bpf_redirect(TUN, BPF_F_INGRESS): the inner packet enters the
+//            stack as received on the TUN, as kernel vxlan's enter on flannel.1 (so strict
+//            rp_filter, `-i flannel.1` rules and conntrack see what they see with kernel vxlan).
+//            The TUN has no MAC header: the redirect strips the Ethernet header in front.
 //   weft_bridge  egress of the pods' bridge (cni0): a GSO packet for a pod → straight to the
 //            bridge port behind its MAC (the bridge would segment it in software).
 //
 // Anything either program does not handle exactly as the reference would (no peer, a peer behind
 // an IPv6 underlay, trailing bytes, TTL expiring, a bad header, an unknown sender, ...) leaves
-// the packet untouched and returns TC_ACT_OK: it reaches the TUN or the UDP socket, where the
-// userspace engine handles it (or drops it with its usual reason). So the drop reasons are
-// counted in one place, the userspace engine; this file counts what it moved and what it passed.
+// the packet untouched and returns TC_ACT_UNSPEC (= TCX_NEXT): the next tc program on the hook
+// runs (TC_ACT_OK would end a tcx chain and skip every program attached after weft's), then it
+// reaches the TUN or the UDP socket, where the userspace engine handles it (or drops it with its
+// usual reason). So the drop reasons are counted in one place, the userspace engine; this file
+// counts what it moved, what it passed and the packets it changed half way and had to drop
+// (tx_error / rx_error), each packet under one slot.
 //
 // Only stable helpers: map lookups, skb_load_bytes/store_bytes, skb_adjust_room, redirect_neigh,
 // redirect, get_prandom_u32.
@@ -55,13 +61,14 @@ enum {
   C_RX_PASSED,  // ours (our port, our address) but left to the userspace socket
   C_TX_REDIRECT_ERROR,
   C_BRIDGE_BYPASS,  // GSO packets weft_bridge handed straight to a bridge port
+  C_RX_ERROR,  // changed half way (flannel-udp TTL written, decap or redirect refused): dropped
   C_COUNT,
 };
 
 struct config {
   __u32 format;  // FORMAT_*
   __u32 vni;
-  __u32 tun_ifindex;       // where weft_tx runs with no MAC header
+  __u32 tun_ifindex;  // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
   __u32 underlay_ifindex;  // where encapsulated packets leave
   __u32 local_v4;          // our underlay address (network order)
   __u16 port;              // backend port (network order)
@@ -282,11 +289,11 @@ struct outer_hdrs {
 SEC("tc")
 int weft_tx(struct __sk_buff *skb) {
   struct config *cfg = config();
-  if (!cfg) return TC_ACT_OK;
+  if (!cfg) return TC_ACT_UNSPEC;
   // On the TUN there is no MAC header; under BPF_PROG_TEST_RUN (and on any Ethernet device)
   // the packet starts with one.
   __u32 l2 = skb->ifindex == cfg->tun_ifindex ? 0 : ETH_HLEN;
-  if (skb->len < l2) return TC_ACT_OK;
+  if (skb->len < l2) return TC_ACT_UNSPEC;
   int vx = cfg->format == FORMAT_VXLAN;
   __u32 head = vx ? VXLAN_HLEN + ETH_HLEN : 0;
   struct ip_info ip = {};
@@ -347,36 +354,38 @@ int weft_tx(struct __sk_buff *skb) {
   // bpf_redirect_neigh needs a MAC header in front of the network header (it replaces it with
   // the neighbour's): on the TUN there is none, so push an empty one.
   if (l2 == 0 && bpf_skb_change_head(skb, ETH_HLEN, 0) < 0) goto broken;
+  // Test runs: report the decision, send nothing.
+  long verdict = l2 != 0 ? TC_ACT_REDIRECT : bpf_redirect_neigh(cfg->underlay_ifindex, 0, 0, 0);
+  if (verdict != TC_ACT_REDIRECT) goto broken;
   count(C_TX_PACKETS, segs);
   count(C_TX_BYTES, ip.len);
-  if (l2 != 0) return TC_ACT_REDIRECT;  // test runs: report the decision, send nothing
-  return bpf_redirect_neigh(cfg->underlay_ifindex, 0, 0, 0);
+  return TC_ACT_REDIRECT;
 broken:
   // Changed half way: no longer the packet that came in, and not one that can be sent.
   count(C_TX_REDIRECT_ERROR, 1);
   return TC_ACT_SHOT;
 pass:
   count(C_TX_PASSED, 1);
-  return TC_ACT_OK;
+  return TC_ACT_UNSPEC;
 }
 
 SEC("tc")
 int weft_rx(struct __sk_buff *skb) {
   struct config *cfg = config();
-  if (!cfg) return TC_ACT_OK;
+  if (!cfg) return TC_ACT_UNSPEC;
   __u8 h[ETH_HLEN + IP4_HLEN + UDP_HLEN];
-  if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0) return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0) return TC_ACT_UNSPEC;
   // Outer: Ethernet, IPv4 without options and not a fragment, UDP, to our address and port.
-  if (h[12] != 0x08 || h[13] != 0x00) return TC_ACT_OK;
+  if (h[12] != 0x08 || h[13] != 0x00) return TC_ACT_UNSPEC;
   __u8 *o = h + ETH_HLEN;
-  if (o[0] != 0x45 || o[9] != PROTO_UDP) return TC_ACT_OK;
-  if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return TC_ACT_OK;
+  if (o[0] != 0x45 || o[9] != PROTO_UDP) return TC_ACT_UNSPEC;
+  if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return TC_ACT_UNSPEC;
   __u32 dst;
   __builtin_memcpy(&dst, o + 16, 4);
   __u8 *u = o + IP4_HLEN;
   __u16 dport;
   __builtin_memcpy(&dport, u + 2, 2);
-  if (dst != cfg->local_v4 || dport != cfg->port) return TC_ACT_OK;
+  if (dst != cfg->local_v4 || dport != cfg->port) return TC_ACT_UNSPEC;
   __u32 outer_tot = ((__u32)o[2] << 8) | o[3];
   __u32 udp_len = ((__u32)u[4] << 8) | u[5];
   // Exactly one datagram, nothing after it (GSO trains and padding go to the socket).
@@ -409,25 +418,29 @@ int weft_rx(struct __sk_buff *skb) {
   __u32 pub;
   __builtin_memcpy(&pub, p->pub, 4);
   if (pub != src) goto pass;
-  if (!vx) {
-    if (ip.ttl <= 1) goto pass;
-    if (decrement_ttl(skb, off, &ip) < 0) goto pass;
-  }
+  if (!vx && ip.ttl <= 1) goto pass;
+  // From here on the packet changes: a failure drops it, counted once as rx_error.
+  if (!vx && decrement_ttl(skb, off, &ip) < 0) goto broken;
   __u32 segs = skb->gso_segs ? skb->gso_segs : 1;
   __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO |
                 (ip.version == 4 ? WEFT_ADJ_ROOM_DECAP_L3_IPV4 : WEFT_ADJ_ROOM_DECAP_L3_IPV6);
-  if (bpf_skb_adjust_room(skb, -(__s32)(off - ETH_HLEN), BPF_ADJ_ROOM_MAC, flags) < 0) {
-    count(C_RX_PASSED, 1);
-    return TC_ACT_SHOT;  // the TTL may already be changed: not the packet that came in
-  }
+  if (bpf_skb_adjust_room(skb, -(__s32)(off - ETH_HLEN), BPF_ADJ_ROOM_MAC, flags) < 0) goto broken;
   __u16 proto = bpf_htons(ip.version == 4 ? ETH_P_IP : ETH_P_IPV6);
-  bpf_skb_store_bytes(skb, 12, &proto, 2, 0);
+  if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0) goto broken;
+  // Into the TUN's ingress, as kernel vxlan delivers on its device: the TUN has no MAC header
+  // (ARPHRD_NONE), so the redirect pulls the Ethernet header and the packet enters the IP stack
+  // with iif = the TUN (netif_rx). Test runs (no TUN configured) report the verdict only.
+  long verdict = bpf_redirect(cfg->tun_ifindex, BPF_F_INGRESS);
+  if (verdict != TC_ACT_REDIRECT) goto broken;
   count(C_RX_PACKETS, segs);
   count(C_RX_BYTES, ip.len);
-  return TC_ACT_OK;
+  return TC_ACT_REDIRECT;
+broken:
+  count(C_RX_ERROR, 1);
+  return TC_ACT_SHOT;
 pass:
   count(C_RX_PASSED, 1);
-  return TC_ACT_OK;
+  return TC_ACT_UNSPEC;
 }
 
 // weft_bridge: egress of the pods' bridge (cni0). weft_rx's decapsulation cannot clear the GSO
@@ -436,15 +449,15 @@ pass:
 // checksum per segment. The node's IP stack (netfilter, routing, the neighbour entry that wrote
 // the destination MAC) has already run here; this hands such packets to the bridge port that
 // owns the destination MAC (a veth, which carries tunnel GSO to the pod whole). Everything else,
-// and any MAC the port map does not hold, goes through the bridge as before.
+// and any MAC the port map does not hold, goes on to the next program and through the bridge.
 SEC("tc")
 int weft_bridge(struct __sk_buff *skb) {
-  if (skb->gso_size == 0) return TC_ACT_OK;
+  if (skb->gso_size == 0) return TC_ACT_UNSPEC;
   __u64 mac = 0;
-  if (bpf_skb_load_bytes(skb, 0, &mac, 6) < 0) return TC_ACT_OK;
-  if (mac & 1) return TC_ACT_OK;  // group address (the first byte's low bit)
+  if (bpf_skb_load_bytes(skb, 0, &mac, 6) < 0) return TC_ACT_UNSPEC;
+  if (mac & 1) return TC_ACT_UNSPEC;  // group address (the first byte's low bit)
   __u32 *port = bpf_map_lookup_elem(&weft_ports, &mac);
-  if (!port) return TC_ACT_OK;
+  if (!port) return TC_ACT_UNSPEC;
   count(C_BRIDGE_BYPASS, 1);
   return bpf_redirect(*port, 0);
 }

@@ -1094,10 +1094,14 @@ Napi::Value TcxProgs(const Napi::CallbackInfo& info) {
   return a;
 }
 
-// bpfUnpin(dir) → n: every pin in dir removed (links detached first), and dir.
+// bpfUnpin(dir) → n: weft's pins in dir (tx, rx, bridge) removed (links detached first), and
+// dir once empty; throws (nothing touched) for a directory UntrustedPinDir refuses.
 Napi::Value Unpin(const Napi::CallbackInfo& info) {
   if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(info.Env(), "bpfUnpin(dir)");
-  return Napi::Number::New(info.Env(), UnpinBpfDir(info[0].As<Napi::String>().Utf8Value()));
+  std::string dir = info[0].As<Napi::String>().Utf8Value();
+  int n = UnpinBpfDir(dir);
+  if (n < 0) throw Napi::Error::New(info.Env(), "bpfUnpin: " + UntrustedPinDir(dir));
+  return Napi::Number::New(info.Env(), n);
 }
 
 // bpfSetPorts(id, records): the bridge's ports by MAC (12-byte records, bpf_loader.h SetPorts).

@@ -1,18 +1,19 @@
 #include "bpf_loader.h"
 
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include <linux/bpf.h>
-#include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/bpf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
-#include <cstddef>
 #include <set>
 #include <utility>
 
@@ -147,27 +148,37 @@ int TcxProgIds(uint32_t ifindex, bool ingress, std::vector<uint32_t>* ids) {
   return 0;
 }
 
+std::string UntrustedPinDir(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) < 0) return Errno(dir.c_str(), errno);
+  if (S_ISLNK(st.st_mode)) return dir + " is a symlink";
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a directory";
+  if (st.st_uid != 0) return dir + " is not owned by root";
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return dir + " is writable by group or others";
+  return "";
+}
+
 int UnpinBpfDir(const std::string& dir) {
   if (dir.empty()) return 0;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return 0;
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  closedir(d);
+  struct stat st;
+  if (lstat(dir.c_str(), &st) < 0) return 0;
+  if (!UntrustedPinDir(dir).empty()) return -EPERM;
+  // Only weft's own names: never every entry (another tool's pins may sit beside them).
   int removed = 0;
-  for (const std::string& n : names) {
+  for (const char* n : kPinName) {
     std::string path = dir + "/" + n;
-    int fd = bpf_obj_get(path.c_str());
-    if (fd >= 0) {
-      if (FdKind(fd) == "link") bpf_link_detach(fd);
-      close(fd);
+    if (lstat(path.c_str(), &st) < 0) continue;
+    // A symlink is removed, never followed (it may point at another tool's link).
+    if (!S_ISLNK(st.st_mode)) {
+      int fd = bpf_obj_get(path.c_str());
+      if (fd >= 0) {
+        if (FdKind(fd) == "link") bpf_link_detach(fd);
+        close(fd);
+      }
     }
     if (unlink(path.c_str()) == 0) removed++;
   }
-  rmdir(dir.c_str());
+  rmdir(dir.c_str());  // fails, leaving it, while anything else is in it
   return removed;
 }
 
@@ -295,50 +306,94 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
       sources[a]++;
     }
   }
-  // Add and change first: a peer in both tables is never absent.
-  for (auto& [a, n] : sources) {
-    if (sources_.count(a)) continue;
-    if (bpf_map_update_elem(sources_fd_, &a, &n, BPF_ANY) < 0) {
-      *error = Errno("source map update", errno);
-      return false;
-    }
-    sources_[a] = n;
+  // A table the maps cannot hold is refused whole, before anything is written.
+  size_t per_family[2] = {0, 0};
+  for (auto& e : want) per_family[e.first[0] == 4 ? 0 : 1]++;
+  if (per_family[0] > kBpfMapEntries || per_family[1] > kBpfMapEntries ||
+      sources.size() > kBpfMapEntries) {
+    *error = "peer table: " + std::to_string(per_family[0]) + " IPv4 and " +
+             std::to_string(per_family[1]) + " IPv6 subnets, " + std::to_string(sources.size()) +
+             " public addresses: the bpf maps hold " + std::to_string(kBpfMapEntries) + " each";
+    return false;
   }
-  for (auto& [k, v] : want) {
-    auto it = peers_.find(k);
-    if (it != peers_.end() && it->second == v) continue;
-    if (!WritePeer(k[0], reinterpret_cast<const uint8_t*>(k.data()) + 1,
-                   reinterpret_cast<const uint8_t*>(v.data()), error))
-      return false;
-    peers_[k] = v;
+  // Removals: entries that left, then sources no entry names any more. Always run, even after a
+  // failed add: a removed peer never stays live in the maps.
+  auto remove = [&](std::string* err) {
+    bool ok = true;
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (want.count(it->first)) {
+        ++it;
+        continue;
+      }
+      int fd = it->first[0] == 4 ? peers4_fd_ : peers6_fd_;
+      if (bpf_map_delete_elem(fd, it->first.data() + 1) < 0 && errno != ENOENT) {
+        if (ok) *err = Errno("peer map delete", errno);
+        ok = false;
+        ++it;
+        continue;
+      }
+      it = peers_.erase(it);
+    }
+    for (auto it = sources_.begin(); it != sources_.end();) {
+      if (sources.count(it->first)) {
+        it->second = sources[it->first];
+        ++it;
+        continue;
+      }
+      uint32_t a = it->first;
+      if (bpf_map_delete_elem(sources_fd_, &a) < 0 && errno != ENOENT) {
+        if (ok) *err = Errno("source map delete", errno);
+        ok = false;
+        ++it;
+        continue;
+      }
+      it = sources_.erase(it);
+    }
+    return ok;
+  };
+  // Adds and changes: a peer in both tables is never absent (BPF_ANY replaces in place).
+  auto add = [&](std::string* err) {
+    for (auto& [a, n] : sources) {
+      if (sources_.count(a)) continue;
+      if (bpf_map_update_elem(sources_fd_, &a, &n, BPF_ANY) < 0) {
+        *err = Errno("source map update", errno);
+        return false;
+      }
+      sources_[a] = n;
+    }
+    for (auto& [k, v] : want) {
+      auto it = peers_.find(k);
+      if (it != peers_.end() && it->second == v) continue;
+      if (!WritePeer(k[0], reinterpret_cast<const uint8_t*>(k.data()) + 1,
+                     reinterpret_cast<const uint8_t*>(v.data()), err))
+        return false;
+      peers_[k] = v;
+    }
+    return true;
+  };
+  // Adds first, unless the maps could not hold the old and the new entries together: then the
+  // entries that left go first (those subnets are unreachable either way).
+  size_t fresh[2] = {0, 0};
+  for (auto& e : want)
+    if (!peers_.count(e.first)) fresh[e.first[0] == 4 ? 0 : 1]++;
+  size_t held[2] = {0, 0};
+  for (auto& e : peers_) held[e.first[0] == 4 ? 0 : 1]++;
+  size_t fresh_sources = 0;
+  for (auto& e : sources)
+    if (!sources_.count(e.first)) fresh_sources++;
+  bool full = held[0] + fresh[0] > kBpfMapEntries || held[1] + fresh[1] > kBpfMapEntries ||
+              sources_.size() + fresh_sources > kBpfMapEntries;
+  std::string add_err, remove_err;
+  bool ok;
+  if (full) {
+    ok = remove(&remove_err);
+    ok = add(&add_err) && ok;
+  } else {
+    bool added = add(&add_err);
+    ok = remove(&remove_err) && added;
   }
-  // Then remove what left.
-  for (auto it = peers_.begin(); it != peers_.end();) {
-    if (want.count(it->first)) {
-      ++it;
-      continue;
-    }
-    int fd = it->first[0] == 4 ? peers4_fd_ : peers6_fd_;
-    if (bpf_map_delete_elem(fd, it->first.data() + 1) < 0 && errno != ENOENT) {
-      *error = Errno("peer map delete", errno);
-      return false;
-    }
-    it = peers_.erase(it);
-  }
-  for (auto it = sources_.begin(); it != sources_.end();) {
-    if (sources.count(it->first)) {
-      it->second = sources[it->first];
-      ++it;
-      continue;
-    }
-    uint32_t a = it->first;
-    if (bpf_map_delete_elem(sources_fd_, &a) < 0 && errno != ENOENT) {
-      *error = Errno("source map delete", errno);
-      return false;
-    }
-    it = sources_.erase(it);
-  }
-  return true;
+  if (!ok) *error = add_err.empty() ? remove_err : add_err;
+  return ok;
 }
 
 bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
@@ -359,52 +414,89 @@ bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
     uint32_t a;
     if (SourceOf(value, &a) && --sources_[a] == 0) left.push_back(a);
   };
-  // Adds and changes first, each source before the entry that names it.
-  for (auto& [k, v] : upserts) {
-    auto it = peers_.find(k);
-    if (it != peers_.end() && it->second == v) continue;
-    uint32_t a;
-    if (SourceOf(v, &a) && sources_[a]++ == 0) {
-      uint32_t one = 1;
-      if (bpf_map_update_elem(sources_fd_, &a, &one, BPF_ANY) < 0) {
-        sources_[a]--;
-        *error = Errno("source map update", errno);
+  // Adds and changes, each source before the entry that names it.
+  auto add = [&](std::string* err) {
+    for (auto& [k, v] : upserts) {
+      auto it = peers_.find(k);
+      if (it != peers_.end() && it->second == v) continue;
+      uint32_t a;
+      if (SourceOf(v, &a) && sources_[a]++ == 0) {
+        uint32_t one = 1;
+        if (bpf_map_update_elem(sources_fd_, &a, &one, BPF_ANY) < 0) {
+          if (--sources_[a] == 0) sources_.erase(a);
+          *err = Errno("source map update", errno);
+          return false;
+        }
+      }
+      if (!WritePeer(k[0], reinterpret_cast<const uint8_t*>(k.data()) + 1,
+                     reinterpret_cast<const uint8_t*>(v.data()), err))
         return false;
+      if (it != peers_.end()) {
+        leave(it->second);
+        it->second = v;
+      } else {
+        peers_[k] = v;
       }
     }
-    if (!WritePeer(k[0], reinterpret_cast<const uint8_t*>(k.data()) + 1,
-                   reinterpret_cast<const uint8_t*>(v.data()), error))
-      return false;
-    if (it != peers_.end()) {
-      leave(it->second);
-      it->second = v;
-    } else {
-      peers_[k] = v;
-    }
-  }
-  // Then what left: a subnet removed and upserted in one delta was replaced above.
+    return true;
+  };
+  // What left (a subnet removed and upserted in one delta is replaced by the adds), then the
+  // sources nothing names any more. Always run, even after a failed add.
   std::set<std::string> upserted;
   for (auto& e : upserts) upserted.insert(e.first);
-  for (auto& [k, v] : removed) {
-    if (upserted.count(k)) continue;
-    auto it = peers_.find(k);
-    int fd = k[0] == 4 ? peers4_fd_ : peers6_fd_;
-    if (bpf_map_delete_elem(fd, k.data() + 1) < 0 && errno != ENOENT) {
-      *error = Errno("peer map delete", errno);
-      return false;
+  auto remove = [&](std::string* err) {
+    bool ok = true;
+    for (auto& [k, v] : removed) {
+      if (upserted.count(k)) continue;
+      auto it = peers_.find(k);
+      if (it == peers_.end()) continue;
+      int fd = k[0] == 4 ? peers4_fd_ : peers6_fd_;
+      if (bpf_map_delete_elem(fd, k.data() + 1) < 0 && errno != ENOENT) {
+        if (ok) *err = Errno("peer map delete", errno);
+        ok = false;
+        continue;
+      }
+      leave(it->second);
+      peers_.erase(it);
     }
-    leave(it->second);
-    peers_.erase(it);
-  }
-  for (uint32_t a : left) {
-    if (sources_[a] != 0) continue;
-    sources_.erase(a);
-    if (bpf_map_delete_elem(sources_fd_, &a) < 0 && errno != ENOENT) {
-      *error = Errno("source map delete", errno);
-      return false;
+    for (uint32_t a : left) {
+      auto it = sources_.find(a);
+      if (it == sources_.end() || it->second != 0) continue;
+      if (bpf_map_delete_elem(sources_fd_, &a) < 0 && errno != ENOENT) {
+        if (ok) *err = Errno("source map delete", errno);
+        ok = false;
+        continue;
+      }
+      sources_.erase(it);
     }
+    left.clear();
+    return ok;
+  };
+  // Adds first, unless the maps could not hold the new entries beside the ones leaving.
+  size_t held[2] = {0, 0};
+  for (auto& e : peers_) held[e.first[0] == 4 ? 0 : 1]++;
+  size_t fresh[2] = {0, 0};
+  std::set<uint32_t> fresh_sources;
+  for (auto& [k, v] : upserts) {
+    if (!peers_.count(k)) fresh[k[0] == 4 ? 0 : 1]++;
+    uint32_t a;
+    if (SourceOf(v, &a) && !sources_.count(a)) fresh_sources.insert(a);
   }
-  return true;
+  bool full = held[0] + fresh[0] > kBpfMapEntries || held[1] + fresh[1] > kBpfMapEntries ||
+              sources_.size() + fresh_sources.size() > kBpfMapEntries;
+  std::string add_err, remove_err;
+  bool ok;
+  if (full) {
+    ok = remove(&remove_err);
+    ok = add(&add_err) && ok;
+    // Sources an upsert replaced (a changed public address) go after it.
+    ok = remove(&remove_err) && ok;
+  } else {
+    bool added = add(&add_err);
+    ok = remove(&remove_err) && added;
+  }
+  if (!ok) *error = add_err.empty() ? remove_err : add_err;
+  return ok;
 }
 
 bool BpfEngine::SetPorts(const uint8_t* records, size_t len, std::string* error) {
@@ -449,6 +541,12 @@ int BpfEngine::AdoptPin(const std::string& path, int prog, uint32_t ifindex, int
                         std::string* why) {
   why->clear();
   if (path.empty()) return -1;
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    *why = "a symlink, not a pin";
+    unlink(path.c_str());  // the symlink itself; its target is never opened
+    return -1;
+  }
   int fd = bpf_obj_get(path.c_str());
   if (fd < 0) {
     if (errno == ENOENT) return -1;
@@ -557,7 +655,8 @@ BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
   Detach();
   uint32_t ifindex[2] = {tun_ifindex, underlay_ifindex};
   if (want == BpfAttachMode::kNone || want == BpfAttachMode::kTcx) {
-    pin_dir_ = pin_dir;
+    // A pin directory someone else could write to is never used (bpf-pins.ts checks it first).
+    pin_dir_ = !pin_dir.empty() && UntrustedPinDir(pin_dir).empty() ? pin_dir : std::string();
     int types[2] = {kBpfTcxEgress, kBpfTcxIngress};
     int err = 0;
     for (int i = 0; i < 2 && !err; i++) {

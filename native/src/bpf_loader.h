@@ -43,7 +43,10 @@ struct BpfConfig {
 };
 
 // Counter slots of the programs (weft.bpf.c enum; src/dataplane/bpf-engine.ts BPF_COUNTERS).
-constexpr size_t kBpfCounterCount = 8;
+constexpr size_t kBpfCounterCount = 9;
+
+// Entries each peer map (per family) and the source map hold (weft.bpf.c max_entries).
+constexpr size_t kBpfMapEntries = 65536;
 
 // What a bpffs path holds, for the pin checks and tests: kind "link" | "prog" | "map" | ""
 // (nothing there, or not a bpf object); for a link its type, id, program (id and name) and, for
@@ -63,8 +66,14 @@ BpfPinInfo DescribeBpfPin(const std::string& path);
 // -errno.
 int TcxProgIds(uint32_t ifindex, bool ingress, std::vector<uint32_t>* ids);
 
-// Removes every pin in `dir` and the directory itself; a pinned link is detached first (so its
-// program leaves the device now, whoever else holds the link). Returns how many pins went.
+// Why `dir` cannot hold weft's pins ("" when it can): it must be a directory, not a symlink,
+// owned by root and not writable by group or others (a bpffs without mode= is 1777).
+std::string UntrustedPinDir(const std::string& dir);
+
+// Removes weft's pins in `dir` (`tx`, `rx`, `bridge`; nothing else is touched) and the directory
+// if that leaves it empty; a pinned link is detached first (so its program leaves the device now,
+// whoever else holds the link), a symlink is removed without being followed. Returns how many
+// pins went, or -EPERM (nothing touched) when UntrustedPinDir refuses `dir`.
 int UnpinBpfDir(const std::string& dir);
 
 class BpfEngine {

@@ -19,6 +19,7 @@ commands:
   config set FILE   write the network config (net-conf JSON) to the store
   config get        print the network config from the store
   leases [--json]   list the leases in the store
+  cleanup           remove weft's bpf pins, clsact filters and TUN devices here (no daemon running)
   bench             userspace vs kernel dataplanes in namespaces, ratios + chart (root)
   demo [down]       a local cluster in network namespaces, every backend tested (root)
   cni               the CNI plugin (CNI_COMMAND + config on stdin); also bin/weft-cni
@@ -31,6 +32,7 @@ const COMMANDS: Record<string, Command> = {
   daemon: async (argv, io) => (await import('./cli/daemon-command.js')).daemonCommand(argv, io),
   config: async (argv, io) => (await import('./cli/store-commands.js')).configCommand(argv, io),
   leases: async (argv, io) => (await import('./cli/store-commands.js')).leasesCommand(argv, io),
+  cleanup: async (argv, io) => (await import('./cli/cleanup-command.js')).cleanupCommand(argv, io),
   cni: async (_argv, io) => {
     const { runCni } = await import('./cni/main.js');
     return runCni(io.env, process.stdin, io.stdout);

@@ -31,7 +31,8 @@ export type NativeBpf = Pick<
   | 'bpfTakeOver'
 >;
 
-/** TC verdicts the programs return. */
+/** TC verdicts the programs return (TC_ACT_UNSPEC = TCX_NEXT: "not mine", the next program runs). */
+export const TC_ACT_UNSPEC = -1;
 export const TC_ACT_OK = 0;
 export const TC_ACT_SHOT = 2;
 export const TC_ACT_REDIRECT = 7;
@@ -46,6 +47,7 @@ export const BPF_COUNTERS = [
   'rx_passed',
   'tx_error',
   'bridge_bypass',
+  'rx_error',
 ] as const;
 export type BpfCounterName = (typeof BPF_COUNTERS)[number];
 

@@ -4,8 +4,12 @@
  *
  *   pod → TUN egress ── weft_tx: encap + redirect_neigh ──→ underlay       (fast path)
  *                    └─ anything it does not handle → TUN → native engine  (slow path, counted)
- *   underlay ingress ── weft_rx: checks + decap → stack → pod              (fast path)
+ *   underlay ingress ── weft_rx: checks + decap → TUN ingress → stack → pod (fast path)
  *                    └─ anything it does not handle → UDP socket → native engine
+ *
+ * What the programs leave alone goes on to the next tc program (TC_ACT_UNSPEC = TCX_NEXT). The
+ * outer packets never meet netfilter (tc ingress is before INPUT, redirect_neigh skips OUTPUT):
+ * where the host has rules on the tunnel port (bpf-firewall.ts), the engine refuses to start.
  *
  * Start: the programs load (verifier), a probe runs them under BPF_PROG_TEST_RUN on a small and
  * a page-sized packet of each family and compares the bytes with the reference codec, then they
@@ -31,7 +35,6 @@ import { ipToBytes, parseIP } from '../common/ip.js';
 import { type Logger, logger } from '../common/log.js';
 import {
   BPF_COUNTERS,
-  TC_ACT_OK,
   TC_ACT_REDIRECT,
   bpfObjectPath,
   bpfSourcePath,
@@ -40,6 +43,7 @@ import {
 import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import { checksum, decap, encap } from './js-codec.js';
+import { bypassedFirewallRules } from './bpf-firewall.js';
 import { preparePinDir, removeBpfPins } from './bpf-pins.js';
 import { startNativeEngine } from './native-engine.js';
 import { JsPeerTable, encodePeerTable, formatMac, peerEntry } from './peer-table.js';
@@ -139,7 +143,7 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
         const expect = decap(opts.format, table, cfg, parseIP(PROBE_PEER_PUBLIC)!, payload);
         const rx = bpf.bpfTestRun(id, 'rx', frame);
         if (
-          rx.verdict !== TC_ACT_OK ||
+          rx.verdict !== TC_ACT_REDIRECT ||
           !expect.tun ||
           !rx.data.subarray(14).equals(expect.tun.subarray(10))
         )
@@ -220,6 +224,13 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   if (!opts.underlay) throw unavailable('no underlay device given');
   if (opts.format === 'ipip') throw unavailable('its programs have no IPIP framing');
   if (opts.bindIp6) throw unavailable('its programs have one underlay family (IPv4)');
+  // The outer packets never meet netfilter here: a rule on the tunnel port would not apply.
+  const rules = bypassedFirewallRules(opts.port);
+  if (rules.length > 0) {
+    throw unavailable(
+      `the host firewall has ${rules.length} rule(s) on UDP port ${opts.port} that its programs would bypass (tc ingress runs before INPUT, bpf_redirect_neigh skips OUTPUT; the native engine meets them): ${rules[0]}`,
+    );
+  }
   let bpf: NativeBpf;
   let id: number;
   checkBpfObjectSource(bpfObjectPath());

@@ -12,8 +12,15 @@
  * backend) or starts another engine on it calls removeBpfPins. Pinning needs a bpffs at (or
  * above) the pin directory; there is none inside `ip netns exec` nor where nobody mounted one,
  * and then nothing is pinned (logged once by the engine). `WEFT_BPF_PIN_DIR=off` turns it off.
+ *
+ * Trust: a bpffs mounted without `mode=` is 1777, so anyone may have created the pin root or a
+ * pin directory before weft. Both must be real directories (not symlinks) owned by root and
+ * writable by nobody else, or nothing is pinned, adopted or removed there (the reason logged).
+ * Only the names `tx`, `rx` and `bridge` are ever opened, adopted or removed in a pin directory
+ * (bpf_loader.cc; a symlink under those names is removed, never followed); any other entry stays,
+ * and so does the directory then.
  */
-import { existsSync, mkdirSync, statSync, statfsSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, statSync, statfsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { errorMessage } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
@@ -36,8 +43,38 @@ export function bpfPinDir(tunName: string): string | null {
 }
 
 /**
- * Creates `tunName`'s pin directory and returns it, or says why it cannot be: pinning off, or
- * no bpffs at the pin root (nothing is created outside a bpffs).
+ * Why `path` is not a directory weft may trust with its pins (null: it is): it must be a
+ * directory, not a symlink, owned by root, and not writable by group or others.
+ */
+export function untrustedDir(path: string): string | null {
+  let st;
+  try {
+    st = lstatSync(path);
+  } catch (err) {
+    return `${path}: ${errorMessage(err)}`;
+  }
+  if (st.isSymbolicLink()) return `${path} is a symlink`;
+  if (!st.isDirectory()) return `${path} is not a directory`;
+  if (st.uid !== 0) return `${path} is owned by uid ${st.uid}, not root`;
+  if ((st.mode & 0o022) !== 0)
+    return `${path} is writable by ${st.mode & 0o002 ? 'others' : 'its group'} (mode ${(st.mode & 0o7777).toString(8)})`;
+  return null;
+}
+
+/** Creates `dir` (mode 0700) unless it exists; then checks it (untrustedDir). */
+function trustedDir(dir: string): string | null {
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') return `${dir}: ${errorMessage(err)}`;
+  }
+  return untrustedDir(dir);
+}
+
+/**
+ * Creates `tunName`'s pin directory and returns it, or says why it cannot be: pinning off, no
+ * bpffs at the pin root (nothing is created outside a bpffs), or a pin root or directory weft
+ * cannot trust (untrustedDir: someone else made it).
  */
 export function preparePinDir(tunName: string): { dir: string } | { why: string } {
   const dir = bpfPinDir(tunName);
@@ -47,11 +84,11 @@ export function preparePinDir(tunName: string): { dir: string } | { why: string 
   try {
     if (statfsSync(existing).type !== BPF_FS_MAGIC)
       return { why: `${existing} is not on a bpffs (mount -t bpf bpf /sys/fs/bpf)` };
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
   } catch (err) {
     return { why: `${dir}: ${errorMessage(err)}` };
   }
-  return { dir };
+  const why = trustedDir(dirname(dir)) ?? trustedDir(dir);
+  return why ? { why: `not pinned: ${why}` } : { dir };
 }
 
 /**
@@ -63,6 +100,11 @@ export function removeBpfPins(tunName: string, log?: Logger): number {
   try {
     dir = bpfPinDir(tunName);
     if (!dir || !existsSync(dir)) return 0;
+    const why = untrustedDir(dirname(dir)) ?? untrustedDir(dir);
+    if (why) {
+      log?.warn({ tun: tunName, dir, why }, 'pinned bpf programs not removed: untrusted directory');
+      return 0;
+    }
     const n = loadNative().bpfUnpin(dir);
     log?.info({ tun: tunName, dir, pins: n }, 'pinned bpf programs removed');
     return n;

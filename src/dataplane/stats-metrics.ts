@@ -184,6 +184,18 @@ export function registerDataplaneMetrics(
     },
   });
   new Counter({
+    name: 'weft_dataplane_bpf_error_packets_total',
+    help: 'Packets the bpf programs changed half way and had to drop (encap or decap refused by the kernel after a header was written, redirect refused), by direction.',
+    labelNames: ['direction'],
+    registers: [registry],
+    collect() {
+      const s = read();
+      this.reset();
+      this.inc({ direction: 'tx' }, s?.bpf?.tx_error ?? 0);
+      this.inc({ direction: 'rx' }, s?.bpf?.rx_error ?? 0);
+    },
+  });
+  new Counter({
     name: 'weft_dataplane_bpf_bridge_bypass_packets_total',
     help: "GSO packets the bpf engine handed from the pods' bridge (cni0) straight to the pod's port, which the bridge would have segmented in software.",
     registers: [registry],

@@ -4,9 +4,10 @@
  * IPv4/IPv6 packets (valid and broken), both directions, both formats:
  * - whatever the reference encapsulates to a peer on an IPv4 underlay, weft_tx encapsulates to
  *   the same UDP payload behind a valid outer IPv4 + UDP header, and redirects;
- * - whatever the reference decapsulates, weft_rx decapsulates to the same inner packet;
- * - everything else is left untouched (TC_ACT_OK, same bytes) for the userspace engine, which
- *   drops or sends it exactly as the reference does.
+ * - whatever the reference decapsulates, weft_rx decapsulates to the same inner packet and
+ *   redirects it (into the TUN's ingress);
+ * - everything else is left untouched (TC_ACT_UNSPEC = TCX_NEXT, same bytes) for the next tc
+ *   program and the userspace engine, which drops or sends it exactly as the reference does.
  * Nothing is attached: test runs touch no device. Needs root (bpf(2)).
  */
 import assert from 'node:assert/strict';
@@ -15,8 +16,8 @@ import { after, before, describe, it } from 'node:test';
 import { ipFromBytes } from '../../src/common/ip.js';
 import {
   BPF_COUNTERS,
-  TC_ACT_OK,
   TC_ACT_REDIRECT,
+  TC_ACT_UNSPEC,
   bpfObjectPath,
   loadBpfBinding,
 } from '../../src/dataplane/bpf-binding.js';
@@ -78,6 +79,15 @@ function ipv4Text(b: Buffer): string {
   return [...b.subarray(0, 4)].join('.');
 }
 
+/** The packet-count slots (bytes left out) that changed between two counter reads. */
+function counterDelta(a: ArrayLike<number>, b: ArrayLike<number>): Record<string, number> {
+  const d: Record<string, number> = {};
+  BPF_COUNTERS.forEach((name, i) => {
+    if (!name.endsWith('_bytes') && b[i] !== a[i]) d[name] = b[i]! - a[i]!;
+  });
+  return d;
+}
+
 /** prog_id / map_id / link_id of every bpf fd this process holds (/proc/self/fdinfo). */
 function heldBpfIds(): number[] {
   const ids: number[] = [];
@@ -124,6 +134,7 @@ describe(
         const rng = new Rng(format === 'udp' ? 111 : 112);
         let handled = 0;
         let passed = 0;
+        const before = bpf!.bpfCounters(id);
         for (let i = 0; i < 4000; i++) {
           const p = randomPacket(rng, BIG_MAX);
           if (tooShortForTestRun(p)) continue;
@@ -134,7 +145,7 @@ describe(
           const want = ref.drop === 'none' && peer!.publicIP.family === 4 && !hasTrailer(p);
           const what = `packet ${i} ${p.toString('hex')}`;
           if (!want) {
-            assert.equal(r.verdict, TC_ACT_OK, `${what}: left to userspace`);
+            assert.equal(r.verdict, TC_ACT_UNSPEC, `${what}: left to the next program`);
             assert.ok(r.data.equals(frame), `${what}: untouched`);
             passed++;
             continue;
@@ -160,6 +171,11 @@ describe(
           assert.equal(o.readUInt16BE(26), 0, `${what}: UDP checksum 0, as kernel vxlan over IPv4`);
         }
         assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+        // Every packet counted once, under what happened to it.
+        assert.deepEqual(counterDelta(before, bpf!.bpfCounters(id)), {
+          tx_packets: handled,
+          tx_passed: passed,
+        });
       });
 
       it(`${format} decap matches on 4000 random datagrams`, () => {
@@ -167,6 +183,7 @@ describe(
         const rng = new Rng(format === 'udp' ? 121 : 122);
         let handled = 0;
         let passed = 0;
+        const before = bpf!.bpfCounters(id);
         for (let i = 0; i < 4000; i++) {
           const p = randomPacket(rng, BIG_MAX);
           const d = format === 'vxlan' ? vxlanFrame(rng, p) : p;
@@ -179,7 +196,7 @@ describe(
           const inner = d.subarray(format === 'vxlan' ? js.VXLAN_ENCAP_LEN : 0);
           const want = ref.drop === 'none' && !hasTrailer(inner);
           const what = `datagram ${i} ${d.toString('hex')}`;
-          assert.equal(r.verdict, TC_ACT_OK, what);
+          assert.equal(r.verdict, want ? TC_ACT_REDIRECT : TC_ACT_UNSPEC, what);
           if (!want) {
             assert.ok(r.data.equals(frame), `${what}: untouched`);
             passed++;
@@ -191,6 +208,12 @@ describe(
           assert.equal(r.data.readUInt16BE(12), etherTypeOf(inner), `${what}: EtherType`);
         }
         assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+        // Every datagram (all to our address and port) counted once: decapsulated or passed,
+        // never both, none as an error.
+        assert.deepEqual(counterDelta(before, bpf!.bpfCounters(id)), {
+          rx_packets: handled,
+          rx_passed: passed,
+        });
       });
     }
 
@@ -211,7 +234,7 @@ describe(
       const before = bpf!.bpfCounters(id)[BPF_COUNTERS.indexOf('rx_passed')]!;
       for (const f of variants) {
         const r = bpf!.bpfTestRun(id, 'rx', f);
-        assert.equal(r.verdict, TC_ACT_OK);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
         assert.deepEqual(r.data, f);
       }
       // Not ours at all: not even counted as passed.
@@ -233,7 +256,7 @@ describe(
       const frame = Buffer.concat([eth(0x0800), p]);
       assert.equal(bpf!.bpfTestRun(id, 'tx', frame).verdict, TC_ACT_REDIRECT, 'without GSO');
       const r = bpf!.bpfTestRun(id, 'tx', frame, 1400, 2);
-      assert.equal(r.verdict, TC_ACT_OK);
+      assert.equal(r.verdict, TC_ACT_UNSPEC);
       assert.deepEqual(r.data, frame);
     });
 

@@ -1,0 +1,123 @@
+/**
+ * The host firewall rules the bpf engine would bypass. Its programs see the outer packets where
+ * netfilter never does: weft_rx decapsulates at tc ingress (before PREROUTING and INPUT) and
+ * weft_tx sends with bpf_redirect_neigh (no OUTPUT, no POSTROUTING). A rule on the tunnel port
+ * that drops, rejects or hands the packet on (an operator quarantining a node:
+ * `iptables -I INPUT -s <node> -p udp --dport 8472 -j DROP`) works with kernel vxlan and the
+ * native engine and would silently not apply; the engine refuses to start where one exists, so
+ * the native engine (whose sockets meet every rule) runs instead.
+ *
+ * What is read: `nft list ruleset` (nftables and iptables-nft rules, tables of family ip and
+ * inet), and `iptables-legacy-save` where the legacy backend is installed. A rule counts when it
+ * matches the port as UDP (or transport) destination or source port — a number, a range or a
+ * set holding it — in a chain on the input, output, prerouting or postrouting hook or in a
+ * regular chain (which such a chain may jump to), with a verdict other than accept (drop,
+ * reject, queue, jump, goto). Rules on addresses alone (no port) are not looked at: they would
+ * drop the inner traffic as well, which the TUN's own hooks still see.
+ */
+import { execFileSync } from 'node:child_process';
+
+const HOOKS = new Set(['input', 'output', 'prerouting', 'postrouting']);
+const LEGACY_CHAINS = new Set(['INPUT', 'OUTPUT', 'PREROUTING', 'POSTROUTING']);
+const BUILTIN_TARGETS = new Set(['ACCEPT', 'LOG', 'RETURN', 'MARK', 'CONNMARK', 'NOTRACK', 'CT']);
+
+/** Whether `spec` (8472, 8000-9000, { 53, 8472 }, 8000:9000, 53,8472) includes `port`. */
+export function portSpecIncludes(spec: string, port: number): boolean {
+  for (const part of spec.replace(/[{}]/g, ' ').split(/[\s,]+/)) {
+    if (part === '') continue;
+    const range = /^(\d+)[-:](\d+)$/.exec(part);
+    if (range) {
+      if (Number(range[1]) <= port && port <= Number(range[2])) return true;
+    } else if (/^\d+$/.test(part) && Number(part) === port) return true;
+  }
+  return false;
+}
+
+/** The rules of an `nft list ruleset` text that match `port` with a verdict other than accept. */
+export function nftRulesOnPort(ruleset: string, port: number): string[] {
+  const found: string[] = [];
+  let family = '';
+  let table = '';
+  let chain = '';
+  let hook: string | null = null;
+  for (const raw of ruleset.split('\n')) {
+    const line = raw.trim();
+    let m: RegExpExecArray | null;
+    if ((m = /^table (\S+) (\S+) \{/.exec(line))) {
+      [family, table] = [m[1]!, m[2]!];
+      continue;
+    }
+    if ((m = /^chain (\S+) \{/.exec(line))) {
+      chain = m[1]!;
+      hook = null;
+      continue;
+    }
+    if ((m = /^type \S+ hook (\S+)/.exec(line))) {
+      hook = m[1]!;
+      continue;
+    }
+    if (family !== 'ip' && family !== 'inet') continue;
+    if (hook !== null && !HOOKS.has(hook)) continue;
+    if (!/\b(drop|reject|queue|jump|goto)\b/.test(line)) continue;
+    if (/\bicmp\b|\btcp\b/.test(line) && !/\b(udp|th)\b/.test(line)) continue;
+    const ports = [...line.matchAll(/\b(?:udp|th) [sd]port (?:!= )?(\{[^}]*\}|\S+)/g)];
+    if (ports.some((p) => !p[0].includes('!=') && portSpecIncludes(p[1]!, port))) {
+      found.push(`nft ${family} ${table} ${chain}${hook ? ` (hook ${hook})` : ''}: ${line}`);
+    }
+  }
+  return found;
+}
+
+/** The rules of an `iptables-save` text that match `port` with a target other than ACCEPT. */
+export function iptablesRulesOnPort(save: string, port: number): string[] {
+  const found: string[] = [];
+  const builtin = new Set<string>();
+  let table = '';
+  for (const line of save.split('\n')) {
+    if (line.startsWith('*')) table = line.slice(1).trim();
+    const decl = /^:(\S+) (\S+)/.exec(line);
+    if (decl && decl[2] !== '-') builtin.add(`${table}/${decl[1]}`);
+    const m = /^-A (\S+) (.*)$/.exec(line);
+    if (!m) continue;
+    const chain = m[1]!;
+    // Built-in chains of other hooks (FORWARD) never see the outer packets.
+    if (builtin.has(`${table}/${chain}`) && !LEGACY_CHAINS.has(chain)) continue;
+    const target = /-[jg] (\S+)/.exec(m[2]!)?.[1];
+    if (!target || BUILTIN_TARGETS.has(target)) continue;
+    if (!/-p udp\b/.test(m[2]!)) continue;
+    const ports = [
+      ...m[2]!.matchAll(
+        /(!\s+)?--(?:dport|sport|dports|sports|destination-port|source-port) (\S+)/g,
+      ),
+    ];
+    if (ports.some((p) => !p[1] && portSpecIncludes(p[2]!, port))) {
+      found.push(`iptables-legacy ${table}: ${line}`);
+    }
+  }
+  return found;
+}
+
+function run(cmd: string, args: string[]): string | null {
+  try {
+    return execFileSync(cmd, args, {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+      timeout: 10_000,
+    });
+  } catch {
+    return null; // not installed, or no such backend here
+  }
+}
+
+/**
+ * The host's netfilter rules (this network namespace) on UDP port `port` that the bpf engine's
+ * programs would bypass; [] when there are none or no firewall tool is installed.
+ */
+export function bypassedFirewallRules(port: number): string[] {
+  const found: string[] = [];
+  const nft = run('nft', ['list', 'ruleset']);
+  if (nft !== null) found.push(...nftRulesOnPort(nft, port));
+  const legacy = run('iptables-legacy-save', []);
+  if (legacy !== null) found.push(...iptablesRulesOnPort(legacy, port));
+  return found;
+}

@@ -1,0 +1,104 @@
+/**
+ * `weft cleanup`: removes what weft's dataplanes leave in the current network namespace once no
+ * weft runs there (an uninstall, a node leaving the cluster):
+ *
+ * - the bpf engine's pinned links (bpf-pins.ts): every pin directory of this namespace under the
+ *   pin root (`<root>/<tun>-<netns inode>`), each taken as removeBpfPins does (only `tx`, `rx`,
+ *   `bridge`, links detached first, only in a directory root owns and nobody else can write);
+ * - its clsact filters (the fallback: never pinned, they outlive the process) at weft's
+ *   priority and handle (0x77ef) that run a weft program, on every device;
+ * - weft's persistent TUN devices: `flannel0` and `flannel.<VNI>` when they are TUNs (a kernel
+ *   vxlan `flannel.<VNI>` is kernel vxlan's, which flannel leaves too: `ip link del` removes it).
+ *
+ * Left on purpose: subnet.env (the CNI plugin reads it; the next daemon rewrites it; flannel
+ * leaves it too) and the lease in the store (it expires). iptables rules are the daemon's: it
+ * removes them when it stops.
+ */
+import { execFileSync } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { errorMessage } from '../common/errors.js';
+import { loadNative } from '../common/native.js';
+import { DEFAULT_PIN_ROOT, PIN_DIR_ENV, untrustedDir } from './bpf-pins.js';
+
+export interface CleanupReport {
+  /** Pin directories emptied and removed, with how many pins each held. */
+  readonly pins: { dir: string; pins: number }[];
+  /** clsact filters removed, as `<device> <ingress|egress>`. */
+  readonly filters: string[];
+  /** TUN devices removed. */
+  readonly devices: string[];
+  /** What could not be removed, and why. */
+  readonly skipped: string[];
+}
+
+const run = (cmd: string, args: string[]) =>
+  execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+
+/** weft's clsact priority and handle (native/src/bpf_loader.cc kTcPriority, kTcHandle). */
+const TC_PRIORITY = 0x77ef;
+
+export function cleanupHost(): CleanupReport {
+  const report: CleanupReport = { pins: [], filters: [], devices: [], skipped: [] };
+  // Pins of this namespace.
+  const root = process.env[PIN_DIR_ENV] ?? DEFAULT_PIN_ROOT;
+  if (root !== '' && root !== 'off') {
+    const ino = statSync('/proc/self/ns/net').ino;
+    let names: string[] = [];
+    try {
+      names = readdirSync(root);
+    } catch {
+      // no pin root: nothing pinned
+    }
+    const rootWhy = names.length > 0 ? untrustedDir(root) : null;
+    if (rootWhy) report.skipped.push(`pins: ${rootWhy}`);
+    else {
+      for (const name of names.filter((n) => n.endsWith(`-${ino}`))) {
+        const dir = join(root, name);
+        const why = untrustedDir(dir);
+        if (why) {
+          report.skipped.push(`pins: ${why}`);
+          continue;
+        }
+        try {
+          report.pins.push({ dir, pins: loadNative().bpfUnpin(dir) });
+        } catch (err) {
+          report.skipped.push(`pins: ${dir}: ${errorMessage(err)}`);
+        }
+      }
+    }
+  }
+  // Devices: clsact filters on every one, then weft's TUNs.
+  const links = JSON.parse(run('ip', ['-d', '-j', 'link', 'show'])) as {
+    ifname: string;
+    linkinfo?: { info_kind?: string };
+  }[];
+  for (const l of links) {
+    for (const side of ['ingress', 'egress'] as const) {
+      let shown: string;
+      try {
+        shown = run('tc', ['filter', 'show', 'dev', l.ifname, side]);
+      } catch {
+        continue; // no clsact qdisc there
+      }
+      const ours = new RegExp(`pref ${TC_PRIORITY} bpf .*handle 0x77ef weft_(tx|rx)\\b`);
+      if (!shown.split('\n').some((line) => ours.test(line))) continue;
+      try {
+        run('tc', ['filter', 'del', 'dev', l.ifname, side, 'pref', String(TC_PRIORITY)]);
+        report.filters.push(`${l.ifname} ${side}`);
+      } catch (err) {
+        report.skipped.push(`filter ${l.ifname} ${side}: ${errorMessage(err)}`);
+      }
+    }
+  }
+  for (const l of links) {
+    if (l.linkinfo?.info_kind !== 'tun' || !/^flannel(0|\.\d+)$/.test(l.ifname)) continue;
+    try {
+      run('ip', ['link', 'del', 'dev', l.ifname]);
+      report.devices.push(l.ifname);
+    } catch (err) {
+      report.skipped.push(`device ${l.ifname}: ${errorMessage(err)}`);
+    }
+  }
+  return report;
+}

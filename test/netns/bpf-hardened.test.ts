@@ -1,0 +1,266 @@
+/**
+ * The bpf engine on hosts set up as real ones are (issue 27), between two node namespaces
+ * (test/helpers/dataplane-pair.ts), each case on bpf ⇄ bpf:
+ *
+ *   ns A                                        ns B
+ *   tun 10.7.1.0/32 (weft_tx on its egress,     tun 10.7.2.0/32
+ *   decapsulated packets enter on its ingress)
+ *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
+ *   (weft_rx on its ingress)                    (tcx-count before/after weft's, iptables rules)
+ *
+ * - strict rp_filter on both: ping and TCP both ways, TcpExtIPReversePathFilter unchanged, and a
+ *   `-i <tun>` rule counts the decapsulated packets (they enter as received on the TUN);
+ * - a counting tcx program after weft's on the underlay ingress and the TUN egress sees the
+ *   packets weft leaves alone; one before weft's sees the tunnel traffic and weft still carries it;
+ * - an INPUT rule dropping a peer's tunnel packets: the engine refuses and the native engine
+ *   runs, which the rule stops.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, test } from 'node:test';
+import {
+  type Node,
+  type Side,
+  PORT,
+  peersOf,
+  startNode,
+  stopPair,
+  twoNodes,
+} from '../helpers/dataplane-pair.js';
+import { NetnsScope, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+import { iperf } from '../../src/testbed/probes.js';
+import { TCP_FIXED, delivered } from '../helpers/carried.js';
+import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
+
+const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
+
+type Stats = { engine: string; bpf?: Record<string, number> };
+const stats = async (n: Node) => (await n.send({ cmd: 'stats' })).stats as Stats;
+const tunOf = (format: 'udp' | 'vxlan') => (format === 'udp' ? 'flannel0' : 'flannel.1');
+
+/** nstat's absolute value of `counter` in `ns` (history untouched). */
+function nstat(ns: string, counter: string): number {
+  const out = nsExec(ns, 'nstat', ['-asz', counter]);
+  const m = new RegExp(`^${counter}\\s+(\\d+)`, 'm').exec(out);
+  assert.ok(m, `nstat ${counter}: ${out}`);
+  return Number(m[1]);
+}
+
+/** Packets counted by the first rule of `chain` (iptables -L -v -x). */
+function ruleHits(ns: string, chain: string): number {
+  const out = nsExec(ns, 'iptables', ['-w', '-L', chain, '-v', '-x', '-n', '--line-numbers']);
+  const m = /^1\s+(\d+)/m.exec(out);
+  assert.ok(m, out);
+  return Number(m[1]);
+}
+
+function ifindexIn(ns: string, dev: string): number {
+  return Number(JSON.parse(nsExec(ns, 'ip', ['-j', 'link', 'show', 'dev', dev]))[0].ifindex);
+}
+
+/** A counting tcx program (test/helpers/tcx-count.c) on `dev`'s hook, first or last. */
+class Counter {
+  readonly #lines: ((v: string) => void)[] = [];
+  readonly ready: Promise<void>;
+  constructor(
+    scope: NetnsScope,
+    bin: string,
+    ns: string,
+    dev: string,
+    hook: 'ingress' | 'egress',
+    at: 'first' | 'last',
+  ) {
+    const p = scope.spawn(ns, bin, [String(ifindexIn(ns, dev)), hook, at]);
+    let err = '';
+    p.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    const rl = createInterface({ input: p.stdout! });
+    let ok: () => void;
+    let fail: (e: Error) => void;
+    this.ready = new Promise((res, rej) => ((ok = res), (fail = rej)));
+    p.once('exit', (code) => fail(new Error(`tcx-count exited ${code}: ${err}`)));
+    let first = true;
+    rl.on('line', (line) => {
+      if (first) {
+        first = false;
+        ok();
+      } else this.#lines.shift()?.(line);
+    });
+    this.proc = p;
+  }
+  readonly proc: ReturnType<NetnsScope['spawn']>;
+  count(): Promise<number> {
+    return new Promise((res) => {
+      this.#lines.push((l) => res(Number(l)));
+      this.proc.stdin!.write('read\n');
+    });
+  }
+  async stop(): Promise<void> {
+    const gone = new Promise((r) => this.proc.once('exit', r));
+    this.proc.stdin!.end();
+    await gone;
+  }
+}
+
+describe('bpf engine on hardened hosts', { skip }, () => {
+  const scope = new NetnsScope();
+  let A: Side;
+  let B: Side;
+  let dir: string;
+  let counterBin: string;
+  before(() => {
+    [A, B] = twoNodes(scope);
+    dir = mkdtempSync(join(tmpdir(), 'weft-tcx-count-'));
+    counterBin = join(dir, 'tcx-count');
+    execFileSync('cc', ['-O2', '-o', counterBin, join(PACKAGE_ROOT, 'test/helpers/tcx-count.c')]);
+  });
+  after(async () => {
+    await scope.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function pair(format: 'udp' | 'vxlan'): Promise<[Node, Node]> {
+    const nodes: [Node, Node] = [
+      startNode(scope, A, format, 'bpf', { underlay: 'va' }),
+      startNode(scope, B, format, 'bpf', { underlay: 'vb' }),
+    ];
+    for (const n of nodes) assert.equal((await n.ready).engine, 'bpf');
+    await nodes[0].send({ cmd: 'peers', peers: peersOf(B, format) });
+    await nodes[1].send({ cmd: 'peers', peers: peersOf(A, format) });
+    return nodes;
+  }
+
+  const tcp = async (from: Side, to: Side) =>
+    delivered((await iperf(scope, to.ns, to.v4, from.ns, ['-B', from.v4, ...TCP_FIXED])).json);
+
+  for (const format of ['vxlan', 'udp'] as const) {
+    test(`${format}: strict rp_filter on both nodes: ping and TCP both ways, no RPF drop, -i ${tunOf(format)} matches`, async () => {
+      for (const [s, dev] of [
+        [A, 'va'],
+        [B, 'vb'],
+      ] as const) {
+        for (const c of ['all', 'default', dev])
+          nsExec(s.ns, 'sysctl', ['-qw', `net.ipv4.conf.${c}.rp_filter=1`]);
+      }
+      const tun = tunOf(format);
+      const nodes = await pair(format);
+      try {
+        for (const s of [A, B]) {
+          nsExec(s.ns, 'sysctl', ['-qw', `net.ipv4.conf.${tun.replace('.', '/')}.rp_filter=1`]);
+          nsExec(s.ns, 'iptables', ['-w', '-I', 'INPUT', '-i', tun, '-j', 'ACCEPT']);
+        }
+        const rpf = [
+          nstat(A.ns, 'TcpExtIPReversePathFilter'),
+          nstat(B.ns, 'TcpExtIPReversePathFilter'),
+        ];
+        const rx = [
+          (await stats(nodes[0])).bpf!.rx_packets!,
+          (await stats(nodes[1])).bpf!.rx_packets!,
+        ];
+        await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+        await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.v4]);
+        assert.ok((await tcp(A, B)) > 0);
+        assert.ok((await tcp(B, A)) > 0);
+        assert.deepEqual(
+          [nstat(A.ns, 'TcpExtIPReversePathFilter'), nstat(B.ns, 'TcpExtIPReversePathFilter')],
+          rpf,
+          'no packet dropped by reverse-path filtering',
+        );
+        // The programs decapsulated it, and it entered on the TUN (the -i rule saw it).
+        for (const [i, s] of [A, B].entries()) {
+          assert.ok((await stats(nodes[i]!)).bpf!.rx_packets! > rx[i]!, `node ${i} decapsulated`);
+          assert.ok(ruleHits(s.ns, 'INPUT') >= 3, `-i ${tun} rule in node ${i}`);
+        }
+      } finally {
+        await stopPair(nodes);
+        for (const s of [A, B]) {
+          nsExec(s.ns, 'iptables', ['-w', '-F', 'INPUT']);
+          for (const c of ['all', 'default'])
+            nsExec(s.ns, 'sysctl', ['-qw', `net.ipv4.conf.${c}.rp_filter=0`]);
+        }
+      }
+    });
+  }
+
+  test("a tcx program after weft's (underlay ingress, TUN egress) sees what weft leaves alone", async () => {
+    const nodes = await pair('vxlan');
+    const counters: Counter[] = [];
+    try {
+      const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'last');
+      const tx = new Counter(scope, counterBin, A.ns, 'flannel.1', 'egress', 'last');
+      counters.push(rx, tx);
+      await Promise.all(counters.map((c) => c.ready));
+      // Not tunnel traffic: the underlay's own pings reach A's underlay ingress.
+      await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.under]);
+      assert.ok((await rx.count()) >= 3, 'the program after weft_rx ran');
+      // Into the cluster route but to no peer: weft_tx leaves it to the TUN.
+      await assert.rejects(
+        nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', '10.7.9.9']),
+      );
+      assert.ok((await tx.count()) >= 3, 'the program after weft_tx ran');
+      // And weft still carries the tunnel traffic.
+      await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+    } finally {
+      for (const c of counters) await c.stop();
+      await stopPair(nodes);
+    }
+  });
+
+  test("a tcx program before weft's sees the tunnel traffic, and weft still carries it", async () => {
+    const nodes = await pair('vxlan');
+    const counters: Counter[] = [];
+    try {
+      const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'first');
+      const tx = new Counter(scope, counterBin, A.ns, 'flannel.1', 'egress', 'first');
+      counters.push(rx, tx);
+      await Promise.all(counters.map((c) => c.ready));
+      const before = await stats(nodes[0]);
+      await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+      assert.ok((await tcp(A, B)) > 0);
+      const after = await stats(nodes[0]);
+      assert.ok(after.bpf!.tx_packets! - before.bpf!.tx_packets! >= 3, 'weft_tx encapsulated');
+      assert.ok(after.bpf!.rx_packets! - before.bpf!.rx_packets! >= 3, 'weft_rx decapsulated');
+      assert.ok((await tx.count()) >= 3, 'the program before weft_tx saw the inner packets');
+      assert.ok((await rx.count()) >= 3, 'the program before weft_rx saw the outer packets');
+    } finally {
+      for (const c of counters) await c.stop();
+      await stopPair(nodes);
+    }
+  });
+
+  test('an INPUT rule dropping a peer on the tunnel port: bpf refuses, native runs and the rule applies', async () => {
+    nsExec(B.ns, 'iptables', [
+      '-w',
+      '-I',
+      'INPUT',
+      '-s',
+      A.under,
+      '-p',
+      'udp',
+      '--dport',
+      String(PORT.vxlan),
+      '-j',
+      'DROP',
+    ]);
+    let nodes: [Node, Node] | null = null;
+    try {
+      nodes = [
+        startNode(scope, A, 'vxlan', 'bpf', { underlay: 'va' }),
+        startNode(scope, B, 'vxlan', 'bpf', { underlay: 'vb' }),
+      ];
+      assert.equal((await nodes[0].ready).engine, 'bpf');
+      assert.equal((await nodes[1].ready).engine, 'native', 'B refused the bpf engine');
+      await nodes[0].send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
+      await nodes[1].send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
+      // A's tunnel packets meet B's INPUT rule: the quarantine holds.
+      await assert.rejects(nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]));
+      assert.ok(ruleHits(B.ns, 'INPUT') >= 3, 'the DROP rule matched');
+    } finally {
+      if (nodes) await stopPair(nodes);
+      nsExec(B.ns, 'iptables', ['-w', '-F', 'INPUT']);
+    }
+  });
+});
