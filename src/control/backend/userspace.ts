@@ -130,7 +130,7 @@ function checkEngine(type: string, engine: DataplaneEngine): void {
  * the egress TAP (tap_gso) where the host would drop its frames (egress-tap.ts: strict
  * reverse-path filtering, a FORWARD policy of drop without weft's forward rules), said once.
  */
-function offloadsOption(
+export function offloadsOption(
   ctx: BackendContext,
   engine: DataplaneEngine,
   host: () => HostForwardPath = readHostForwardPath,
