@@ -39,7 +39,6 @@ import { TCP_FIXED, delivered } from '../helpers/carried.js';
 const skip = isRoot() ? false : 'needs root (network namespaces, iptables, bpf)';
 
 const SECOND = '10.250.0.101';
-const NODE0 = '10.250.0.1';
 const NAT_PUBLIC = '10.250.0.2';
 const NAT_INSIDE = '10.251.0.2';
 const NAT_GW = '10.251.0.1';
