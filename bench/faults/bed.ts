@@ -27,6 +27,8 @@ export interface FaultBackend {
   readonly name: string;
   readonly label: string;
   readonly backend: Readonly<Record<string, unknown>>;
+  /** Daemon flags of this path (e.g. --dataplane-engine=bpf). */
+  readonly flags: readonly string[];
   /** A userspace engine moves the packets (a TUN and a UDP socket of the daemon's own). */
   readonly userspace: boolean;
   /** The device weft owns: flannel.1 (kernel vxlan, or the TUN), flannel0; host-gw none. */
@@ -131,6 +133,7 @@ export class Bed {
       launcher: 'dist',
       prefix: BED_PREFIX,
       ipMasq: true,
+      flags: backend.flags,
       // the daemon's own re-check periods (iptables every 5 s), as production runs it
       iptablesResync: null,
     });

@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import { CLUSTER_NETWORK, HEALTH_PORT, UNDERLAY_V4 } from '../../src/testbed/cluster.js';
 import { nsExecAsync } from '../../src/testbed/netns.js';
-import { HOLD_CONNECTIONS, pingGaps, waitForMesh } from '../../src/testbed/probes.js';
+import { HOLD_CONNECTIONS, iperf, ping, pingGaps, waitForMesh } from '../../src/testbed/probes.js';
 import {
   assertEveryDatagramCounted,
   droppedByReason,
@@ -779,6 +779,110 @@ const crash: RowDef = {
   },
 };
 
+// ---- hardened hosts (issue #27) ---------------------------------------------------------------
+
+/** rp_filter of node 0's all, default and eth0 (1 strict, 0 off). */
+async function rpFilter(bed: Bed, value: string): Promise<void> {
+  await bed.run(
+    0,
+    'sysctl',
+    '-qw',
+    `net.ipv4.conf.all.rp_filter=${value}`,
+    `net.ipv4.conf.default.rp_filter=${value}`,
+    `net.ipv4.conf.eth0.rp_filter=${value}`,
+  );
+}
+
+/** Node 0's daemon stopped and started again (the engines decide what the host allows at start). */
+async function restartVictim(bed: Bed): Promise<void> {
+  if (bed.alive(0)) await bed.signal(0, 'SIGTERM');
+  await bed.cluster.startDaemon(0);
+}
+
+/** Pings both ways between the prober and the target, then 4 MiB of TCP each way. */
+async function reachBothWays(bed: Bed): Promise<{ pings: number; tcpBytes: number }> {
+  await waitForMesh(bed.cluster.pods, 20_000);
+  const [a, b] = [bed.target, bed.prober];
+  const pings = (await ping(b.ns, a.ip, 3)).received + (await ping(a.ns, b.ip, 3)).received;
+  let tcpBytes = 0;
+  for (const [from, to] of [
+    [a, b],
+    [b, a],
+  ] as const) {
+    try {
+      const r = await iperf(bed.cluster.scope, to.ns, to.ip, from.ns, ['-n', '4M']);
+      const end = r.json.end as { sum_received?: { bytes?: number } } | undefined;
+      tcpBytes += end?.sum_received?.bytes ?? 0;
+    } catch {
+      // nothing arrived: counted as 0
+    }
+  }
+  return { pings, tcpBytes };
+}
+
+const hardened: RowDef = {
+  id: 'hardened',
+  title: 'strict rp_filter + FORWARD DROP',
+  goal: 'pods reach each other both ways: 6/6 pings, 2 x 4 MiB TCP',
+  notApplicable: always,
+  async run(bed) {
+    try {
+      await rpFilter(bed, '1');
+      await bed.run(0, 'iptables', '-P', 'FORWARD', 'DROP');
+      await restartVictim(bed);
+      const { pings, tcpBytes } = await reachBothWays(bed);
+      const want = 2 * 4 * 1024 * 1024;
+      return {
+        figure: `${pings}/6 pings, TCP ${(tcpBytes / 1048576).toFixed(1)} of 8 MiB`,
+        met: pings === 6 && tcpBytes >= want,
+        values: { pings, tcpBytes },
+      };
+    } finally {
+      await rpFilter(bed, '0');
+      await bed.run(0, 'iptables', '-P', 'FORWARD', 'ACCEPT');
+      await restartVictim(bed);
+    }
+  },
+};
+
+const inputRule: RowDef = {
+  id: 'input-rule',
+  title: 'INPUT drop on the tunnel port',
+  goal: "node 0's rule against node 1 applies: 0/3 pings answered, the rule counts them",
+  notApplicable: (b) => (b.port === null ? 'host-gw has no tunnel port' : null),
+  async run(bed) {
+    const rule = [
+      '-s',
+      `${UNDERLAY_V4}.2`,
+      '-p',
+      'udp',
+      '--dport',
+      String(bed.backend.port),
+      '-j',
+      'DROP',
+    ];
+    const matched = async () => {
+      const out = await bed.run(0, 'iptables', '-L', 'INPUT', '-v', '-x', '-n');
+      return Number(out.split('\n')[2]?.trim().split(/\s+/)[0] ?? 0);
+    };
+    try {
+      await bed.run(0, 'iptables', '-I', 'INPUT', ...rule);
+      await restartVictim(bed);
+      const before = await matched();
+      const answered = (await ping(bed.prober.ns, bed.target.ip, 3)).received;
+      const counted = (await matched()) - before;
+      return {
+        figure: `${answered}/3 answered, the rule matched ${counted}`,
+        met: answered === 0 && counted > 0,
+        values: { answered, counted },
+      };
+    } finally {
+      await bed.run(0, 'iptables', '-D', 'INPUT', ...rule).catch(() => undefined);
+      await restartVictim(bed);
+    }
+  },
+};
+
 /** Every row, in the order a run takes them. */
 export const ROWS: readonly RowDef[] = [
   kill9,
@@ -797,4 +901,6 @@ export const ROWS: readonly RowDef[] = [
   sigterm,
   fdExhaustion,
   crash,
+  hardened,
+  inputRule,
 ];

@@ -1,7 +1,8 @@
 /**
  * The fault suite (`npm run faults`, root; never part of `npm test`): issue #17's fault campaign
  * against the real daemon and a real etcd, every row on every backend — kernel vxlan, host-gw,
- * udp, vxlan "Dataplane":"userspace" — one testbed per backend (bed.ts draws it), the rows in
+ * udp, vxlan "Dataplane":"userspace", and both with --dataplane-engine=bpf (vxlan-bpf, udp-bpf)
+ * — one testbed per backend (bed.ts draws it), the rows in
  * rows.ts. Prints a table (row, backend, figure, goal, verdict) and writes JSON to
  * bench/results/faults/<time>.json; a full run (every row and backend, not --short) also
  * replaces bench/results/faults/latest.{json,md}, which the README's table comes from.
@@ -24,22 +25,33 @@ import { BED_PREFIX, Bed, type FaultBackend } from './bed.js';
 import { type FaultResult, exitStatus, faultTable, resultOf, tally } from './report.js';
 import { ROWS, type RowOptions } from './rows.js';
 
-/** The four backends, as the bench names and configures them. */
-export const BACKENDS: readonly FaultBackend[] = ['vxlan', 'host-gw', 'udp', 'vxlan-userspace'].map(
-  (name) => {
-    const p = PATHS.find((x) => x.name === name)!;
-    const type = String(p.backend!.Type);
-    return {
-      name,
-      label: p.label,
-      backend: p.backend!,
-      userspace: p.userspace,
-      dev: type === 'udp' ? 'flannel0' : type === 'vxlan' ? 'flannel.1' : null,
-      port: type === 'udp' ? 8285 : type === 'vxlan' ? 8472 : null,
-      leaseType: type === 'udp' ? '' : type,
-    };
-  },
-);
+/**
+ * The four backends and the bpf engine on the two userspace framings (vxlan-bpf, udp-bpf:
+ * --dataplane-engine=bpf), as the bench names and configures them.
+ */
+export const BACKENDS: readonly FaultBackend[] = [
+  'vxlan',
+  'host-gw',
+  'udp',
+  'vxlan-userspace',
+  'vxlan-bpf',
+  'udp-bpf',
+].map((name) => {
+  const p = PATHS.find((x) => x.name === name)!;
+  const type = String(p.backend!.Type);
+  const flags = p.daemonArgs ?? [];
+  return {
+    name,
+    label: p.label,
+    backend: p.backend!,
+    flags,
+    // the bpf engine has the TUN and the UDP socket too (the native engine is its slow path)
+    userspace: p.userspace || flags.includes('--dataplane-engine=bpf'),
+    dev: type === 'udp' ? 'flannel0' : type === 'vxlan' ? 'flannel.1' : null,
+    port: type === 'udp' ? 8285 : type === 'vxlan' ? 8472 : null,
+    leaseType: type === 'udp' ? '' : type,
+  };
+});
 
 const FLAGS = {
   rows: list(`rows, comma-separated (default: all: ${ROWS.map((r) => r.id).join(',')})`, {

@@ -626,7 +626,15 @@ export class Cluster {
   async startDaemon(
     i: number,
     extra: readonly string[] = [],
-    start: { readonly env?: Readonly<Record<string, string>>; readonly waitReady?: boolean } = {},
+    start: {
+      readonly env?: Readonly<Record<string, string>>;
+      readonly waitReady?: boolean;
+      /**
+       * A command that execs the rest inside the node's namespace (after `ip netns exec`), e.g.
+       * `setpriv --bounding-set=…` to run the daemon with a capability set of its own.
+       */
+      readonly wrap?: readonly string[];
+    } = {},
   ): Promise<void> {
     const node = this.nodes[i]!;
     const o = this.options;
@@ -654,11 +662,12 @@ export class Cluster {
       ...o.env,
       ...start.env,
     };
+    const [cmd, ...argv] = [...(start.wrap ?? []), process.execPath, ...args];
     const p = this.#spawnLogged(
       node.ns,
       node.logFile,
-      process.execPath,
-      args,
+      cmd!,
+      argv,
       env,
       this.bpffs?.via(PACKAGE_ROOT),
     );

@@ -61,6 +61,8 @@ export interface BackendOptions {
   readonly dataplaneSchedFifo: number;
   /** --subnet-file: vxlan keeps its VtepMAC beside it (vtep-mac.ts); null = not kept. */
   readonly subnetFile: string | null;
+  /** --iptables-forward-rules: weft accepts its traffic (and the egress TAP's) in FORWARD. */
+  readonly iptablesForwardRules: boolean;
 }
 
 export const DEFAULT_BACKEND_OPTIONS: BackendOptions = Object.freeze({
@@ -73,6 +75,7 @@ export const DEFAULT_BACKEND_OPTIONS: BackendOptions = Object.freeze({
   dataplaneCpuAffine: true,
   dataplaneSchedFifo: 0,
   subnetFile: null,
+  iptablesForwardRules: true,
 });
 
 /** The defaults with `o` applied, frozen. */

@@ -51,6 +51,8 @@ import {
   subnetAddress,
 } from './kernel-common.js';
 import { FLUSH_WINDOW_MS, Reconciler } from './reconcile.js';
+import { type LinkInfo, sendAddress } from '../iface.js';
+import { type HostForwardPath, egressTapBlocked, readHostForwardPath } from './host-forward.js';
 
 /**
  * The re-check of the TUN's own state: restores (with `ops`, the ones start applied) when the
@@ -126,10 +128,26 @@ function checkEngine(type: string, engine: DataplaneEngine): void {
   }
 }
 
-/** --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all. */
-function offloadsOption(ctx: BackendContext): readonly OffloadName[] {
+/**
+ * --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all; minus
+ * the egress TAP (tap_gso) where the host would drop its frames (egress-tap.ts: strict
+ * reverse-path filtering, a FORWARD policy of drop without weft's forward rules), said once.
+ */
+export function offloadsOption(
+  ctx: BackendContext,
+  engine: DataplaneEngine,
+  host: () => HostForwardPath = readHostForwardPath,
+): readonly OffloadName[] {
   const o = ctx.options.dataplaneOffloads;
-  return o !== '' ? offloadsFromEnv(o) : offloadsFromEnv();
+  const offloads = o !== '' ? offloadsFromEnv(o) : offloadsFromEnv();
+  if (engine === 'js' || !offloads.includes('tap_gso')) return offloads;
+  const reason = egressTapBlocked(host(), ctx.options.iptablesForwardRules);
+  if (reason === null) return offloads;
+  ctx.log.info(
+    { reason },
+    'egress TAP not used: TCP super-packets are split and sent with UDP GSO',
+  );
+  return offloads.filter((n) => n !== 'tap_gso');
 }
 
 /**
@@ -142,17 +160,22 @@ export function workersOption(ctx: BackendContext, cpus = availableParallelism()
 }
 
 /**
- * The underlay addresses the engine binds: one (the interface's IPv4 address, else its IPv6
- * one), or with `perFamily` one per enabled pod family (IPv4 first; bindIp6 when both).
+ * The underlay addresses the engine binds and sends from: one (IPv4, else IPv6), or with
+ * `perFamily` one per enabled pod family (IPv4 first; bindIp6 when both). Each is the public IP
+ * when that is an address of this host (iface.ts sendAddress), else the interface's address.
  */
 export function underlayBinds(
   ext: BackendContext['extIface'],
   families: readonly Family[],
   perFamily: boolean,
+  links?: () => readonly LinkInfo[],
 ): { bindIp: string | null; bindIp6?: string } {
-  if (!perFamily) return { bindIp: ext.ifaceAddr ?? ext.ifaceAddrV6 };
-  const v4 = families.includes(4) ? ext.ifaceAddr : null;
-  const v6 = families.includes(6) ? ext.ifaceAddrV6 : null;
+  // Each family's send address: --public-ip where it is a local address, else the interface's.
+  const v4Addr = sendAddress(ext, 4, links);
+  const v6Addr = sendAddress(ext, 6, links);
+  if (!perFamily) return { bindIp: v4Addr ?? v6Addr };
+  const v4 = families.includes(4) ? v4Addr : null;
+  const v6 = families.includes(6) ? v6Addr : null;
   if ((families.includes(4) && !v4) || (families.includes(6) && !v6)) return { bindIp: null };
   return v4 && v6 ? { bindIp: v4, bindIp6: v6 } : { bindIp: v4 ?? v6 };
 }
@@ -160,7 +183,7 @@ export function underlayBinds(
 export function createUserspaceBackend(
   ctx: BackendContext,
   spec: UserspaceSpec,
-  deps: { openNetlink?: () => Netlink } = {},
+  deps: { openNetlink?: () => Netlink; hostForwardPath?: () => HostForwardPath } = {},
 ): Backend {
   const log = ctx.log;
   const families = enabledFamilies(ctx.netConfig);
@@ -212,7 +235,7 @@ export function createUserspaceBackend(
         tunName: spec.tunName,
         underlay: ext.name,
         workers: workersOption(ctx),
-        offloads: offloadsOption(ctx),
+        offloads: offloadsOption(ctx, engine, deps.hostForwardPath),
         busyPollUs: ctx.options.dataplaneBusyPoll,
         queueThreads: ctx.options.dataplaneQueueThreads,
         cpuAffine: ctx.options.dataplaneCpuAffine,

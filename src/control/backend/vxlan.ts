@@ -2,8 +2,10 @@
  * vxlan with the kernel dataplane, as flannel (DESIGN §5):
  *
  *   device   flannel.<VNI> (IPv6: flannel-v6.<VNI>), vxlan id VNI dstport Port [no]learning
- *            [gbp] local <iface addr> dev <ext iface>; MTU = Backend `MTU` − 50 for both
- *            families, as flannel (FLANNEL_MTU too); without `MTU`, iface MTU − 50 (IPv6 − 70),
+ *            [gbp] local <send addr> dev <ext iface> (the public IP where it is a local address,
+ *            as flannel HEAD; else the interface's: iface.ts sendAddress); MTU = Backend `MTU`
+ *            − 50 for both families, as flannel (FLANNEL_MTU too); without `MTU`, iface MTU − 50
+ *            (IPv6 − 70),
  *            address = own subnet's network address /32 (/128), MAC random locally-administered
  *            and kept across restarts (read back from the device, else from the MAC file)
  *   per peer (BackendType vxlan), in this order:
@@ -43,6 +45,7 @@ import {
 } from './kernel-common.js';
 import type { Ownership } from './reconcile.js';
 import { chooseVtepMAC, peerVtepMAC, usableVtepMAC } from './vtep-mac.js';
+import { sendAddress } from '../iface.js';
 
 export const VXLAN = 'vxlan';
 /** The name the userspace VXLAN dataplane registers under (registerBackend). */
@@ -337,6 +340,13 @@ function userspaceBackend(ctx: BackendContext, deps: VxlanDeps): Backend {
 }
 
 /**
+ * Test knob: "Dataplane": "auto" finds the kernel's vxlan link type refused (EOPNOTSUPP), as on a
+ * kernel without the vxlan module, which a namespace cannot otherwise model (the module is
+ * loaded for the whole machine).
+ */
+export const NO_KERNEL_VXLAN_ENV = 'WEFT_TEST_NO_KERNEL_VXLAN';
+
+/**
  * The vxlan backend factory (registered as `vxlan`). With Dataplane "userspace" it hands over to
  * the `vxlan-userspace` factory; with "auto" it tries the kernel device and hands over when the
  * kernel has no vxlan link type.
@@ -352,6 +362,13 @@ export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): B
     isReady: () => impl.isReady?.() ?? true,
     async prepare() {
       try {
+        if (process.env[NO_KERNEL_VXLAN_ENV] === '1') {
+          throw new WeftError(
+            'WEFT_ERR_NETLINK',
+            `link add ${vxlanDeviceName(4, cfg.vni)} type vxlan: operation not supported (${NO_KERNEL_VXLAN_ENV})`,
+            { details: { errno: 'EOPNOTSUPP' } },
+          );
+        }
         return await kernel.prepare();
       } catch (err) {
         if (!isNoKernelVxlan(err)) throw err;
@@ -432,7 +449,9 @@ function createKernelVxlan(
       let mtu = 0;
       for (const family of families) {
         const dev = vxlanDeviceName(family, cfg.vni);
-        const local = family === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
+        // the public IP where it is an address of this host (as flannel HEAD), else the
+        // interface's (behind a NAT)
+        const local = sendAddress(ext, family);
         const devMtu = vxlanDeviceMTU(cfg, ext.mtu, family);
         const wanted: DeviceWanted = {
           name: dev,

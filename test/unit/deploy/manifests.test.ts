@@ -23,6 +23,7 @@ import { fileURLToPath } from 'node:url';
 import yaml from 'js-yaml';
 import { DAEMON_FLAGS, parseFlags } from '../../../src/control/config/flags.js';
 import { parseNetConfig } from '../../../src/control/config/net-config.js';
+import { parseVxlanConfig } from '../../../src/control/backend/vxlan.js';
 import { parseCniConfig } from '../../../src/control/cni/cni-config.js';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -109,9 +110,14 @@ describe('deploy/kubernetes/weft.yml', () => {
     assert.equal(env.POD_NAMESPACE, 'metadata.namespace');
   });
 
-  test('host network, NET_ADMIN and NET_RAW, and /dev/net/tun for userspace backends', () => {
+  test('host network, every default capability dropped, NET_ADMIN, NET_RAW and BPF added, and /dev/net/tun for userspace backends', () => {
     assert.equal(pod.hostNetwork, true);
-    assert.deepEqual([...main.securityContext.capabilities.add].sort(), ['NET_ADMIN', 'NET_RAW']);
+    assert.deepEqual(main.securityContext.capabilities.drop, ['ALL']);
+    assert.deepEqual([...main.securityContext.capabilities.add].sort(), [
+      'BPF',
+      'NET_ADMIN',
+      'NET_RAW',
+    ]);
     const tun = pod.volumes.find((v: Obj) => v.hostPath?.path === '/dev/net/tun');
     assert.equal(tun.hostPath.type, 'CharDevice');
     assert.ok(
@@ -203,9 +209,10 @@ describe('deploy/kubernetes/weft.yml', () => {
     );
   });
 
-  test('net-conf.json parses with the daemon parser', () => {
+  test('net-conf.json parses with the daemon parser: vxlan, "Dataplane": "auto"', () => {
     const cfg = parseNetConfig(byKind('ConfigMap').data['net-conf.json']);
     assert.equal(cfg.backend.type, 'vxlan');
+    assert.equal(parseVxlanConfig(cfg.backend.raw).dataplane, 'auto');
   });
 
   test("cni-conf.json's weft plugin parses with the CNI plugin's parser", () => {

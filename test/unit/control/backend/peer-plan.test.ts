@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import { parseIP, type Family } from '../../../../src/common/ip.js';
 import { PeerRecords, planPeers } from '../../../../src/control/backend/peer-plan.js';
 import { underlayBinds } from '../../../../src/control/backend/userspace.js';
+import type { LinkInfo } from '../../../../src/control/iface.js';
 import type { Lease, LeaseEvent } from '../../../../src/control/lease/types.js';
 import {
   JsPeerTable,
@@ -248,6 +249,24 @@ describe('underlayBinds', () => {
     assert.deepEqual(underlayBinds(ext, [6], true), { bindIp: EXT.ifaceAddrV6 });
     assert.deepEqual(underlayBinds(ext, [4], true), { bindIp: EXT.ifaceAddr });
     assert.deepEqual(underlayBinds({ ...ext, ifaceAddrV6: null }, [4, 6], true), { bindIp: null });
+  });
+  test('a --public-ip that is an address of this host is the bind (and send) address', () => {
+    const links = (): LinkInfo[] => [
+      {
+        name: 'eth0',
+        index: 2,
+        mtu: 1500,
+        loopback: false,
+        ipv4: [EXT.ifaceAddr!, '192.0.2.77'],
+        ipv6: [EXT.ifaceAddrV6!],
+      },
+    ];
+    const second = { ...ext, publicIP: '192.0.2.77' };
+    assert.deepEqual(underlayBinds(second, [4], true, links), { bindIp: '192.0.2.77' });
+    assert.deepEqual(underlayBinds(second, [4, 6], false, links), { bindIp: '192.0.2.77' });
+    // a NAT address (no interface has it): the interface's own, the NAT rewrites the source
+    const nat = { ...ext, publicIP: '203.0.113.9' };
+    assert.deepEqual(underlayBinds(nat, [4], true, links), { bindIp: EXT.ifaceAddr });
   });
   test('one underlay for every family (udp): IPv4 when the node has it', () => {
     assert.deepEqual(underlayBinds(ext, [4, 6], false), { bindIp: EXT.ifaceAddr });

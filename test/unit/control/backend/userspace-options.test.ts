@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { backendOptions } from '../../../../src/control/backend/backend.js';
-import { workersOption } from '../../../../src/control/backend/userspace.js';
+import { offloadsOption, workersOption } from '../../../../src/control/backend/userspace.js';
+import { logger } from '../../../../src/common/log.js';
 import { backendContext } from './fixtures.js';
 
 const ctx = (dataplaneWorkers: number) =>
@@ -21,5 +22,37 @@ describe('backend options', () => {
     assert.equal(o.dataplaneWorkers, 2);
     assert.equal(o.dataplaneEngine, 'auto');
     assert.equal(o.subnetFile, null);
+  });
+});
+
+describe('userspace backend: the egress TAP on a host that would drop its frames', () => {
+  const strict = () => ({ rpFilterAll: '1', forwardDrop: [] });
+  const open = () => ({ rpFilterAll: '0', forwardDrop: [] });
+  const withLog = () => {
+    const lines: string[] = [];
+    const log = logger('test');
+    log.info = ((o: { reason?: string }, msg: string) => {
+      lines.push(`${msg}: ${o.reason}`);
+    }) as typeof log.info;
+    return { ctx: backendContext({ Type: 'udp' }, { log }), lines };
+  };
+  it('strict rp_filter: tap_gso left out, the reason said once', () => {
+    const { ctx: c, lines } = withLog();
+    const got = offloadsOption(c, 'native', strict);
+    assert.equal(got.includes('tap_gso'), false);
+    assert.equal(got.includes('udp_gso'), true);
+    assert.deepEqual(lines, [
+      "egress TAP not used: TCP super-packets are split and sent with UDP GSO: strict reverse-path filtering (net.ipv4.conf.all.rp_filter=1) drops the TAP's frames (it has no address)",
+    ]);
+  });
+  it('an open host keeps tap_gso and says nothing', () => {
+    const { ctx: c, lines } = withLog();
+    assert.equal(offloadsOption(c, 'native', open).includes('tap_gso'), true);
+    assert.deepEqual(lines, []);
+  });
+  it('the js engine has no TAP: nothing read, nothing said', () => {
+    const { ctx: c, lines } = withLog();
+    offloadsOption(c, 'js', () => assert.fail('read the host for the js engine'));
+    assert.deepEqual(lines, []);
   });
 });
