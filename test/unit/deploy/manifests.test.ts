@@ -195,6 +195,31 @@ describe('deploy/kubernetes/weft.yml', () => {
     assert.ok(mi(limits.memory) >= 2 * mi(requests.memory), 'the limit leaves room');
   });
 
+  test('memory request and limit cover 5,000 real-sized Nodes as bench:scale measured', () => {
+    // bench:scale --stores kube --node-size real: Nodes as a kubelet fills them in (~17 KB)
+    const sc = JSON.parse(read('bench/results/scale-real-nodes.json')) as {
+      nodeSize: string;
+      peers: number;
+      rows: Array<Record<string, number | string | null | undefined>>;
+    };
+    assert.equal(sc.nodeSize, 'real');
+    assert.ok(sc.peers >= 5000);
+    const rows = sc.rows.filter((r) => r.store === 'kube' && !r.error);
+    assert.ok(rows.length > 0, 'kube rows');
+    const most = (keys: string[]) =>
+      Math.max(...rows.flatMap((r) => keys.map((k) => Number(r[k] ?? 0))));
+    const peak = most(['peakRssMiB', 'startPeakRssMiB', 'relistPeakRssMiB']);
+    const settled = most(['settledRssMiB']);
+    const mi = (q: string) => Number(/^(\d+)Mi$/.exec(q)?.[1] ?? assert.fail(`${q}: not in Mi`));
+    const { requests, limits } = main.resources;
+    assert.ok(
+      mi(requests.memory) >= settled,
+      `request ${requests.memory} < ${settled} MiB settled`,
+    );
+    assert.ok(mi(requests.memory) >= peak, `request ${requests.memory} < ${peak} MiB peak`);
+    assert.ok(mi(limits.memory) >= 2 * peak, `limit ${limits.memory} < twice ${peak} MiB`);
+  });
+
   test('/metrics is served on a declared container port (the health server port)', () => {
     const port = parseFlags(DAEMON_FLAGS, args.slice(1), {}).values.healthzPort;
     const ports: Obj[] = main.ports ?? [];
