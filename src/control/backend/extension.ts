@@ -21,7 +21,9 @@
  * What weft adds: a startup command that fails (or does not end within COMMAND_TIMEOUT_MS)
  * stops the daemon with its exit code and output; an add/remove command that fails is logged
  * with its output and the next event goes on (as flannel); one that hangs is killed at the
- * timeout, and the daemon's stop kills the command it waits for. Values absent in a lease (no
+ * timeout, and the daemon's stop kills the command it waits for. A peer lease whose BackendData
+ * is not a JSON string is skipped, logged once and counted (weft_backend_peer_leases_skipped_total).
+ * Values absent in a lease (no
  * IPv6, or no IPv4) are empty strings where flannel prints Go's zero values.
  */
 import { spawn } from 'node:child_process';
@@ -31,7 +33,7 @@ import { jsonField } from '../../common/json-field.js';
 import { LogOnce } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
-import { clusterNetwork } from './kernel-common.js';
+import { clusterNetwork, kernelMetrics } from './kernel-common.js';
 
 export const EXTENSION = 'extension';
 
@@ -207,6 +209,8 @@ export function createExtensionBackend(ctx: BackendContext): Backend {
   const cfg = parseExtensionConfig(ctx.netConfig.backend.raw);
   const log = ctx.log;
   const skipped = new LogOnce();
+  // a peer lease whose BackendData is unusable is counted as the other backends count theirs
+  const skippedPeers = kernelMetrics(ctx.metrics).skipped;
 
   /** A startup command: its output, or a WEFT_ERR_BACKEND naming it when it fails. */
   const startup = async (
@@ -251,6 +255,7 @@ export function createExtensionBackend(ctx: BackendContext): Backend {
     if (!argv) return;
     const data = lease.attrs.backendData ?? '';
     if (typeof data !== 'string') {
+      skippedPeers.inc();
       if (skipped.first(`${lease.key}/data`))
         log.error(
           { lease: lease.key, backendData: data },

@@ -192,13 +192,12 @@ describe('extension backend', () => {
   test('peer add and remove run in order with the peer’s SUBNET, PUBLIC_IP and BackendData on stdin; others are skipped; a failure does not stop the next', async () => {
     const add = recorder('add', 1);
     const del = recorder('del');
-    const b = createExtensionBackend(
-      backendContext({
-        Type: 'extension',
-        SubnetAddCommand: add.path,
-        SubnetRemoveCommand: del.path,
-      }),
-    );
+    const ctx = backendContext({
+      Type: 'extension',
+      SubnetAddCommand: add.path,
+      SubnetRemoveCommand: del.path,
+    });
+    const b = createExtensionBackend(ctx);
     const a = lease('10.5.7.0/24', '192.168.1.7', { backendData: 'data of a' });
     const bb = lease('10.5.8.0/24', '192.168.1.8');
     await b.run(
@@ -228,5 +227,7 @@ describe('extension backend', () => {
       readFileSync(del.log, 'utf8'),
       line('10.5.7.0/24', '192.168.1.7') + 'stdin=data of a\n',
     );
+    // the lease whose BackendData is not a string: counted once, as the other backends count
+    assert.match(await ctx.metrics.metrics(), /^weft_backend_peer_leases_skipped_total 1$/m);
   });
 });
