@@ -10,8 +10,9 @@
  *
  * - strict rp_filter on both: ping and TCP both ways, TcpExtIPReversePathFilter unchanged, and a
  *   `-i <tun>` rule counts the decapsulated packets (they enter as received on the TUN);
- * - a counting tcx program after weft's on the underlay ingress and the TUN egress sees the
- *   packets weft leaves alone; one before weft's sees the tunnel traffic and weft still carries it;
+ * - a counting tcx program after weft's on the underlay ingress, the TUN egress and the pods'
+ *   bridge (cni0 egress, with a pod namespace behind it) sees the packets weft leaves alone; one
+ *   before weft's sees the tunnel traffic and weft still carries it;
  * - an INPUT rule dropping a peer's tunnel packets: the engine refuses and the native engine
  *   runs, which the rule stops.
  */
@@ -34,7 +35,8 @@ import {
 import { NetnsScope, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
 import { iperf } from '../../src/testbed/probes.js';
 import { TCP_FIXED, delivered } from '../helpers/carried.js';
-import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
+import { PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
+import { tcxIn } from '../helpers/bpf.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
 
@@ -176,9 +178,12 @@ describe('bpf engine on hardened hosts', { skip }, () => {
         }
       } finally {
         await stopPair(nodes);
-        for (const s of [A, B]) {
+        for (const [s, dev] of [
+          [A, 'va'],
+          [B, 'vb'],
+        ] as const) {
           nsExec(s.ns, 'iptables', ['-w', '-F', 'INPUT']);
-          for (const c of ['all', 'default'])
+          for (const c of ['all', 'default', dev])
             nsExec(s.ns, 'sysctl', ['-qw', `net.ipv4.conf.${c}.rp_filter=0`]);
         }
       }
@@ -206,6 +211,36 @@ describe('bpf engine on hardened hosts', { skip }, () => {
     } finally {
       for (const c of counters) await c.stop();
       await stopPair(nodes);
+    }
+  });
+
+  test("a tcx program after weft_bridge on the pods' bridge (cni0 egress) sees what it leaves alone", async () => {
+    // ns A: cni0 10.7.1.1/24 ─ veth ─ pod namespace P (eth0 10.7.1.2/24)
+    const pod = scope.add();
+    nsExec(A.ns, 'ip', ['link', 'add', 'cni0', 'type', 'bridge']);
+    nsExec(A.ns, 'ip', ['addr', 'add', '10.7.1.1/24', 'dev', 'cni0']);
+    nsExec(A.ns, 'ip', ['link', 'set', 'cni0', 'up']);
+    scope.vethBetween(A.ns, 'vpod', pod, 'eth0');
+    nsExec(A.ns, 'ip', ['link', 'set', 'vpod', 'master', 'cni0', 'up']);
+    nsExec(pod, 'ip', ['addr', 'add', '10.7.1.2/24', 'dev', 'eth0']);
+    nsExec(pod, 'ip', ['link', 'set', 'eth0', 'up']);
+    const nodes = await pair('vxlan');
+    let counter: Counter | null = null;
+    try {
+      // weft_bridge attaches once the engine sees the bridge.
+      await waitFor(
+        () => tcxIn(A.ns, 'cni0', 'egress').length === 1,
+        10_000,
+        'weft_bridge on cni0',
+      );
+      counter = new Counter(scope, counterBin, A.ns, 'cni0', 'egress', 'last');
+      await counter.ready;
+      await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', '10.7.1.2']);
+      assert.ok((await counter.count()) >= 3, 'the program after weft_bridge ran');
+    } finally {
+      await counter?.stop();
+      await stopPair(nodes);
+      nsExec(A.ns, 'ip', ['link', 'del', 'cni0']);
     }
   });
 
