@@ -3,7 +3,7 @@
  *
  *   device   flannel.<VNI> (IPv6: flannel-v6.<VNI>), vxlan id VNI dstport Port nolearning
  *            local <send addr> dev <ext iface> (the public IP where it is a local address, as
- *            flannel HEAD; else the interface's: iface.ts sendAddress), MTU = iface MTU − 50 (IPv6 underlay − 70),
+ *            flannel HEAD; else the interface's: send-address.ts), MTU = iface MTU − 50 (IPv6 underlay − 70),
  *            address = own subnet's network address /32 (/128), MAC random locally-administered
  *            and kept across restarts (read back from the device, else from the MAC file)
  *   per peer (BackendType vxlan), in this order:
@@ -41,7 +41,7 @@ import {
 } from './kernel-common.js';
 import type { Ownership } from './reconcile.js';
 import { chooseVtepMAC, peerVtepMAC, usableVtepMAC } from './vtep-mac.js';
-import { sendAddress } from '../iface.js';
+import { sendAddress } from './send-address.js';
 
 export const VXLAN = 'vxlan';
 /** The name the userspace VXLAN dataplane registers under (registerBackend). */
