@@ -428,24 +428,3 @@ export async function selectExternalInterface(
     details: { tried: reasons },
   });
 }
-
-/**
- * The underlay address the node sends from, for `family`: --public-ip (--public-ipv6) when it is
- * an address of this host — a second address on the interface, say: every weft receiver checks
- * a datagram's source against the lease's PublicIP, so sending from the interface's first
- * address would get the node's traffic dropped as unknown_source — else the interface's own
- * address (a NAT address: the NAT in front of the node rewrites the source to it). flannel HEAD
- * sets its vxlan device's `local` to the public IP unconditionally; weft does so where the
- * address is local, and keeps the interface address behind a NAT, where a foreign source address
- * could not leave the host.
- */
-export function sendAddress(
-  ext: ExternalInterface,
-  family: Family,
-  links: () => readonly LinkInfo[] = listLinks,
-): string | null {
-  const own = family === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
-  const pub = family === 4 ? ext.publicIP : ext.publicIPv6;
-  if (!pub || familyOf(pub) !== family || (own !== null && sameAddr(own, pub))) return own;
-  return linkOwning(links(), pub) ? pub : own;
-}

@@ -51,7 +51,7 @@ import {
   subnetAddress,
 } from './kernel-common.js';
 import { FLUSH_WINDOW_MS, Reconciler } from './reconcile.js';
-import { type LinkInfo, sendAddress } from '../iface.js';
+import { sendAddress } from './send-address.js';
 import { type HostForwardPath, egressTapBlocked, readHostForwardPath } from './host-forward.js';
 
 /**
@@ -162,17 +162,17 @@ export function workersOption(ctx: BackendContext, cpus = availableParallelism()
 /**
  * The underlay addresses the engine binds and sends from: one (IPv4, else IPv6), or with
  * `perFamily` one per enabled pod family (IPv4 first; bindIp6 when both). Each is the public IP
- * when that is an address of this host (iface.ts sendAddress), else the interface's address.
+ * when that is an address of this host (send-address.ts), else the interface's address.
  */
 export function underlayBinds(
   ext: BackendContext['extIface'],
   families: readonly Family[],
   perFamily: boolean,
-  links?: () => readonly LinkInfo[],
+  local?: () => readonly string[],
 ): { bindIp: string | null; bindIp6?: string } {
   // Each family's send address: --public-ip where it is a local address, else the interface's.
-  const v4Addr = sendAddress(ext, 4, links);
-  const v6Addr = sendAddress(ext, 6, links);
+  const v4Addr = sendAddress(ext, 4, local);
+  const v6Addr = sendAddress(ext, 6, local);
   if (!perFamily) return { bindIp: v4Addr ?? v6Addr };
   const v4 = families.includes(4) ? v4Addr : null;
   const v6 = families.includes(6) ? v6Addr : null;

@@ -3,8 +3,8 @@
  *
  *   device   flannel.<VNI> (IPv6: flannel-v6.<VNI>), vxlan id VNI dstport Port [no]learning
  *            [gbp] local <send addr> dev <ext iface> (the public IP where it is a local address,
- *            as flannel HEAD; else the interface's: iface.ts sendAddress); MTU = Backend `MTU`
- *            − 50 for both families, as flannel (FLANNEL_MTU too); without `MTU`, iface MTU − 50
+ *            as flannel HEAD; else the interface's: send-address.ts); MTU = Backend `MTU` − 50
+ *            for both families, as flannel (FLANNEL_MTU too); without `MTU`, iface MTU − 50
  *            (IPv6 − 70),
  *            address = own subnet's network address /32 (/128), MAC random locally-administered
  *            and kept across restarts (read back from the device, else from the MAC file)
@@ -45,7 +45,7 @@ import {
 } from './kernel-common.js';
 import type { Ownership } from './reconcile.js';
 import { chooseVtepMAC, peerVtepMAC, usableVtepMAC } from './vtep-mac.js';
-import { sendAddress } from '../iface.js';
+import { sendAddress } from './send-address.js';
 
 export const VXLAN = 'vxlan';
 /** The name the userspace VXLAN dataplane registers under (registerBackend). */
