@@ -104,7 +104,19 @@ describe('bench testbed: a programs object built from another weft.bpf.c', { ski
     });
     await c.startDaemons();
     const pods = await c.addPods(1);
-    assert.equal(await waitForMesh(pods, 15_000), 0, 'pod pairs unreachable');
+    const silent = await waitForMesh(pods, 15_000);
+    const warnings = c.nodes.flatMap((n, i) =>
+      n.logs
+        .filter((l) =>
+          typeof l.level === 'number' ? l.level >= 40 : !/^(info|debug|trace)$/.test(l.level),
+        )
+        .map((l) => ({ node: i, ...l })),
+    );
+    assert.equal(
+      silent,
+      0,
+      `pod pairs unreachable; the nodes' warnings: ${JSON.stringify(warnings)}`,
+    );
     for (const n of c.nodes) {
       const m = await metrics(n.ns);
       assert.equal(value(m, 'weft_dataplane_engine', '{engine="bpf"}'), 0);
