@@ -20,7 +20,7 @@ import https from 'node:https';
 import { dirname, join, resolve } from 'node:path';
 import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
-import { KubeCredentials } from './kube-credentials.js';
+import { type KubeConnection, KubeCredentials } from './kube-credentials.js';
 import { LineSplitter, ListScanner, MAX_OBJECT_BYTES, parseJson, tooLarge } from './kube-stream.js';
 
 /** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
@@ -79,28 +79,7 @@ export interface KubeConnectionOptions {
 /** Where the in-cluster service account's files are (a pod's mount). */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
-/**
- * How to reach the API server: its URL, the TLS material, and the auth header of each request
- * (token and certificate files are read again when they change: kube-credentials.ts).
- */
-export interface KubeConnection {
-  readonly server: URL;
-  readonly tls: {
-    readonly ca?: Buffer;
-    readonly cert?: Buffer;
-    readonly key?: Buffer;
-    readonly servername?: string;
-    readonly rejectUnauthorized: boolean;
-  };
-  /** The file `tls.ca` was read from (named in TLS errors). */
-  readonly caFile?: string;
-  /** The files `tls.cert` / `tls.key` were read from: re-read when they change. */
-  readonly certFile?: string;
-  readonly keyFile?: string;
-  readonly token?: string;
-  readonly tokenFile?: string;
-  readonly basic?: { readonly username: string; readonly password: string };
-}
+export type { KubeConnection } from './kube-credentials.js';
 
 type Named<T> = { name?: unknown } & T;
 interface KubeconfigFile {

@@ -25,8 +25,12 @@ import { logger } from '../../common/log.js';
 
 const log = logger('kube');
 
-/** What the credentials are made of: a KubeConnection (kube-api.ts). */
-export interface RotatingMaterial {
+/**
+ * How to reach the API server: its URL, the TLS material, and the auth header of each request
+ * (token and certificate files are read again when they change). Built by kube-api.ts's
+ * loadKubeConfig, which re-exports it.
+ */
+export interface KubeConnection {
   readonly server: URL;
   readonly tls: {
     readonly ca?: Buffer;
@@ -35,9 +39,9 @@ export interface RotatingMaterial {
     readonly servername?: string;
     readonly rejectUnauthorized: boolean;
   };
-  /** Where `tls.ca` came from (for messages); absent: inline data or the system roots. */
+  /** The file `tls.ca` was read from (named in TLS errors); absent: inline data or the system roots. */
   readonly caFile?: string;
-  /** Files of `tls.cert` / `tls.key` when given as paths: re-read when they change. */
+  /** The files `tls.cert` / `tls.key` were read from: re-read when they change. */
   readonly certFile?: string;
   readonly keyFile?: string;
   readonly token?: string;
@@ -52,12 +56,12 @@ async function signature(path: string): Promise<string> {
 }
 
 export class KubeCredentials {
-  readonly #m: RotatingMaterial;
+  readonly #m: KubeConnection;
   #token: { sig: string; value: string } | null = null;
   #pair: { sig: string; cert: Buffer; key: Buffer } | null = null;
   #agent: https.Agent | null = null;
 
-  constructor(m: RotatingMaterial) {
+  constructor(m: KubeConnection) {
     this.#m = m;
     if (m.tls.cert && m.tls.key) this.#pair = { sig: '', cert: m.tls.cert, key: m.tls.key };
   }
