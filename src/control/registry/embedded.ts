@@ -630,10 +630,25 @@ export class EmbeddedRegistry implements Registry {
     const listed = this.#listed;
     this.#listed = null;
     if (!listed) return null;
+    // The revision file is written last, so a change in flight (its lease or tombstone file
+    // written before the inotify watches opened, its revision not yet) leaves the revision as
+    // listed: the names of the files must be the listed ones too. (An update of a lease in
+    // flight keeps its name: its old expiration is corrected by the expiry purge, which reads
+    // the files under the lock, or by the next re-scan.)
     const same =
       this.#readNumber('revision') === listed.revision &&
-      this.#readNumber('compacted') === listed.compacted;
+      this.#readNumber('compacted') === listed.compacted &&
+      this.#sameNames(listed);
     return same ? listed : null;
+  }
+
+  /** Whether the lease and tombstone files present are the ones `snap` was read from. */
+  #sameNames(snap: Snapshot): boolean {
+    const leases = readdirSync(this.#path('subnets')).filter((k) => KEY_RE.test(k));
+    if (leases.length !== snap.live.size + snap.shadowed.length) return false;
+    if (leases.some((k) => !snap.live.has(k) && !snap.shadowed.includes(k))) return false;
+    const tombs = readdirSync(this.#path('deleted')).filter((k) => KEY_RE.test(k));
+    return tombs.length === snap.tombs.size && tombs.every((k) => snap.tombs.has(k));
   }
 
   async #refresh(snap: Snapshot, keys: readonly string[]): Promise<RegistryEvent[]> {

@@ -306,6 +306,39 @@ describe('EmbeddedRegistry', () => {
     }
   });
 
+  it('a change in flight across the watch opening (lease file before, revision after) is delivered', async () => {
+    // Another process's change: its lease file lands before this watch's inotify watches open,
+    // its revision file (written last) after the watch compared it with the list's.
+    const dir = tempStore();
+    const writer = new EmbeddedRegistry(dir);
+    const reader = new EmbeddedRegistry(dir, { pollMs: 3_600_000, rescanMs: 3_600_000 });
+    const ac = new AbortController();
+    try {
+      await writer.createSubnet('10.5.1.0-24', V4_VALUE, 60_000);
+      const { revision } = await reader.listSubnets();
+      const header = JSON.stringify({ revision: revision + 1, expiration: Date.now() + 60_000 });
+      writeFileSync(join(dir, 'subnets', '10.5.2.0-24'), `${header}\n${V4_VALUE}`);
+      const it = reader.watchSubnets(revision + 1, ac.signal)[Symbol.asyncIterator]();
+      const batch = nextBatch(it, 30_000); // the watch opens: the revision is still the listed one
+      await sleep(50);
+      writeFileSync(join(dir, 'revision.tmp'), `${revision + 1}\n`);
+      renameSync(join(dir, 'revision.tmp'), join(dir, 'revision'));
+      const b = await batch;
+      assert.ok(b.kind === 'events');
+      if (b.kind === 'events')
+        assert.deepEqual(
+          b.events.map((e) => (e.type === 'put' ? e.lease.key : e.key)),
+          ['10.5.2.0-24'],
+        );
+      ac.abort();
+      await it.return?.();
+    } finally {
+      ac.abort();
+      await writer.close();
+      await reader.close();
+    }
+  });
+
   it('a change between the list and the watch is read, not lost: the list is not reused', async () => {
     const dir = tempStore();
     const writer = new EmbeddedRegistry(dir);
