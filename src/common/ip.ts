@@ -88,6 +88,13 @@ export function formatIP(family: Family, addr: bigint): string {
   return `${left}::${right}`;
 }
 
+/** Whether two address texts name the same address (`::1` and `0:0::1` alike); false if either is not one. */
+export function sameIP(a: string, b: string): boolean {
+  const x = parseIP(a);
+  const y = parseIP(b);
+  return x !== null && y !== null && x.family === y.family && x.addr === y.addr;
+}
+
 export function ipToString(ip: IP): string {
   return formatIP(ip.family, ip.addr);
 }

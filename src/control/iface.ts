@@ -20,7 +20,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { endianness, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { usageError, WeftError, errorMessage } from '../common/errors.js';
-import { familyOf, parseIP, type Family } from '../common/ip.js';
+import { familyOf, parseIP, sameIP, type Family } from '../common/ip.js';
 import { logger } from '../common/log.js';
 import type { ExternalInterface } from './backend/backend.js';
 
@@ -235,12 +235,6 @@ interface Candidate {
 /** A rejected candidate: what was tried and why it does not do. */
 class Rejected extends Error {}
 
-function sameAddr(a: string, b: string): boolean {
-  const x = parseIP(a);
-  const y = parseIP(b);
-  return x !== null && y !== null && x.family === y.family && x.addr === y.addr;
-}
-
 function addrsOf(link: LinkInfo, family: Family): readonly string[] {
   return family === 4 ? link.ipv4 : link.ipv6;
 }
@@ -274,7 +268,7 @@ function pickAddress(link: LinkInfo, family: Family, anyScope: boolean): string 
 }
 
 function linkOwning(links: readonly LinkInfo[], addr: string): LinkInfo | undefined {
-  return links.find((l) => [...l.ipv4, ...l.ipv6].some((a) => sameAddr(a, addr)));
+  return links.find((l) => [...l.ipv4, ...l.ipv6].some((a) => sameIP(a, addr)));
 }
 
 function byNameOrAddress(links: readonly LinkInfo[], entry: string): Candidate {

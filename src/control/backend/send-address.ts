@@ -8,18 +8,12 @@
  * local, and keeps the interface address behind a NAT, where a foreign source could not leave.
  */
 import { networkInterfaces } from 'node:os';
-import { type Family, familyOf, parseIP } from '../../common/ip.js';
+import { type Family, familyOf, sameIP } from '../../common/ip.js';
 import type { ExternalInterface } from './backend.js';
 
 /** Every address of this network namespace's interfaces, as text. */
 export function localAddresses(): string[] {
   return Object.values(networkInterfaces()).flatMap((l) => (l ?? []).map((a) => a.address));
-}
-
-function sameAddr(a: string, b: string): boolean {
-  const x = parseIP(a);
-  const y = parseIP(b);
-  return x !== null && y !== null && x.family === y.family && x.addr === y.addr;
 }
 
 /** See the file comment; `local` lists the host's addresses (read only when needed). */
@@ -30,6 +24,6 @@ export function sendAddress(
 ): string | null {
   const own = family === 4 ? ext.ifaceAddr : ext.ifaceAddrV6;
   const pub = family === 4 ? ext.publicIP : ext.publicIPv6;
-  if (!pub || familyOf(pub) !== family || (own !== null && sameAddr(own, pub))) return own;
-  return local().some((a) => sameAddr(a, pub)) ? pub : own;
+  if (!pub || familyOf(pub) !== family || (own !== null && sameIP(own, pub))) return own;
+  return local().some((a) => sameIP(a, pub)) ? pub : own;
 }
