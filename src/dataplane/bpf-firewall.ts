@@ -15,7 +15,7 @@
  * reject, queue, jump, goto). Rules on addresses alone (no port) are not looked at: they would
  * drop the inner traffic as well, which the TUN's own hooks still see.
  */
-import { execFileSync } from 'node:child_process';
+import { outputOf } from '../common/command.js';
 
 const HOOKS = new Set(['input', 'output', 'prerouting', 'postrouting']);
 const LEGACY_CHAINS = new Set(['INPUT', 'OUTPUT', 'PREROUTING', 'POSTROUTING']);
@@ -97,27 +97,15 @@ export function iptablesRulesOnPort(save: string, port: number): string[] {
   return found;
 }
 
-function run(cmd: string, args: string[]): string | null {
-  try {
-    return execFileSync(cmd, args, {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'ignore'],
-      timeout: 10_000,
-    });
-  } catch {
-    return null; // not installed, or no such backend here
-  }
-}
-
 /**
  * The host's netfilter rules (this network namespace) on UDP port `port` that the bpf engine's
  * programs would bypass; [] when there are none or no firewall tool is installed.
  */
 export function bypassedFirewallRules(port: number): string[] {
   const found: string[] = [];
-  const nft = run('nft', ['list', 'ruleset']);
+  const nft = outputOf('nft', ['list', 'ruleset']);
   if (nft !== null) found.push(...nftRulesOnPort(nft, port));
-  const legacy = run('iptables-legacy-save', []);
+  const legacy = outputOf('iptables-legacy-save', []);
   if (legacy !== null) found.push(...iptablesRulesOnPort(legacy, port));
   return found;
 }

@@ -6,8 +6,8 @@
  * sockets) still works, so the userspace backends start the engine without the TAP instead
  * (userspace.ts offloadsOption), saying why once.
  */
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { outputOf } from '../../common/command.js';
 
 /** What decides whether the host forwards the egress TAP's frames (readHostForwardPath). */
 export interface HostForwardPath {
@@ -64,18 +64,6 @@ export function legacyForwardDrops(text: string): string[] {
   return [];
 }
 
-function tryRun(cmd: string, args: readonly string[]): string {
-  try {
-    return execFileSync(cmd, args, {
-      encoding: 'utf8',
-      timeout: 5000,
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-  } catch {
-    return ''; // not installed or not allowed: nothing known from it
-  }
-}
-
 /**
  * Reads the host's forward path as it stands: rp_filter, `nft list chains` (nftables, and
  * iptables-nft's tables) and `iptables-legacy-save` (which lists only tables that exist, never
@@ -91,8 +79,8 @@ export function readHostForwardPath(): HostForwardPath {
   return {
     rpFilterAll,
     forwardDrop: [
-      ...nftForwardDrops(tryRun('nft', ['list', 'chains'])),
-      ...legacyForwardDrops(tryRun('iptables-legacy-save', [])),
+      ...nftForwardDrops(outputOf('nft', ['list', 'chains'], 5000) ?? ''),
+      ...legacyForwardDrops(outputOf('iptables-legacy-save', [], 5000) ?? ''),
     ],
   };
 }

@@ -77,7 +77,7 @@ function sources(dir: string, out: string[] = []): string[] {
 /** Commands started by name: by spawn/execFile and by the `ip netns exec` helpers (ns first). */
 function commandsIn(text: string): string[] {
   const direct =
-    /\b(?:spawn|spawnSync|execFile|execFileSync|execFileP|run)\(\s*'([a-z0-9_.+-]+|\/usr\/bin\/time)'/g;
+    /\b(?:spawn|spawnSync|execFile|execFileSync|execFileP|run|outputOf)\(\s*'([a-z0-9_.+-]+|\/usr\/bin\/time)'/g;
   const inNs = /\b(?:nsExec|nsExecAsync|nsSpawn|nsRun|spawn)\(\s*[\w.!\]\[]+,\s*'([a-z0-9_.+-]+)'/g;
   return [...text.matchAll(direct), ...text.matchAll(inNs)].map((m) => m[1]!);
 }
