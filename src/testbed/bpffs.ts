@@ -11,7 +11,8 @@
  *                    new /run/netns entries; the host never sees its mounts)
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export class PrivateBpffs {
@@ -19,9 +20,23 @@ export class PrivateBpffs {
     /** The mount point (the same path in the holder's namespace). */
     readonly dir: string,
     private readonly holder: ChildProcess,
+    /** A temp directory made for it (inTempDir), removed by close(). */
+    private readonly tempRoot?: string,
   ) {}
 
   /** Mounts a bpffs at `dir` (created) in a new mount namespace. */
+  /** Mounts one at `<a new temp dir>/bpffs`; close() removes the temp dir too. */
+  static async inTempDir(): Promise<PrivateBpffs> {
+    const tmp = mkdtempSync(join(tmpdir(), 'weft-bpffs-'));
+    try {
+      const fs = await PrivateBpffs.create(join(tmp, 'bpffs'));
+      return new PrivateBpffs(fs.dir, fs.holder, tmp);
+    } catch (err) {
+      rmSync(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
   static async create(dir: string): Promise<PrivateBpffs> {
     mkdirSync(dir, { recursive: true });
     const holder = spawn(
@@ -69,10 +84,12 @@ export class PrivateBpffs {
   /** Ends the holder: the namespace, the bpffs and every pin in it go. */
   async close(): Promise<void> {
     const h = this.holder;
-    if (h.exitCode !== null || h.signalCode !== null) return;
-    const gone = new Promise((r) => h.once('exit', r));
-    h.stdin!.end();
-    h.kill('SIGKILL');
-    await gone;
+    if (h.exitCode === null && h.signalCode === null) {
+      const gone = new Promise((r) => h.once('exit', r));
+      h.stdin!.end();
+      h.kill('SIGKILL');
+      await gone;
+    }
+    if (this.tempRoot) rmSync(this.tempRoot, { recursive: true, force: true });
   }
 }

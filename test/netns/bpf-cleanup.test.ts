@@ -11,8 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
@@ -30,16 +29,13 @@ describe('weft cleanup after a killed bpf engine', { skip }, () => {
   const scope = new NetnsScope();
   let A: Side;
   let fs: PrivateBpffs;
-  let tmp: string;
   before(async () => {
     [A] = twoNodes(scope);
-    tmp = mkdtempSync(join(tmpdir(), 'weft-bpffs-'));
-    fs = await PrivateBpffs.create(join(tmp, 'bpffs'));
+    fs = await PrivateBpffs.inTempDir();
   });
   after(async () => {
     await scope.cleanup();
     await fs?.close();
-    rmSync(tmp, { recursive: true, force: true });
   });
   const pinRoot = () => join(fs.dir, 'weft');
   const dir = () =>

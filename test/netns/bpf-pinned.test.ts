@@ -22,16 +22,7 @@
  * here is timed: the blackout figures come from bench/restart-blackout.ts.
  */
 import assert from 'node:assert/strict';
-import {
-  existsSync,
-  mkdtempSync,
-  readFileSync,
-  readdirSync,
-  rmSync,
-  statSync,
-  unlinkSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
@@ -223,16 +214,13 @@ describe('the engine in process (test/helpers/dataplane-node.ts), with a bpffs',
   const scope = new NetnsScope();
   let A: Side;
   let fs: PrivateBpffs;
-  let tmp: string;
   before(async () => {
     [A] = twoNodes(scope);
-    tmp = mkdtempSync(join(tmpdir(), 'weft-bpffs-'));
-    fs = await PrivateBpffs.create(join(tmp, 'bpffs'));
+    fs = await PrivateBpffs.inTempDir();
   });
   after(async () => {
     await scope.cleanup();
     await fs?.close();
-    rmSync(tmp, { recursive: true, force: true });
   });
   const dir = () =>
     fs.view(join(fs.dir, 'weft', pinDirName('flannel.1', statSync(`/run/netns/${A.ns}`).ino)));

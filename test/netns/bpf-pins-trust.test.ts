@@ -19,12 +19,10 @@ import {
   existsSync,
   lstatSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   rmSync,
   symlinkSync,
 } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
@@ -41,14 +39,12 @@ const skip = isRoot() ? false : 'needs root (a private bpffs, bpf objects)';
 const TUN = 'flannel.1';
 
 describe('bpf pin directories a stranger could have made', { skip }, () => {
-  let tmp: string;
   let fs: PrivateBpffs;
   /** The pin root and the foreign pin, as this process reaches them. */
   let root: string;
   let foreign: string;
   before(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'weft-bpffs-trust-'));
-    fs = await PrivateBpffs.create(join(tmp, 'bpffs'));
+    fs = await PrivateBpffs.inTempDir();
     root = fs.view(join(fs.dir, 'weft'));
     foreign = fs.view(join(fs.dir, 'foreign'));
     execFileSync('bpftool', [
@@ -72,7 +68,6 @@ describe('bpf pin directories a stranger could have made', { skip }, () => {
   after(async () => {
     delete process.env[PIN_DIR_ENV];
     await fs.close();
-    rmSync(tmp, { recursive: true, force: true });
   });
 
   const foreignIntact = () => assert.equal(loadNative().bpfPinInfo(foreign)?.kind, 'map');
