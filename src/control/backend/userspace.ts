@@ -130,7 +130,7 @@ function checkEngine(type: string, engine: DataplaneEngine): void {
 
 /**
  * --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all; minus
- * the egress TAP (tap_gso) where the host would drop its frames (egress-tap.ts: strict
+ * the egress TAP (tap_gso) where the host would drop its frames (host-forward.ts: strict
  * reverse-path filtering, a FORWARD policy of drop without weft's forward rules), said once.
  */
 export function offloadsOption(
