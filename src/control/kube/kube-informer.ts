@@ -15,7 +15,7 @@
  * `changes` batches in between (one per received chunk).
  * Guarded state: `#nodes`, `#rv` and `#subs` are written only by the run loop and subscribe().
  */
-import { errorMessage, isWeftError } from '../../common/errors.js';
+import { WeftError, errorMessage, isWeftError } from '../../common/errors.js';
 import { backoffDelay, sleep, type BackoffOptions } from '../../common/lifecycle.js';
 import { LogOnce, type Logger } from '../../common/log.js';
 import type { KubeApi, KubeNode } from './kube-api.js';
@@ -111,6 +111,8 @@ export class NodeInformer {
   #rv: string | null = null;
   #synced = false;
   #lists = 0;
+  /** The first list asks for the latest state (rv=""): see latest(). */
+  #firstListLatest = false;
   #running: Promise<void> | null = null;
 
   constructor(api: KubeApi, options: NodeInformerOptions) {
@@ -142,6 +144,34 @@ export class NodeInformer {
         subs.delete(sub);
       }
     })();
+  }
+
+  /**
+   * Every node as of now: the latest state, not "any version", for a decision a lagging watch
+   * cache would get wrong (kube-manager's otherLeases: which VTEP MACs are taken, where a node
+   * just added must not be missed). Before the informer has started, its first list is made a
+   * latest-state one (rv="", a quorum read) and its result is the answer — so a daemon that
+   * needs this at start lists once, not twice (on 5,000 real-sized Nodes each list is ~84 MB to
+   * read). Once started, the cache may lag: a list of its own, at rv="".
+   */
+  async latest(signal?: AbortSignal): Promise<ReadonlyMap<string, KubeNode>> {
+    if (this.#running === null && !this.#stop.signal.aborted) {
+      this.#firstListLatest = true;
+      for await (const b of this.subscribe(signal ?? new AbortController().signal)) {
+        if (b.kind === 'sync') return b.nodes;
+      }
+      if (signal?.aborted) throw signal.reason;
+      throw new WeftError('WEFT_ERR_STORE_UNAVAILABLE', 'kubernetes: the node informer closed');
+    }
+    const nodes = new Map<string, KubeNode>();
+    await this.#api.listNodes(
+      (n) => {
+        const name = n.metadata?.name;
+        if (typeof name === 'string') nodes.set(name, slimNode(n));
+      },
+      { resourceVersion: '', limit: this.#o.listPageSize ?? LIST_PAGE_SIZE, signal },
+    );
+    return nodes;
   }
 
   #start(): void {
@@ -209,7 +239,8 @@ export class NodeInformer {
    *
    * Which version the list asks for (client-go's reflector does the same, for the same
    * reasons):
-   * - The first list: resourceVersion=0, "any version" — served from the API server's watch
+   * - The first list: resourceVersion=0, "any version" (unless latest() asked for the latest
+   *   state before the informer started: then rv="", see there) — served from the API server's watch
    *   cache instead of a quorum read through to etcd (5,000 daemons starting together would
    *   otherwise each read every Node from etcd). The watch cache may ignore `limit` for rv=0
    *   (API servers without cache pagination send the whole list in one response, with no
@@ -231,7 +262,7 @@ export class NodeInformer {
         if (typeof name === 'string') fresh.set(name, slimNode(n));
       },
       {
-        resourceVersion: this.#lists === 0 ? '0' : '',
+        resourceVersion: this.#lists === 0 && !this.#firstListLatest ? '0' : '',
         limit: this.#o.listPageSize ?? LIST_PAGE_SIZE,
         signal,
       },

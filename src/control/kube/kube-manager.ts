@@ -41,7 +41,7 @@ import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
 import { diffSnapshots } from '../lease/watcher.js';
 import { KUBE_OPERATIONS, type LeaseMetrics, timedStore } from '../metrics/metrics.js';
 import { KubeApi, loadKubeConfig, type KubeNode } from './kube-api.js';
-import { LIST_PAGE_SIZE, NodeInformer, slimNode } from './kube-informer.js';
+import { NodeInformer } from './kube-informer.js';
 
 export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
 /** How long acquireLease waits for the controller manager to assign a podCIDR. */
@@ -445,20 +445,16 @@ export class KubeManager implements SubnetManager {
     return null;
   }
 
-  /** Every other managed node as a lease (our node is excluded by name). */
+  /**
+   * Every other managed node as a lease (our node is excluded by name), from the latest state
+   * (the informer's latest(): rv="", not "any version": this decides which VTEP MACs are taken).
+   */
   async otherLeases(_attrs: unknown, signal?: AbortSignal): Promise<Lease[]> {
-    // The latest state (rv="", not "any version": this decides which VTEP MACs are taken, where
-    // a lagging watch cache could miss a node just added), paged; each node made a lease (or
-    // dropped) as it is parsed.
     const leases: Lease[] = [];
-    await this.#api.listNodes(
-      (n) => {
-        if (typeof n.metadata?.name !== 'string') return;
-        const l = this.#peerLease(slimNode(n));
-        if (l) leases.push(l);
-      },
-      { resourceVersion: '', limit: LIST_PAGE_SIZE, signal },
-    );
+    for (const n of (await this.#informer.latest(signal)).values()) {
+      const l = this.#peerLease(n);
+      if (l) leases.push(l);
+    }
     return leases;
   }
 

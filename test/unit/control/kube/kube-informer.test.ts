@@ -188,6 +188,60 @@ test(
 );
 
 test(
+  'latest() before the informer starts makes its first list a latest-state one and lists once',
+  { timeout: 20_000 },
+  async () => {
+    server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
+    const listedAt = String(server.resourceVersion);
+    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
+      log: logger('test'),
+      watchTimeoutSeconds: 30,
+    });
+    try {
+      const nodes = await informer.latest(ac.signal);
+      assert.deepEqual([...nodes.keys()], ['a']);
+      const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+      const first = await nextBatch(it);
+      assert.equal(first.kind, 'sync', 'a later subscriber gets the same list');
+      server.addNode({ name: 'b', podCIDR: '10.5.2.0/24', annotations: ANN });
+      assert.equal((await nextBatch(it)).kind, 'changes');
+      const [list, ...more] = lists();
+      assert.equal(more.length, 0, 'one list for both');
+      assert.equal(list!.query.get('resourceVersion'), null, 'rv="": the latest state');
+      const watch = server.requestsTo('GET', '/api/v1/nodes').find((r) => !isList(r))!;
+      assert.equal(watch.query.get('resourceVersion'), listedAt, 'from that list');
+    } finally {
+      await informer.close();
+    }
+  },
+);
+
+test(
+  'latest() once the informer runs lists the latest state again (its cache may lag)',
+  { timeout: 20_000 },
+  async () => {
+    server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
+    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
+      log: logger('test'),
+      watchTimeoutSeconds: 30,
+    });
+    try {
+      const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+      assert.equal((await nextBatch(it)).kind, 'sync');
+      server.addNode({ name: 'b', podCIDR: '10.5.2.0/24', annotations: ANN });
+      const nodes = await informer.latest(ac.signal);
+      assert.deepEqual([...nodes.keys()].sort(), ['a', 'b']);
+      const [cached, fresh, ...more] = lists();
+      assert.equal(more.length, 0);
+      assert.equal(cached!.query.get('resourceVersion'), '0');
+      assert.equal(fresh!.query.get('resourceVersion'), null);
+    } finally {
+      await informer.close();
+    }
+  },
+);
+
+test(
   'a paged list: every page is cut down before the next one is parsed, and nothing of it stays',
   { timeout: 30_000 },
   async () => {
