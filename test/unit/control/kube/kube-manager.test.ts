@@ -315,6 +315,29 @@ describe('watchLeases', () => {
     assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
   });
 
+  test('otherLeases at start (a VTEP MAC to choose) and the watch share one latest-state list', async () => {
+    server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });
+    server.addNode({
+      name: 'n2',
+      podCIDR: '10.5.2.0/24',
+      annotations: peerAnnotations('192.0.2.2', 'aa:bb:cc:dd:ee:02'),
+    });
+    const m = manager();
+    const others = await m.otherLeases(ATTRS, ac.signal);
+    assert.deepEqual(
+      others.map((l) => l.attrs.backendData),
+      [{ VNI: 1, VtepMAC: 'aa:bb:cc:dd:ee:02' }],
+    );
+    const own = await m.acquireLease(ATTRS);
+    const it = m.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
+    assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
+    const lists = server
+      .requestsTo('GET', '/api/v1/nodes')
+      .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
+    assert.equal(lists.length, 1, 'one list');
+    assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
+  });
+
   test('a new annotated node is added', async () => {
     const { it } = await start();
     await next(it);
