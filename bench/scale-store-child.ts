@@ -17,7 +17,7 @@
  */
 import { createInterface } from 'node:readline';
 import { EtcdClient } from '../src/control/registry/etcd-client.js';
-import { FakeKubeApiServer } from '../test/fakes/kube-apiserver.js';
+import { FakeKubeApiServer } from '../src/testbed/kube-apiserver.js';
 
 const [mode, a1 = '', a2 = ''] = process.argv.slice(2);
 const PREFIX = '/coreos.com/network';

@@ -124,7 +124,7 @@ const { values: opt } = parseArgs({
     'idle-settle-seconds': { type: 'string', default: '20' },
     flanneld: { type: 'string' },
     /**
-     * kube store: `real` fills every Node in as a kubelet does (test/fakes/kube-apiserver.ts
+     * kube store: `real` fills every Node in as a kubelet does (src/testbed/kube-apiserver.ts
      * realSizedNode: 15 labels, flannel annotations, 50 images, 5 conditions, managedFields;
      * 16.7 KB of JSON each), `small` (the default) only flannel's annotations (~0.6 KB).
      */

@@ -1,6 +1,6 @@
 /**
  * The fault suite's pure parts: what one row on one backend yields, its verdict, the table the
- * terminal and the README show, and the JSON beside it. Nothing here touches a namespace.
+ * terminal and bench/faults/README.md show, and the JSON beside it. Nothing here touches a namespace.
  */
 import { markdownTable } from '../report.js';
 

@@ -17,7 +17,7 @@ import {
   kernelUdpRecvErrors,
   receiveDrops,
   snmpCounter,
-} from '../../test/helpers/drops.js';
+} from '../../src/testbed/drops.js';
 import { type Bed, ETCD_PREFIX, type FaultBackend, sleep, timeUntil } from './bed.js';
 import { type Outcome, metricSum, secs } from './report.js';
 

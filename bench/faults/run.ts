@@ -5,7 +5,7 @@
  * — one testbed per backend (bed.ts draws it), the rows in
  * rows.ts. Prints a table (row, backend, figure, goal, verdict) and writes JSON to
  * bench/results/faults/<time>.json; a full run (every row and backend, not --short) also
- * replaces bench/results/faults/latest.{json,md}, which the README's table comes from.
+ * replaces bench/results/faults/latest.{json,md}, which bench/faults/README.md's table comes from.
  *
  * Everything it makes (namespaces, processes, the testbed dirs) is removed on success, failure
  * and Ctrl-C. A row that fails says so in the table; the exit status is 1 when any row did.

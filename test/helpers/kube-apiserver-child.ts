@@ -1,5 +1,5 @@
 /**
- * The fake Kubernetes API server (test/fakes/kube-apiserver.ts) as its own process, so a test
+ * The fake Kubernetes API server (src/testbed/kube-apiserver.ts) as its own process, so a test
  * can run it inside a network namespace (`ip netns exec <underlay> node --import tsx <this>
  * <host> <port>`) and let daemons in other namespaces reach it over the underlay.
  *
@@ -10,7 +10,7 @@
  * Lists page (`limit`/`continue`) and rv=0 is served whole, as the fake serves them.
  */
 import { createInterface } from 'node:readline';
-import { FakeKubeApiServer } from '../fakes/kube-apiserver.js';
+import { FakeKubeApiServer } from '../../src/testbed/kube-apiserver.js';
 
 const [host = '127.0.0.1', port = '0'] = process.argv.slice(2);
 const server = await FakeKubeApiServer.start({ host, port: Number(port) });

@@ -26,7 +26,7 @@ import { JsPeerTable, encodePeerTable } from '../../src/dataplane/peer-table.js'
 import { Cluster, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 import { assertPodToPod } from '../helpers/carried.js';
-import { droppedByReason, receiveDrops } from '../helpers/drops.js';
+import { droppedByReason, receiveDrops } from '../../src/testbed/drops.js';
 import { scrape } from '../helpers/scrape.js';
 import { ipipMissing } from '../helpers/ipip.js';
 import { captureText, tcpdumpListening } from '../helpers/capture.js';

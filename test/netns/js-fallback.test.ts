@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Cluster, PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { assertPodToPod } from '../helpers/carried.js';
-import { assertEveryDatagramCounted } from '../helpers/drops.js';
+import { assertEveryDatagramCounted } from '../../src/testbed/drops.js';
 import { scrape } from '../helpers/scrape.js';
 import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 // @ts-expect-error: a plain .mjs build script without types

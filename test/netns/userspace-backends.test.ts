@@ -31,7 +31,7 @@ import {
   waitFor,
 } from '../../src/testbed/cluster.js';
 import { TCP_FIXED, UDP_PACED, assertBothWays, assertPodToPod } from '../helpers/carried.js';
-import { assertEveryDatagramCounted } from '../helpers/drops.js';
+import { assertEveryDatagramCounted } from '../../src/testbed/drops.js';
 import { KERNEL_NODE, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
 import { ip, isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 import { scrape } from '../helpers/scrape.js';

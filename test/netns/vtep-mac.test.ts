@@ -29,7 +29,7 @@ function label(b: Record<string, unknown>): string {
   return b.Dataplane === 'userspace' ? 'userspace vxlan' : 'kernel vxlan';
 }
 
-/** The VtepMAC file the daemon keeps beside `subnetFile` (one per node, README). */
+/** The VtepMAC file the daemon keeps beside `subnetFile` (one per node, docs/configuration.md). */
 function macFileOf(subnetFile: string): string {
   return `${subnetFile}.flannel.1.vtep-mac`;
 }

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
 import { KubeApi, loadKubeConfig, type KubeNode } from '../../../../src/control/kube/kube-api.js';
-import { FakeKubeApiServer } from '../../../fakes/kube-apiserver.js';
+import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
 
 let server: FakeKubeApiServer;
 let ac: AbortController;

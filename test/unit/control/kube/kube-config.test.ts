@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
 import { KubeApi, loadKubeConfig } from '../../../../src/control/kube/kube-api.js';
-import { FakeKubeApiServer } from '../../../fakes/kube-apiserver.js';
+import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'weft-kubeconfig-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -23,7 +23,7 @@ import {
   type NodeBatch,
   type NodeChange,
 } from '../../../../src/control/kube/kube-informer.js';
-import { FakeKubeApiServer } from '../../../fakes/kube-apiserver.js';
+import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
 
 const ANN = { 'flannel.alpha.coreos.com/public-ip': '192.168.1.2' };
 

@@ -14,7 +14,7 @@ import {
   kubeAnnotations,
   openKubeManager,
 } from '../../../../src/control/kube/kube-manager.js';
-import { FakeKubeApiServer } from '../../../fakes/kube-apiserver.js';
+import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
 
 const P = 'flannel.alpha.coreos.com/';
 const NET = JSON.stringify({ Network: '10.5.0.0/16', Backend: { Type: 'vxlan' } });

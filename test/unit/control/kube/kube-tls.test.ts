@@ -17,7 +17,7 @@ import { isWeftError } from '../../../../src/common/errors.js';
 import { KubeApi, loadKubeConfig } from '../../../../src/control/kube/kube-api.js';
 import { openKubeManager } from '../../../../src/control/kube/kube-manager.js';
 import { createLeaseMetrics } from '../../../../src/control/metrics/metrics.js';
-import { FakeKubeApiServer } from '../../../fakes/kube-apiserver.js';
+import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
 import { opensslSkipReason } from '../../../helpers/etcd.js';
 import { type Pem, issue, makeCa } from '../../../helpers/tls-certs.js';
 

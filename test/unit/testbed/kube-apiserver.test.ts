@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { FakeKubeApiServer, realSizedNode } from '../../fakes/kube-apiserver.js';
+import { FakeKubeApiServer, realSizedNode } from '../../../src/testbed/kube-apiserver.js';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 

@@ -6,9 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
-import { nsExecAsync } from '../../src/testbed/netns.js';
+import { nsExecAsync } from './netns.js';
 
-const FLOOD = fileURLToPath(new URL('./udp-flood.ts', import.meta.url));
+const FLOOD = fileURLToPath(new URL('../../test/helpers/udp-flood.ts', import.meta.url));
 
 /** Reasons only the TUN → UDP direction gives (a packet the node sends, not one it receives). */
 const SEND_SIDE = new Set(['no_route', 'send_error']);
