@@ -12,7 +12,7 @@ import {
   ListScanner,
   type Projection,
 } from '../../../../src/control/kube/kube-stream.js';
-import { realSizedNode } from '../../../fakes/kube-apiserver.js';
+import { realSizedNode } from '../../../../src/testbed/kube-apiserver.js';
 
 const ITEMS = [
   { metadata: { name: 'a', annotations: { q: 'say "hi" \\ {not a [bracket' } } },
