@@ -62,6 +62,7 @@ class HttpAgent {
   readonly #p: ChildProcess;
   readonly #pending = new Map<number, (r: { status: number; body: string }) => void>();
   #id = 0;
+  #dead = false;
 
   constructor(cluster: Cluster, ns: string) {
     this.#p = cluster.scope.spawn(ns, process.execPath, ['-e', HTTP_AGENT, String(HEALTH_PORT)], {
@@ -72,10 +73,20 @@ class HttpAgent {
       this.#pending.get(r.id)?.(r);
       this.#pending.delete(r.id);
     });
+    // An agent that died (its namespace torn down, killed) answers every request with status 0,
+    // as a daemon that did not answer: a write to its closed stdin must not end the campaign.
+    const gone = () => {
+      this.#dead = true;
+      for (const resolve of this.#pending.values()) resolve({ status: 0, body: 'agent gone' });
+      this.#pending.clear();
+    };
+    this.#p.stdin!.on('error', gone);
+    this.#p.on('exit', gone);
   }
 
   /** GET a path of the daemon's endpoint; status 0 when it did not answer. */
   get(path: string, timeoutMs = 2000): Promise<{ status: number; body: string }> {
+    if (this.#dead) return Promise.resolve({ status: 0, body: 'agent gone' });
     const id = ++this.#id;
     return new Promise((resolve) => {
       this.#pending.set(id, resolve);
