@@ -1141,6 +1141,48 @@ Napi::Value ObjectIds(const Napi::CallbackInfo& info) {
   return a;
 }
 
+// bpfCounterNames() → the programs' counter slots, in order (weft_abi.h).
+Napi::Value CounterNames(const Napi::CallbackInfo& info) {
+  std::vector<std::string> names = BpfCounterNames();
+  Napi::Array a = Napi::Array::New(info.Env(), names.size());
+  for (size_t i = 0; i < names.size(); i++) a.Set(static_cast<uint32_t>(i), names[i]);
+  return a;
+}
+
+// bpfAbi() → { structs: [{ name, size, members: [{ name, offset, size }] }], programs, maps }:
+// the loader's view of weft_abi.h (test/native/bpf-abi.test.ts compares it with the BTF).
+Napi::Value Abi(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto strings = [&](const std::vector<std::string>& v) {
+    Napi::Array a = Napi::Array::New(env, v.size());
+    for (size_t i = 0; i < v.size(); i++) a.Set(static_cast<uint32_t>(i), v[i]);
+    return a;
+  };
+  std::vector<BpfAbiStruct> structs = BpfAbiStructs();
+  Napi::Array sa = Napi::Array::New(env, structs.size());
+  for (size_t i = 0; i < structs.size(); i++) {
+    Napi::Object so = Napi::Object::New(env);
+    so.Set("name", structs[i].name);
+    so.Set("size", static_cast<double>(structs[i].size));
+    Napi::Array ma = Napi::Array::New(env, structs[i].members.size());
+    for (size_t j = 0; j < structs[i].members.size(); j++) {
+      const BpfAbiMember& m = structs[i].members[j];
+      Napi::Object mo = Napi::Object::New(env);
+      mo.Set("name", m.name);
+      mo.Set("offset", static_cast<double>(m.offset));
+      mo.Set("size", static_cast<double>(m.size));
+      ma.Set(static_cast<uint32_t>(j), mo);
+    }
+    so.Set("members", ma);
+    sa.Set(static_cast<uint32_t>(i), so);
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("structs", sa);
+  o.Set("programs", strings(BpfProgramNames()));
+  o.Set("maps", strings(BpfMapNames()));
+  return o;
+}
+
 // bpfClose(id, keepPinned = false): detaches and frees programs, maps and links, and removes
 // their pins (idempotent); keepPinned: the pinned links stay attached (bpf_loader.h Detach).
 Napi::Value Close(const Napi::CallbackInfo& info) {
@@ -1173,6 +1215,8 @@ void Define(Napi::Env env, Napi::Object exports) {
   exports.Set("bpfPinInfo", Napi::Function::New(env, PinInfo));
   exports.Set("bpfUnpin", Napi::Function::New(env, Unpin));
   exports.Set("bpfTcxProgs", Napi::Function::New(env, TcxProgs));
+  exports.Set("bpfCounterNames", Napi::Function::New(env, CounterNames));
+  exports.Set("bpfAbi", Napi::Function::New(env, Abi));
 }
 
 }  // namespace bpfbind
