@@ -28,8 +28,9 @@
 // redirect, get_prandom_u32.
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
-#include <bpf/bpf_helpers.h>
+// libbpf's headers after the uapi ones, whose types they use.
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
 
 // The structs, map and program names, map sizes and counter slots the loader shares.
 #include "weft_abi.h"
@@ -99,11 +100,11 @@ struct {
 } WEFT_MAP_COUNTERS SEC(".maps");
 
 static __always_inline void count(__u32 slot, __u64 n) {
-  __u64 *c = bpf_map_lookup_elem(&WEFT_MAP_COUNTERS, &slot);
+  __u64* c = bpf_map_lookup_elem(&WEFT_MAP_COUNTERS, &slot);
   if (c) *c += n;
 }
 
-static __always_inline struct weft_config *config(void) {
+static __always_inline struct weft_config* config(void) {
   __u32 zero = 0;
   return bpf_map_lookup_elem(&WEFT_MAP_CONFIG, &zero);
 }
@@ -130,8 +131,8 @@ struct ip_info {
 
 // Reads the inner IP header (and the first 4 L4 bytes) at `off`; 0 if it parses as the reference
 // codec's parseIp would accept it with exactly `avail` bytes, -1 otherwise.
-static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u32 avail,
-                                    struct ip_info *ip) {
+static __always_inline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avail,
+                                    struct ip_info* ip) {
   __u8 h[IP6_HLEN];
   if (avail < IP4_HLEN) return -1;
   if (bpf_skb_load_bytes(skb, off, h, IP4_HLEN) < 0) return -1;
@@ -172,7 +173,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u32 avai
   return 0;
 }
 
-static __always_inline struct weft_peer *lookup_peer(struct ip_info *ip, const __u8 *addr) {
+static __always_inline struct weft_peer* lookup_peer(struct ip_info* ip, const __u8* addr) {
   if (ip->version == 4) {
     struct weft_lpm_v4 k = {.prefixlen = 32};
     __builtin_memcpy(k.addr, addr, 4);
@@ -187,7 +188,7 @@ static __always_inline struct weft_peer *lookup_peer(struct ip_info *ip, const _
 
 // The VXLAN outer source port: FNV-1a over the inner addresses, protocol and ports, scaled into
 // [32768, 61000) (js-codec.ts vxlanSourcePort, native/src/vxlan.cc).
-static __always_inline __u16 vxlan_src_port(struct ip_info *ip) {
+static __always_inline __u16 vxlan_src_port(struct ip_info* ip) {
   __u32 h = 0x811c9dc5u;
   if (ip->version == 4) {
 #pragma unroll
@@ -210,7 +211,7 @@ static __always_inline __u16 vxlan_src_port(struct ip_info *ip) {
 }
 
 // Decrements the TTL / hop limit of the IP header at `off` (ttl > 1 checked by the caller).
-static __always_inline int decrement_ttl(struct __sk_buff *skb, __u32 off, struct ip_info *ip) {
+static __always_inline int decrement_ttl(struct __sk_buff* skb, __u32 off, struct ip_info* ip) {
   __u8 ttl = ip->ttl - 1;
   if (ip->version == 6) return bpf_skb_store_bytes(skb, off + 7, &ttl, 1, 0);
   __u8 w[2];
@@ -227,7 +228,7 @@ static __always_inline int decrement_ttl(struct __sk_buff *skb, __u32 off, struc
   return bpf_skb_store_bytes(skb, off + 10, &new_check, 2, 0);
 }
 
-static __always_inline int same_mac(const __u8 *a, const __u8 *b) {
+static __always_inline int same_mac(const __u8* a, const __u8* b) {
   __u8 diff = 0;
 #pragma unroll
   for (int i = 0; i < 6; i++) diff |= a[i] ^ b[i];
@@ -242,8 +243,8 @@ struct outer_hdrs {
 };
 
 SEC("tc")
-int WEFT_PROG_TX(struct __sk_buff *skb) {
-  struct weft_config *cfg = config();
+int WEFT_PROG_TX(struct __sk_buff* skb) {
+  struct weft_config* cfg = config();
   if (!cfg) return TC_ACT_UNSPEC;
   // On the TUN there is no MAC header; under BPF_PROG_TEST_RUN (and on any Ethernet device)
   // the packet starts with one.
@@ -254,7 +255,7 @@ int WEFT_PROG_TX(struct __sk_buff *skb) {
   struct ip_info ip = {};
   if (parse_ip(skb, l2, skb->len - l2, &ip) < 0) goto pass;
   if (ip.len + head > MAX_UDP_PAYLOAD) goto pass;
-  struct weft_peer *p = lookup_peer(&ip, ip.dst);
+  struct weft_peer* p = lookup_peer(&ip, ip.dst);
   if (!p || p->pub_family != 4 || (vx && !p->has_mac)) goto pass;
   if (!vx && ip.ttl <= 1) goto pass;
   struct weft_peer peer = *p;
@@ -289,7 +290,8 @@ int WEFT_PROG_TX(struct __sk_buff *skb) {
   o.udp[4] = udp_len >> 8;
   o.udp[5] = udp_len & 0xff;
 
-  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
+  __u64 flags =
+      BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
   if (vx) {
     o.vxlan[0] = 0x08;
     o.vxlan[4] = cfg->vni >> 16;
@@ -325,19 +327,19 @@ pass:
 }
 
 SEC("tc")
-int WEFT_PROG_RX(struct __sk_buff *skb) {
-  struct weft_config *cfg = config();
+int WEFT_PROG_RX(struct __sk_buff* skb) {
+  struct weft_config* cfg = config();
   if (!cfg) return TC_ACT_UNSPEC;
   __u8 h[ETH_HLEN + IP4_HLEN + UDP_HLEN];
   if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0) return TC_ACT_UNSPEC;
   // Outer: Ethernet, IPv4 without options and not a fragment, UDP, to our address and port.
   if (h[12] != 0x08 || h[13] != 0x00) return TC_ACT_UNSPEC;
-  __u8 *o = h + ETH_HLEN;
+  __u8* o = h + ETH_HLEN;
   if (o[0] != 0x45 || o[9] != PROTO_UDP) return TC_ACT_UNSPEC;
   if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return TC_ACT_UNSPEC;
   __u32 dst;
   __builtin_memcpy(&dst, o + 16, 4);
-  __u8 *u = o + IP4_HLEN;
+  __u8* u = o + IP4_HLEN;
   __u16 dport;
   __builtin_memcpy(&dport, u + 2, 2);
   if (dst != cfg->local_v4 || dport != cfg->port) return TC_ACT_UNSPEC;
@@ -368,7 +370,7 @@ int WEFT_PROG_RX(struct __sk_buff *skb) {
   if (parse_ip(skb, off, skb->len - off, &ip) < 0) goto pass;
   if (vx && ip.version != (inner_type == ETH_P_IP ? 4 : 6)) goto pass;
   // Anti-spoofing: the inner source must be inside a subnet leased to the outer source.
-  struct weft_peer *p = lookup_peer(&ip, ip.src);
+  struct weft_peer* p = lookup_peer(&ip, ip.src);
   if (!p || p->pub_family != 4) goto pass;
   __u32 pub;
   __builtin_memcpy(&pub, p->pub, 4);
@@ -406,12 +408,12 @@ pass:
 // owns the destination MAC (a veth, which carries tunnel GSO to the pod whole). Everything else,
 // and any MAC the port map does not hold, goes on to the next program and through the bridge.
 SEC("tc")
-int WEFT_PROG_BRIDGE(struct __sk_buff *skb) {
+int WEFT_PROG_BRIDGE(struct __sk_buff* skb) {
   if (skb->gso_size == 0) return TC_ACT_UNSPEC;
   __u64 mac = 0;
   if (bpf_skb_load_bytes(skb, 0, &mac, 6) < 0) return TC_ACT_UNSPEC;
   if (mac & 1) return TC_ACT_UNSPEC;  // group address (the first byte's low bit)
-  __u32 *port = bpf_map_lookup_elem(&WEFT_MAP_PORTS, &mac);
+  __u32* port = bpf_map_lookup_elem(&WEFT_MAP_PORTS, &mac);
   if (!port) return TC_ACT_UNSPEC;
   count(WEFT_C_BRIDGE_BYPASS, 1);
   return bpf_redirect(*port, 0);
@@ -421,10 +423,11 @@ int WEFT_PROG_BRIDGE(struct __sk_buff *skb) {
 char LICENSE[] SEC("license") = "Apache-2.0";
 
 // Which sources this object was built from (scripts/build-native.mjs passes the SHA-256 of this
-// file and its headers): the engine refuses an object built from another weft.bpf.c (a stale build would load,
-// pass the probe and still differ from the code that drives it). Not a map: libbpf skips it.
+// file and its headers): the engine refuses an object built from another weft.bpf.c (a stale build
+// would load, pass the probe and still differ from the code that drives it). Not a map: libbpf
+// skips it.
 #ifndef WEFT_SOURCE_SHA256
 #define WEFT_SOURCE_SHA256 "none"
 #endif
-__attribute__((used)) const char weft_source[] SEC(".weft.source") =
-    "weft-bpf-source-sha256:" WEFT_SOURCE_SHA256;
+__attribute__((used))
+const char weft_source[] SEC(".weft.source") = "weft-bpf-source-sha256:" WEFT_SOURCE_SHA256;

@@ -63,9 +63,9 @@ enum weft_bpf_counter {
 
 // weft_config's one value.
 struct weft_config {
-  __u32 format;            // WEFT_FORMAT_*
+  __u32 format;  // WEFT_FORMAT_*
   __u32 vni;
-  __u32 tun_ifindex;       // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
+  __u32 tun_ifindex;  // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
   __u32 underlay_ifindex;  // where encapsulated packets leave
   __u32 local_v4;          // our underlay address (network order)
   __u16 port;              // backend port (network order)

@@ -48,7 +48,8 @@ int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (!g_libbpf_log || level == LIBBPF_DEBUG) return 0;
   char buf[1024];
   int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  if (n > 0 && g_libbpf_log->size() < 16384) g_libbpf_log->append(buf, std::min<size_t>(n, sizeof(buf) - 1));
+  if (n > 0 && g_libbpf_log->size() < 16384)
+    g_libbpf_log->append(buf, std::min<size_t>(n, sizeof(buf) - 1));
   return 0;
 }
 
@@ -121,8 +122,9 @@ int TcxProgIds(uint32_t ifindex, bool ingress, std::vector<uint32_t>* ids) {
   q.prog_ids = ids->data();
   q.prog_cnt = static_cast<uint32_t>(ids->size());
   // BPF_PROG_QUERY's target_fd is target_ifindex for tcx (one union).
-  int rc = bpf_prog_query_opts(static_cast<int>(ifindex),
-                               static_cast<enum bpf_attach_type>(ingress ? kBpfTcxIngress : kBpfTcxEgress), &q);
+  int rc = bpf_prog_query_opts(
+      static_cast<int>(ifindex),
+      static_cast<enum bpf_attach_type>(ingress ? kBpfTcxIngress : kBpfTcxEgress), &q);
   if (rc < 0) {
     ids->clear();
     return errno == ENOENT ? 0 : -errno;
@@ -229,7 +231,8 @@ int BpfEngine::Configure(const BpfConfig& cfg) {
   return bpf_map_update_elem(config_fd_, &zero, &v, BPF_ANY) < 0 ? -errno : 0;
 }
 
-bool BpfEngine::WritePeer(int family, const uint8_t* key, const uint8_t* value, std::string* error) {
+bool BpfEngine::WritePeer(int family, const uint8_t* key, const uint8_t* value,
+                          std::string* error) {
   int fd = family == 4 ? peers4_fd_ : peers6_fd_;
   if (bpf_map_update_elem(fd, key, value, BPF_ANY) < 0) {
     *error = Errno("peer map update", errno);
@@ -385,7 +388,8 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
 }
 
 bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
-  std::vector<std::pair<std::string, std::string>> removed(d.removed.size()), upserts(d.upserts.size());
+  std::vector<std::pair<std::string, std::string>> removed(d.removed.size()),
+      upserts(d.upserts.size());
   for (size_t i = 0; i < d.removed.size(); i++) {
     PeerEntryOf(d.removed[i], &removed[i].first, &removed[i].second);
     if (!peers_.count(removed[i].first)) {
@@ -636,9 +640,8 @@ int BpfEngine::TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t 
   return 0;
 }
 
-BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
-                                BpfAttachMode want, const std::string& pin_dir,
-                                std::vector<std::string>* adopted,
+BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex, BpfAttachMode want,
+                                const std::string& pin_dir, std::vector<std::string>* adopted,
                                 std::vector<std::string>* replaced, std::string* error) {
   Detach();
   uint32_t ifindex[2] = {tun_ifindex, underlay_ifindex};
@@ -658,8 +661,10 @@ BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
       }
       if (!why.empty()) replaced->push_back(std::string(kPinName[i]) + ": " + why);
       int fd = CreateLink(i, ifindex[i], types[i], path);
-      if (fd < 0) err = -fd;
-      else link_fd_[i] = fd;
+      if (fd < 0)
+        err = -fd;
+      else
+        link_fd_[i] = fd;
     }
     if (!err) {
       mode_ = BpfAttachMode::kTcx;
@@ -795,7 +800,8 @@ std::vector<std::string> BpfMapNames() {
 
 std::vector<BpfAbiStruct> BpfAbiStructs() {
   // Every member, as this compiler lays it out (the test fails on one missing from a list).
-#define WEFT_MEMBER(type, m) {#m, offsetof(type, m), sizeof(type::m)}
+#define WEFT_MEMBER(type, m) \
+  { #m, offsetof(type, m), sizeof(type::m) }
   return {
       {"weft_config",
        sizeof(weft_config),

@@ -123,8 +123,8 @@ class BpfEngine {
   // Runs one program on `in` (an Ethernet frame) under BPF_PROG_TEST_RUN, with the skb marked
   // GSO when gso_size > 0. Returns 0 or -errno; `retval` is the program's verdict and `out` the
   // packet it left.
-  int TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t gso_size,
-              uint32_t gso_segs, int* retval, std::vector<uint8_t>* out);
+  int TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t gso_size, uint32_t gso_segs,
+              int* retval, std::vector<uint8_t>* out);
 
   // Attaches weft_tx to the egress of `tun_ifindex` and weft_rx to the ingress of
   // `underlay_ifindex`. kNone means: tcx, else clsact. Returns the mode used, or kNone and

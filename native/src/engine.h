@@ -88,7 +88,7 @@ enum Counter : uint32_t {
 #define WEFT_COUNTER_ENUM(id, name) k##id,
   WEFT_ENGINE_COUNTERS(WEFT_COUNTER_ENUM)
 #undef WEFT_COUNTER_ENUM
-  kDropBase,
+      kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
 

@@ -17,7 +17,7 @@ enum class DropReason : uint8_t {
 #define WEFT_DROP_REASON_ENUM(id, name) k##id,
   WEFT_DROP_REASONS(WEFT_DROP_REASON_ENUM)
 #undef WEFT_DROP_REASON_ENUM
-  kCount,
+      kCount,
 };
 
 constexpr const char* kDropReasonNames[] = {
