@@ -5,7 +5,7 @@
 // and `npm test` (via scripts/setup.mjs) insists on a working addon.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -56,6 +56,22 @@ export function buildTunHelper({ strict = false } = {}) {
 }
 
 /**
+ * The SHA-256 the programs' object carries: over every source in native/bpf (*.c and *.h by
+ * name: each name, a NUL, its bytes), so a changed weft_abi.h makes an old object stale too.
+ * src/dataplane/bpf-binding.ts bpfSourceHash computes the same to check an object.
+ */
+export function bpfSourceHash(dir = join(root, 'native', 'bpf')) {
+  const h = createHash('sha256');
+  for (const name of readdirSync(dir)
+    .filter((n) => /\.[ch]$/.test(n))
+    .sort())
+    h.update(name)
+      .update('\0')
+      .update(readFileSync(join(dir, name)));
+  return h.digest('hex');
+}
+
+/**
  * Builds native/build/weft.bpf.o (native/bpf/weft.bpf.c, the bpf engine's programs) with
  * `clang -target bpf`. Reported, not fatal: without it `--dataplane-engine=auto` falls back to
  * the native engine and `bpf` refuses to start, naming this file.
@@ -66,8 +82,8 @@ export function buildBpf({ strict = false } = {}) {
   const arch = spawnSync(process.env.CC || 'cc', ['-dumpmachine'], { encoding: 'utf8' });
   const multiarch = arch.status === 0 ? arch.stdout.trim() : 'x86_64-linux-gnu';
   const src = join(root, 'native', 'bpf', 'weft.bpf.c');
-  // The object carries its source's hash; the loader refuses it once the source changed.
-  const sha = createHash('sha256').update(readFileSync(src)).digest('hex');
+  // The object carries its sources' hash; the engine refuses it once a source changed.
+  const sha = bpfSourceHash(dirname(src));
   const r = spawnSync(
     process.env.BPF_CLANG || 'clang',
     [

@@ -48,7 +48,7 @@ export const TEST_PACKAGES = [
   'bpftool',
   'ethtool', // offload switches in the dataplane tests
   'tcpdump', // what the udp backend sends, in the mixed-cluster test
-  'clang-format', // native/.clang-format (format the C++ you touch: git clang-format)
+  'clang-format', // npm run lint checks native/ against native/.clang-format (lint:native)
 ];
 
 export const DEBIAN_PACKAGES = [...DAEMON_PACKAGES, ...TEST_PACKAGES];

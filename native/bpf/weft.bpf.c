@@ -28,8 +28,12 @@
 // redirect, get_prandom_u32.
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
-#include <bpf/bpf_helpers.h>
+// libbpf's headers after the uapi ones, whose types they use.
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+// The structs, map and program names, map sizes and counter slots the loader shares.
+#include "weft_abi.h"
 
 // Newer than this machine's 6.1 uapi headers (kernel 6.3+).
 #define WEFT_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
@@ -48,109 +52,61 @@
 #define VXLAN_SRC_PORT_MIN 32768
 #define VXLAN_SRC_PORT_MAX 61000
 
-#define FORMAT_UDP 0
-#define FORMAT_VXLAN 1
-
-// The counter slots (src/dataplane/bpf-engine.ts BPF_COUNTERS mirrors them).
-enum {
-  C_TX_PACKETS,
-  C_TX_BYTES,
-  C_RX_PACKETS,
-  C_RX_BYTES,
-  C_TX_PASSED,  // left to the userspace engine (TUN side)
-  C_RX_PASSED,  // ours (our port, our address) but left to the userspace socket
-  C_TX_REDIRECT_ERROR,
-  C_BRIDGE_BYPASS,  // GSO packets weft_bridge handed straight to a bridge port
-  C_RX_ERROR,  // changed half way (flannel-udp TTL written, decap or redirect refused): dropped
-  C_COUNT,
-};
-
-struct config {
-  __u32 format;  // FORMAT_*
-  __u32 vni;
-  __u32 tun_ifindex;  // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
-  __u32 underlay_ifindex;  // where encapsulated packets leave
-  __u32 local_v4;          // our underlay address (network order)
-  __u16 port;              // backend port (network order)
-  __u8 vtep_mac[6];
-};
-
-struct lpm_v4 {
-  __u32 prefixlen;
-  __u8 addr[4];
-};
-
-struct lpm_v6 {
-  __u32 prefixlen;
-  __u8 addr[16];
-};
-
-// One peer, as the native peer table has it (native/src/peer_table.h), trimmed to what the
-// programs use. pub_family 4 or 6; an IPv6 public address is never encapsulated here.
-struct peer {
-  __u8 pub_family;
-  __u8 has_mac;
-  __u16 port;  // network order
-  __u8 mac[6];
-  __u8 pad[2];
-  __u8 pub[16];
-};
-
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, 1);
   __type(key, __u32);
-  __type(value, struct config);
-} weft_config SEC(".maps");
+  __type(value, struct weft_config);
+} WEFT_MAP_CONFIG SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_LPM_TRIE);
-  __uint(max_entries, 65536);
+  __uint(max_entries, WEFT_PEER_MAP_ENTRIES);
   __uint(map_flags, BPF_F_NO_PREALLOC);
-  __type(key, struct lpm_v4);
-  __type(value, struct peer);
-} weft_peers4 SEC(".maps");
+  __type(key, struct weft_lpm_v4);
+  __type(value, struct weft_peer);
+} WEFT_MAP_PEERS4 SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_LPM_TRIE);
-  __uint(max_entries, 65536);
+  __uint(max_entries, WEFT_PEER_MAP_ENTRIES);
   __uint(map_flags, BPF_F_NO_PREALLOC);
-  __type(key, struct lpm_v6);
-  __type(value, struct peer);
-} weft_peers6 SEC(".maps");
+  __type(key, struct weft_lpm_v6);
+  __type(value, struct weft_peer);
+} WEFT_MAP_PEERS6 SEC(".maps");
 
 // Public IPv4 addresses holding a lease (value: how many peer records name it).
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, 65536);
+  __uint(max_entries, WEFT_PEER_MAP_ENTRIES);
   __type(key, __u32);
   __type(value, __u32);
-} weft_sources SEC(".maps");
+} WEFT_MAP_SOURCES SEC(".maps");
 
 // The bridge's ports by the MAC behind them (its FDB, learnt entries only): MAC in the low six
 // bytes of the key, the port's ifindex as the value.
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, 4096);
+  __uint(max_entries, WEFT_PORT_MAP_ENTRIES);
   __type(key, __u64);
   __type(value, __u32);
-} weft_ports SEC(".maps");
+} WEFT_MAP_PORTS SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, C_COUNT);
+  __uint(max_entries, WEFT_C_COUNT);
   __type(key, __u32);
   __type(value, __u64);
-} weft_counters SEC(".maps");
+} WEFT_MAP_COUNTERS SEC(".maps");
 
 static __always_inline void count(__u32 slot, __u64 n) {
-  __u64 *c = bpf_map_lookup_elem(&weft_counters, &slot);
+  __u64* c = bpf_map_lookup_elem(&WEFT_MAP_COUNTERS, &slot);
   if (c) *c += n;
 }
 
-static __always_inline struct config *config(void) {
+static __always_inline struct weft_config* config(void) {
   __u32 zero = 0;
-  return bpf_map_lookup_elem(&weft_config, &zero);
+  return bpf_map_lookup_elem(&WEFT_MAP_CONFIG, &zero);
 }
 
 static __always_inline __u32 fold(__u32 sum) {
@@ -175,8 +131,8 @@ struct ip_info {
 
 // Reads the inner IP header (and the first 4 L4 bytes) at `off`; 0 if it parses as the reference
 // codec's parseIp would accept it with exactly `avail` bytes, -1 otherwise.
-static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u32 avail,
-                                    struct ip_info *ip) {
+static __always_inline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avail,
+                                    struct ip_info* ip) {
   __u8 h[IP6_HLEN];
   if (avail < IP4_HLEN) return -1;
   if (bpf_skb_load_bytes(skb, off, h, IP4_HLEN) < 0) return -1;
@@ -217,22 +173,22 @@ static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u32 avai
   return 0;
 }
 
-static __always_inline struct peer *lookup_peer(struct ip_info *ip, const __u8 *addr) {
+static __always_inline struct weft_peer* lookup_peer(struct ip_info* ip, const __u8* addr) {
   if (ip->version == 4) {
-    struct lpm_v4 k = {.prefixlen = 32};
+    struct weft_lpm_v4 k = {.prefixlen = 32};
     __builtin_memcpy(k.addr, addr, 4);
-    return bpf_map_lookup_elem(&weft_peers4, &k);
+    return bpf_map_lookup_elem(&WEFT_MAP_PEERS4, &k);
   }
-  struct lpm_v6 k = {.prefixlen = 128};
+  struct weft_lpm_v6 k = {.prefixlen = 128};
   __builtin_memcpy(k.addr, addr, 16);
-  return bpf_map_lookup_elem(&weft_peers6, &k);
+  return bpf_map_lookup_elem(&WEFT_MAP_PEERS6, &k);
 }
 
 #define FNV_STEP(h, b) ((h) = ((h) ^ (__u8)(b)) * 16777619u)
 
 // The VXLAN outer source port: FNV-1a over the inner addresses, protocol and ports, scaled into
 // [32768, 61000) (js-codec.ts vxlanSourcePort, native/src/vxlan.cc).
-static __always_inline __u16 vxlan_src_port(struct ip_info *ip) {
+static __always_inline __u16 vxlan_src_port(struct ip_info* ip) {
   __u32 h = 0x811c9dc5u;
   if (ip->version == 4) {
 #pragma unroll
@@ -255,7 +211,7 @@ static __always_inline __u16 vxlan_src_port(struct ip_info *ip) {
 }
 
 // Decrements the TTL / hop limit of the IP header at `off` (ttl > 1 checked by the caller).
-static __always_inline int decrement_ttl(struct __sk_buff *skb, __u32 off, struct ip_info *ip) {
+static __always_inline int decrement_ttl(struct __sk_buff* skb, __u32 off, struct ip_info* ip) {
   __u8 ttl = ip->ttl - 1;
   if (ip->version == 6) return bpf_skb_store_bytes(skb, off + 7, &ttl, 1, 0);
   __u8 w[2];
@@ -272,7 +228,7 @@ static __always_inline int decrement_ttl(struct __sk_buff *skb, __u32 off, struc
   return bpf_skb_store_bytes(skb, off + 10, &new_check, 2, 0);
 }
 
-static __always_inline int same_mac(const __u8 *a, const __u8 *b) {
+static __always_inline int same_mac(const __u8* a, const __u8* b) {
   __u8 diff = 0;
 #pragma unroll
   for (int i = 0; i < 6; i++) diff |= a[i] ^ b[i];
@@ -287,22 +243,22 @@ struct outer_hdrs {
 };
 
 SEC("tc")
-int weft_tx(struct __sk_buff *skb) {
-  struct config *cfg = config();
+int WEFT_PROG_TX(struct __sk_buff* skb) {
+  struct weft_config* cfg = config();
   if (!cfg) return TC_ACT_UNSPEC;
   // On the TUN there is no MAC header; under BPF_PROG_TEST_RUN (and on any Ethernet device)
   // the packet starts with one.
   __u32 l2 = skb->ifindex == cfg->tun_ifindex ? 0 : ETH_HLEN;
   if (skb->len < l2) return TC_ACT_UNSPEC;
-  int vx = cfg->format == FORMAT_VXLAN;
+  int vx = cfg->format == WEFT_FORMAT_VXLAN;
   __u32 head = vx ? VXLAN_HLEN + ETH_HLEN : 0;
   struct ip_info ip = {};
   if (parse_ip(skb, l2, skb->len - l2, &ip) < 0) goto pass;
   if (ip.len + head > MAX_UDP_PAYLOAD) goto pass;
-  struct peer *p = lookup_peer(&ip, ip.dst);
+  struct weft_peer* p = lookup_peer(&ip, ip.dst);
   if (!p || p->pub_family != 4 || (vx && !p->has_mac)) goto pass;
   if (!vx && ip.ttl <= 1) goto pass;
-  struct peer peer = *p;
+  struct weft_peer peer = *p;
   __u32 segs = skb->gso_segs ? skb->gso_segs : 1;  // adjust_room zeroes it
 
   struct outer_hdrs o = {};
@@ -334,7 +290,8 @@ int weft_tx(struct __sk_buff *skb) {
   o.udp[4] = udp_len >> 8;
   o.udp[5] = udp_len & 0xff;
 
-  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
+  __u64 flags =
+      BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
   if (vx) {
     o.vxlan[0] = 0x08;
     o.vxlan[4] = cfg->vni >> 16;
@@ -357,32 +314,32 @@ int weft_tx(struct __sk_buff *skb) {
   // Test runs: report the decision, send nothing.
   long verdict = l2 != 0 ? TC_ACT_REDIRECT : bpf_redirect_neigh(cfg->underlay_ifindex, 0, 0, 0);
   if (verdict != TC_ACT_REDIRECT) goto broken;
-  count(C_TX_PACKETS, segs);
-  count(C_TX_BYTES, ip.len);
+  count(WEFT_C_TX_PACKETS, segs);
+  count(WEFT_C_TX_BYTES, ip.len);
   return TC_ACT_REDIRECT;
 broken:
   // Changed half way: no longer the packet that came in, and not one that can be sent.
-  count(C_TX_REDIRECT_ERROR, 1);
+  count(WEFT_C_TX_ERROR, 1);
   return TC_ACT_SHOT;
 pass:
-  count(C_TX_PASSED, 1);
+  count(WEFT_C_TX_PASSED, 1);
   return TC_ACT_UNSPEC;
 }
 
 SEC("tc")
-int weft_rx(struct __sk_buff *skb) {
-  struct config *cfg = config();
+int WEFT_PROG_RX(struct __sk_buff* skb) {
+  struct weft_config* cfg = config();
   if (!cfg) return TC_ACT_UNSPEC;
   __u8 h[ETH_HLEN + IP4_HLEN + UDP_HLEN];
   if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0) return TC_ACT_UNSPEC;
   // Outer: Ethernet, IPv4 without options and not a fragment, UDP, to our address and port.
   if (h[12] != 0x08 || h[13] != 0x00) return TC_ACT_UNSPEC;
-  __u8 *o = h + ETH_HLEN;
+  __u8* o = h + ETH_HLEN;
   if (o[0] != 0x45 || o[9] != PROTO_UDP) return TC_ACT_UNSPEC;
   if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return TC_ACT_UNSPEC;
   __u32 dst;
   __builtin_memcpy(&dst, o + 16, 4);
-  __u8 *u = o + IP4_HLEN;
+  __u8* u = o + IP4_HLEN;
   __u16 dport;
   __builtin_memcpy(&dport, u + 2, 2);
   if (dst != cfg->local_v4 || dport != cfg->port) return TC_ACT_UNSPEC;
@@ -392,9 +349,9 @@ int weft_rx(struct __sk_buff *skb) {
   if (outer_tot + ETH_HLEN != skb->len || udp_len + IP4_HLEN != outer_tot) goto pass;
   __u32 src;
   __builtin_memcpy(&src, o + 12, 4);
-  if (!bpf_map_lookup_elem(&weft_sources, &src)) goto pass;
+  if (!bpf_map_lookup_elem(&WEFT_MAP_SOURCES, &src)) goto pass;
 
-  int vx = cfg->format == FORMAT_VXLAN;
+  int vx = cfg->format == WEFT_FORMAT_VXLAN;
   __u32 off = ETH_HLEN + IP4_HLEN + UDP_HLEN;
   __u16 inner_type = 0;
   if (vx) {
@@ -413,7 +370,7 @@ int weft_rx(struct __sk_buff *skb) {
   if (parse_ip(skb, off, skb->len - off, &ip) < 0) goto pass;
   if (vx && ip.version != (inner_type == ETH_P_IP ? 4 : 6)) goto pass;
   // Anti-spoofing: the inner source must be inside a subnet leased to the outer source.
-  struct peer *p = lookup_peer(&ip, ip.src);
+  struct weft_peer* p = lookup_peer(&ip, ip.src);
   if (!p || p->pub_family != 4) goto pass;
   __u32 pub;
   __builtin_memcpy(&pub, p->pub, 4);
@@ -432,14 +389,14 @@ int weft_rx(struct __sk_buff *skb) {
   // with iif = the TUN (netif_rx). Test runs (no TUN configured) report the verdict only.
   long verdict = bpf_redirect(cfg->tun_ifindex, BPF_F_INGRESS);
   if (verdict != TC_ACT_REDIRECT) goto broken;
-  count(C_RX_PACKETS, segs);
-  count(C_RX_BYTES, ip.len);
+  count(WEFT_C_RX_PACKETS, segs);
+  count(WEFT_C_RX_BYTES, ip.len);
   return TC_ACT_REDIRECT;
 broken:
-  count(C_RX_ERROR, 1);
+  count(WEFT_C_RX_ERROR, 1);
   return TC_ACT_SHOT;
 pass:
-  count(C_RX_PASSED, 1);
+  count(WEFT_C_RX_PASSED, 1);
   return TC_ACT_UNSPEC;
 }
 
@@ -451,25 +408,26 @@ pass:
 // owns the destination MAC (a veth, which carries tunnel GSO to the pod whole). Everything else,
 // and any MAC the port map does not hold, goes on to the next program and through the bridge.
 SEC("tc")
-int weft_bridge(struct __sk_buff *skb) {
+int WEFT_PROG_BRIDGE(struct __sk_buff* skb) {
   if (skb->gso_size == 0) return TC_ACT_UNSPEC;
   __u64 mac = 0;
   if (bpf_skb_load_bytes(skb, 0, &mac, 6) < 0) return TC_ACT_UNSPEC;
   if (mac & 1) return TC_ACT_UNSPEC;  // group address (the first byte's low bit)
-  __u32 *port = bpf_map_lookup_elem(&weft_ports, &mac);
+  __u32* port = bpf_map_lookup_elem(&WEFT_MAP_PORTS, &mac);
   if (!port) return TC_ACT_UNSPEC;
-  count(C_BRIDGE_BYPASS, 1);
+  count(WEFT_C_BRIDGE_BYPASS, 1);
   return bpf_redirect(*port, 0);
 }
 
 // No GPL-only helper is used.
 char LICENSE[] SEC("license") = "Apache-2.0";
 
-// Which source this object was built from (scripts/build-native.mjs passes the SHA-256 of this
-// file): the loader refuses an object built from another weft.bpf.c (a stale build would load,
-// pass the probe and still differ from the code that drives it). Not a map: libbpf skips it.
+// Which sources this object was built from (scripts/build-native.mjs passes the SHA-256 of this
+// file and its headers): the engine refuses an object built from another weft.bpf.c (a stale build
+// would load, pass the probe and still differ from the code that drives it). Not a map: libbpf
+// skips it.
 #ifndef WEFT_SOURCE_SHA256
 #define WEFT_SOURCE_SHA256 "none"
 #endif
-__attribute__((used)) const char weft_source[] SEC(".weft.source") =
-    "weft-bpf-source-sha256:" WEFT_SOURCE_SHA256;
+__attribute__((used))
+const char weft_source[] SEC(".weft.source") = "weft-bpf-source-sha256:" WEFT_SOURCE_SHA256;

@@ -1,7 +1,7 @@
-// libFuzzer target for the receive path (and, on the same bytes, the send path and the TSO split): whatever a
-// datagram holds, decapsulation, the source check and the TUN write preparation must neither
-// crash nor read or write out of bounds. Input: byte 0 selects the format (bit 0: VXLAN, bit 2:
-// IPIP, whose "datagram" is the whole outer IPv4 packet) and the outer source family (bit 1:
+// libFuzzer target for the receive path (and, on the same bytes, the send path and the TSO split):
+// whatever a datagram holds, decapsulation, the source check and the TUN write preparation must
+// neither crash nor read or write out of bounds. Input: byte 0 selects the format (bit 0: VXLAN,
+// bit 2: IPIP, whose "datagram" is the whole outer IPv4 packet) and the outer source family (bit 1:
 // IPv6), then the outer source address, then the datagram.
 #include <cstddef>
 #include <cstdint>
@@ -59,8 +59,8 @@ const weft::PeerTable& Table() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const weft::Format format = (data[0] & 4) != 0   ? weft::Format::kIpip
-                             : (data[0] & 1) != 0 ? weft::Format::kVxlan
-                                                  : weft::Format::kUdp;
+                              : (data[0] & 1) != 0 ? weft::Format::kVxlan
+                                                   : weft::Format::kUdp;
   size_t src_len = (data[0] & 2) != 0 ? 16 : 4;
   if (size < 1 + src_len) return 0;
   const uint8_t* src = data + 1;
@@ -113,7 +113,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static std::vector<uint8_t> segs(2048 * 128);
     uint16_t seg_len[128];
     std::vector<uint8_t> pkt_copy(dgram + weft::kVnetHdrLen, dgram + len);
-    size_t n = weft::SplitTso(vh, pkt_copy.data(), pkt_copy.size(), segs.data(), 2048, 128, seg_len);
+    size_t n =
+        weft::SplitTso(vh, pkt_copy.data(), pkt_copy.size(), segs.data(), 2048, 128, seg_len);
     for (size_t i = 0; i < n; i++) {
       if (seg_len[i] > 2048) __builtin_trap();
     }

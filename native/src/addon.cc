@@ -152,15 +152,16 @@ NlOp ToOp(Napi::Env env, const Napi::Object& o) {
   }
   if (op.kind != NlOpKind::kSetLink && op.kind != NlOpKind::kDelLink &&
       op.kind != NlOpKind::kAddVxlan && op.kind != NlOpKind::kAddIpip &&
-      op.kind != NlOpKind::kAppendFdb &&
-      op.kind != NlOpKind::kDelFdb && op.dst.family == 0) {
+      op.kind != NlOpKind::kAppendFdb && op.kind != NlOpKind::kDelFdb && op.dst.family == 0) {
     throw Napi::TypeError::New(env, "netlink: " + kind + " needs dst");
   }
   return op;
 }
 
 Napi::Value Open(const Napi::CallbackInfo& info) {
-  std::string path = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : std::string();
+  std::string path = info.Length() > 0 && info[0].IsString()
+                         ? info[0].As<Napi::String>().Utf8Value()
+                         : std::string();
   std::string error;
   std::unique_ptr<Netlink> nl = Netlink::Open(path, &error);
   if (!nl) throw Napi::Error::New(info.Env(), "netlink open: " + error);
@@ -250,9 +251,12 @@ Napi::Object LinkObject(Napi::Env env, const LinkEntry& l) {
 Napi::Value List(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Netlink* nl = GetNetlink(info);
-  std::string what = info.Length() > 1 && info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : std::string();
+  std::string what = info.Length() > 1 && info[1].IsString()
+                         ? info[1].As<Napi::String>().Utf8Value()
+                         : std::string();
   int family = FamilyArg(info.Length() > 2 ? info[2] : env.Undefined());
-  int ifindex = info.Length() > 3 && info[3].IsNumber() ? info[3].As<Napi::Number>().Int32Value() : 0;
+  int ifindex =
+      info.Length() > 3 && info[3].IsNumber() ? info[3].As<Napi::Number>().Int32Value() : 0;
   Napi::Array out = Napi::Array::New(env);
   uint32_t n = 0;
   int err = 0;
@@ -309,7 +313,9 @@ Napi::Value List(const Napi::CallbackInfo& info) {
 Napi::Value GetLink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Netlink* nl = GetNetlink(info);
-  std::string name = info.Length() > 1 && info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : std::string();
+  std::string name = info.Length() > 1 && info[1].IsString()
+                         ? info[1].As<Napi::String>().Utf8Value()
+                         : std::string();
   LinkEntry l;
   int err = nl->GetLink(name, &l);
   if (err == ENODEV) return env.Null();
@@ -398,15 +404,17 @@ void CloseMonitor(Monitor* m) {
   napi_remove_env_cleanup_hook(m->env, CloseMonitorAtExit, m);
   uv_poll_stop(&m->poll);
   // The socket is closed, and the Monitor freed, once libuv has let go of the handle.
-  uv_close(reinterpret_cast<uv_handle_t*>(&m->poll), [](uv_handle_t* h) {
-    delete static_cast<Monitor*>(h->data);
-  });
+  uv_close(reinterpret_cast<uv_handle_t*>(&m->poll),
+           [](uv_handle_t* h) { delete static_cast<Monitor*>(h->data); });
 }
 
 Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  std::string path = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : std::string();
-  if (info.Length() < 2 || !info[1].IsFunction()) throw Napi::TypeError::New(env, "netlink monitor: callback");
+  std::string path = info.Length() > 0 && info[0].IsString()
+                         ? info[0].As<Napi::String>().Utf8Value()
+                         : std::string();
+  if (info.Length() < 2 || !info[1].IsFunction())
+    throw Napi::TypeError::New(env, "netlink monitor: callback");
   std::string error;
   std::unique_ptr<NetlinkMonitor> mon = NetlinkMonitor::Open(path, &error);
   if (!mon) throw Napi::Error::New(env, "netlink monitor open: " + error);
@@ -428,9 +436,8 @@ Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
   if (rc != 0) {
     std::string why = uv_strerror(rc);
     m->closed = true;
-    uv_close(reinterpret_cast<uv_handle_t*>(&m->poll), [](uv_handle_t* h) {
-      delete static_cast<Monitor*>(h->data);
-    });
+    uv_close(reinterpret_cast<uv_handle_t*>(&m->poll),
+             [](uv_handle_t* h) { delete static_cast<Monitor*>(h->data); });
     throw Napi::Error::New(env, "netlink monitor poll: " + why);
   }
   // Closed with the environment at the latest (a worker thread that exits, the process).
@@ -439,7 +446,8 @@ Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MonitorClose(const Napi::CallbackInfo& info) {
-  if (info.Length() > 0 && info[0].IsExternal()) CloseMonitor(info[0].As<Napi::External<Monitor>>().Data());
+  if (info.Length() > 0 && info[0].IsExternal())
+    CloseMonitor(info[0].As<Napi::External<Monitor>>().Data());
   return info.Env().Undefined();
 }
 
@@ -480,7 +488,8 @@ PeerDelta DeltaArg(const Napi::CallbackInfo& info, size_t i, const char* who) {
   Napi::Buffer<uint8_t> upserts = BufArg(info, i + 1, "upserted records");
   PeerDelta d;
   std::string error;
-  if (!PeerDelta::Parse(removed.Data(), removed.Length(), upserts.Data(), upserts.Length(), &d, &error)) {
+  if (!PeerDelta::Parse(removed.Data(), removed.Length(), upserts.Data(), upserts.Length(), &d,
+                        &error)) {
     throw Napi::RangeError::New(info.Env(), std::string(who) + ": " + error);
   }
   return d;
@@ -529,13 +538,15 @@ Napi::Value CodecEncap(const Napi::CallbackInfo& info) {
   EncapResult r = Encap(format, p, pkt.Length(), *table, cfg, icmp.data(), icmp.size());
   Napi::Object o = Napi::Object::New(env);
   o.Set("drop", kDropReasonNames[static_cast<size_t>(r.drop)]);
-  o.Set("peer", r.peer ? Napi::Value(Napi::Number::New(env, r.peer - table->records())) : env.Null());
+  o.Set("peer",
+        r.peer ? Napi::Value(Napi::Number::New(env, r.peer - table->records())) : env.Null());
   if (r.drop == DropReason::kNone) {
     o.Set("payload", Napi::Buffer<uint8_t>::Copy(env, p - head, r.payload_len));
   } else {
     o.Set("payload", env.Null());
   }
-  o.Set("icmp", r.icmp_len ? Napi::Value(Napi::Buffer<uint8_t>::Copy(env, icmp.data(), r.icmp_len)) : env.Null());
+  o.Set("icmp", r.icmp_len ? Napi::Value(Napi::Buffer<uint8_t>::Copy(env, icmp.data(), r.icmp_len))
+                           : env.Null());
   return o;
 }
 
@@ -547,7 +558,8 @@ Napi::Value CodecDecap(const Napi::CallbackInfo& info) {
   CodecConfig cfg = ConfigArg(info, 2);
   Napi::Buffer<uint8_t> src = BufArg(info, 3, "outer source");
   Napi::Buffer<uint8_t> dgram = BufArg(info, 4, "datagram");
-  if (src.Length() != 4 && src.Length() != 16) throw Napi::RangeError::New(env, "dataplane: outer source must be 4 or 16 bytes");
+  if (src.Length() != 4 && src.Length() != 16)
+    throw Napi::RangeError::New(env, "dataplane: outer source must be 4 or 16 bytes");
   std::vector<uint8_t> work(dgram.Length() + 1);
   std::memcpy(work.data(), dgram.Data(), dgram.Length());
   DecapResult r = Decap(format, work.data(), dgram.Length(), src.Length(), src.Data(), *table, cfg);
@@ -571,7 +583,8 @@ Napi::Value CodecDecap(const Napi::CallbackInfo& info) {
 Napi::Value SourcePort(const Napi::CallbackInfo& info) {
   Napi::Buffer<uint8_t> pkt = BufArg(info, 0, "packet");
   IpInfo ip;
-  if (ParseIp(pkt.Data(), pkt.Length(), &ip) != DropReason::kNone) return Napi::Number::New(info.Env(), -1);
+  if (ParseIp(pkt.Data(), pkt.Length(), &ip) != DropReason::kNone)
+    return Napi::Number::New(info.Env(), -1);
   return Napi::Number::New(info.Env(), VxlanSourcePort(pkt.Data(), ip));
 }
 
@@ -583,7 +596,8 @@ Napi::Value PeerLookup(const Napi::CallbackInfo& info) {
   auto lookup = [&](const Napi::Value& v) {
     if (!v.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: address must be a Buffer");
     Napi::Buffer<uint8_t> addr = v.As<Napi::Buffer<uint8_t>>();
-    if (addr.Length() != 4 && addr.Length() != 16) throw Napi::RangeError::New(env, "dataplane: address must be 4 or 16 bytes");
+    if (addr.Length() != 4 && addr.Length() != 16)
+      throw Napi::RangeError::New(env, "dataplane: address must be 4 or 16 bytes");
     const PeerRecord* r = table->Lookup(addr.Length(), addr.Data());
     return Napi::Number::New(env, r ? static_cast<double>(r - table->records()) : -1);
   };
@@ -609,10 +623,12 @@ Napi::Value PeerTableApply(const Napi::CallbackInfo& info) {
   Napi::Array steps = info[1].As<Napi::Array>();
   for (uint32_t i = 0; i < steps.Length(); i++) {
     Napi::Value step = steps.Get(i);
-    if (!step.IsArray()) throw Napi::TypeError::New(env, "dataplane: a delta is [removed, upserts]");
+    if (!step.IsArray())
+      throw Napi::TypeError::New(env, "dataplane: a delta is [removed, upserts]");
     Napi::Array pair = step.As<Napi::Array>();
     Napi::Value r = pair.Get(0u), u = pair.Get(1u);
-    if (!r.IsBuffer() || !u.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: a delta is [removed, upserts]");
+    if (!r.IsBuffer() || !u.IsBuffer())
+      throw Napi::TypeError::New(env, "dataplane: a delta is [removed, upserts]");
     auto rb = r.As<Napi::Buffer<uint8_t>>(), ub = u.As<Napi::Buffer<uint8_t>>();
     PeerDelta d;
     std::string error;
@@ -647,7 +663,8 @@ Napi::Value PeerTableApply(const Napi::CallbackInfo& info) {
       Napi::Value v = in.Get(i);
       if (!v.IsBuffer()) throw Napi::TypeError::New(env, "dataplane: address must be a Buffer");
       auto a = v.As<Napi::Buffer<uint8_t>>();
-      if (a.Length() != 4 && a.Length() != 16) throw Napi::RangeError::New(env, "dataplane: address must be 4 or 16 bytes");
+      if (a.Length() != 4 && a.Length() != 16)
+        throw Napi::RangeError::New(env, "dataplane: address must be 4 or 16 bytes");
       if (pub) {
         res.Set(i, Napi::Boolean::New(env, table->HasPublic(a.Length(), a.Data())));
       } else {
@@ -679,7 +696,8 @@ Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
 // groCoalesce(packets, tunMtu, gather?, udp?) → Buffer[] TUN writes (harness.h GroCoalesceForTest)
 Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 2 || !info[0].IsArray()) throw Napi::TypeError::New(env, "dataplane: packets");
+  if (info.Length() < 2 || !info[0].IsArray())
+    throw Napi::TypeError::New(env, "dataplane: packets");
   Napi::Array in = info[0].As<Napi::Array>();
   uint32_t mtu = info[1].ToNumber().Uint32Value();
   bool gather = info.Length() > 2 && info[2].ToBoolean().Value();
@@ -702,7 +720,8 @@ Napi::Value InetChecksum(const Napi::CallbackInfo& info) {
 
 Napi::Value DropReasons(const Napi::CallbackInfo& info) {
   Napi::Array a = Napi::Array::New(info.Env());
-  for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); i++) a.Set(static_cast<uint32_t>(i), kDropReasonNames[i]);
+  for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); i++)
+    a.Set(static_cast<uint32_t>(i), kDropReasonNames[i]);
   return a;
 }
 
@@ -726,11 +745,13 @@ std::map<uint32_t, std::shared_ptr<Engine>> g_engines;
 uint32_t g_next_engine = 1;
 
 std::shared_ptr<Engine> EngineArg(const Napi::CallbackInfo& info) {
-  if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "dataplane: engine id");
+  if (info.Length() < 1 || !info[0].IsNumber())
+    throw Napi::TypeError::New(info.Env(), "dataplane: engine id");
   uint32_t id = info[0].As<Napi::Number>().Uint32Value();
   std::lock_guard<std::mutex> lock(g_engines_mu);
   auto it = g_engines.find(id);
-  if (it == g_engines.end()) throw Napi::Error::New(info.Env(), "dataplane: engine " + std::to_string(id) + " is closed");
+  if (it == g_engines.end())
+    throw Napi::Error::New(info.Env(), "dataplane: engine " + std::to_string(id) + " is closed");
   return it->second;
 }
 
@@ -771,7 +792,8 @@ Napi::Value AllOffloadNames(const Napi::CallbackInfo& info) {
 // offloads are names (offloads.h) both ways.
 Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "dataplane: engine config");
+  if (info.Length() < 1 || !info[0].IsObject())
+    throw Napi::TypeError::New(env, "dataplane: engine config");
   Napi::Object o = info[0].As<Napi::Object>();
   EngineConfig cfg;
   cfg.format = FormatOf(env, o.Get("format"));
@@ -780,7 +802,8 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.bind_ip = o.Get("bindIp").ToString().Utf8Value();
   if (o.Get("bindIp6").IsString()) cfg.bind_ip6 = o.Get("bindIp6").ToString().Utf8Value();
   cfg.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
-  if (o.Get("sockBufBytes").IsNumber()) cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
+  if (o.Get("sockBufBytes").IsNumber())
+    cfg.sock_buf_bytes = o.Get("sockBufBytes").ToNumber().Int32Value();
   cfg.offloads = OffloadsArg(env, o.Get("offloads"));
   cfg.cpu_affine = o.Get("cpuAffine").ToBoolean().Value();
   if (o.Get("steering").IsBoolean()) cfg.steering = o.Get("steering").ToBoolean().Value();
@@ -871,7 +894,8 @@ Napi::Value EngineSetPeers(const Napi::CallbackInfo& info) {
   std::shared_ptr<Engine> e = EngineArg(info);
   Napi::Buffer<uint8_t> b = BufArg(info, 1, "peer table");
   std::string error;
-  if (!e->SetPeers(b.Data(), b.Length(), &error)) throw Napi::RangeError::New(info.Env(), "dataplane: " + error);
+  if (!e->SetPeers(b.Data(), b.Length(), &error))
+    throw Napi::RangeError::New(info.Env(), "dataplane: " + error);
   return Napi::Number::New(info.Env(), static_cast<double>(e->peer_count()));
 }
 
@@ -887,11 +911,13 @@ Napi::Value EngineUpdatePeers(const Napi::CallbackInfo& info) {
 // engineCounters(id) → Float64Array of workers × counterNames().length
 Napi::Value EngineCounters(const Napi::CallbackInfo& info) {
   std::shared_ptr<Engine> e = EngineArg(info);
-  Napi::Float64Array out = Napi::Float64Array::New(info.Env(), static_cast<size_t>(e->workers()) * kCounterCount);
+  Napi::Float64Array out =
+      Napi::Float64Array::New(info.Env(), static_cast<size_t>(e->workers()) * kCounterCount);
   uint64_t tmp[kCounterCount];
   for (int w = 0; w < e->workers(); w++) {
     e->ReadCounters(w, tmp);
-    for (uint32_t i = 0; i < kCounterCount; i++) out[w * kCounterCount + i] = static_cast<double>(tmp[i]);
+    for (uint32_t i = 0; i < kCounterCount; i++)
+      out[w * kCounterCount + i] = static_cast<double>(tmp[i]);
   }
   return out;
 }
@@ -900,7 +926,8 @@ Napi::Value CounterNames(const Napi::CallbackInfo& info) {
   Napi::Array a = Napi::Array::New(info.Env());
   uint32_t n = 0;
   for (const char* s : kCounterNames) a.Set(n++, s);
-  for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); i++) a.Set(n++, std::string("drop_") + kDropReasonNames[i]);
+  for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); i++)
+    a.Set(n++, std::string("drop_") + kDropReasonNames[i]);
   return a;
 }
 
@@ -908,7 +935,8 @@ Napi::Value CounterNames(const Napi::CallbackInfo& info) {
 // js engine, which cannot issue TUNSETIFF itself.
 Napi::Value TunOpen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  std::string name = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+  std::string name =
+      info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
   std::string actual, error;
   int fd = OpenPlainTun(name, &actual, &error);
   if (fd < 0) throw Napi::Error::New(env, "dataplane: " + error);
@@ -944,7 +972,8 @@ std::map<uint32_t, std::shared_ptr<BpfEngine>> g_bpf;
 uint32_t g_next_id = 1;
 
 std::shared_ptr<BpfEngine> Arg(const Napi::CallbackInfo& info) {
-  uint32_t id = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Uint32Value() : 0;
+  uint32_t id =
+      info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Uint32Value() : 0;
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_bpf.find(id);
   if (it == g_bpf.end()) throw Napi::Error::New(info.Env(), "bpf: no such engine");
@@ -953,17 +982,21 @@ std::shared_ptr<BpfEngine> Arg(const Napi::CallbackInfo& info) {
 
 uint32_t IfindexOf(Napi::Env env, const Napi::Value& v, const char* what) {
   if (v.IsNumber()) return v.As<Napi::Number>().Uint32Value();
-  if (!v.IsString()) throw Napi::TypeError::New(env, std::string("bpf: ") + what + " must be a device name");
+  if (!v.IsString())
+    throw Napi::TypeError::New(env, std::string("bpf: ") + what + " must be a device name");
   std::string name = v.As<Napi::String>().Utf8Value();
   uint32_t i = if_nametoindex(name.c_str());
-  if (!i) throw Napi::Error::New(env, std::string("bpf: ") + what + " " + name + ": " + std::strerror(errno));
+  if (!i)
+    throw Napi::Error::New(env,
+                           std::string("bpf: ") + what + " " + name + ": " + std::strerror(errno));
   return i;
 }
 
 // bpfLoad(objectPath) → id: opens and loads the programs (the verifier runs here).
 Napi::Value Load(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "bpfLoad(objectPath)");
+  if (info.Length() < 1 || !info[0].IsString())
+    throw Napi::TypeError::New(env, "bpfLoad(objectPath)");
   std::string error;
   std::unique_ptr<BpfEngine> e = BpfEngine::Load(info[0].As<Napi::String>().Utf8Value(), &error);
   if (!e) throw Napi::Error::New(env, "bpf: " + error);
@@ -977,17 +1010,20 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
 Napi::Value Configure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::shared_ptr<BpfEngine> e = Arg(info);
-  if (info.Length() < 2 || !info[1].IsObject()) throw Napi::TypeError::New(env, "bpfConfigure(id, config)");
+  if (info.Length() < 2 || !info[1].IsObject())
+    throw Napi::TypeError::New(env, "bpfConfigure(id, config)");
   Napi::Object o = info[1].As<Napi::Object>();
   BpfConfig c;
   c.vxlan = o.Get("format").ToString().Utf8Value() == "vxlan";
   c.vni = o.Get("vni").ToNumber().Uint32Value();
   c.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   Napi::Value mac = o.Get("vtepMac");
-  if (!mac.IsBuffer() || mac.As<Napi::Buffer<uint8_t>>().Length() != 6) throw Napi::TypeError::New(env, "bpf: vtepMac must be 6 bytes");
+  if (!mac.IsBuffer() || mac.As<Napi::Buffer<uint8_t>>().Length() != 6)
+    throw Napi::TypeError::New(env, "bpf: vtepMac must be 6 bytes");
   std::memcpy(c.vtep_mac, mac.As<Napi::Buffer<uint8_t>>().Data(), 6);
   std::string local = o.Get("localV4").ToString().Utf8Value();
-  if (inet_pton(AF_INET, local.c_str(), c.local_v4) != 1) throw Napi::TypeError::New(env, "bpf: localV4 " + local + " is not an IPv4 address");
+  if (inet_pton(AF_INET, local.c_str(), c.local_v4) != 1)
+    throw Napi::TypeError::New(env, "bpf: localV4 " + local + " is not an IPv4 address");
   if (o.Has("tun")) c.tun_ifindex = IfindexOf(env, o.Get("tun"), "tun");
   if (o.Has("underlay")) c.underlay_ifindex = IfindexOf(env, o.Get("underlay"), "underlay");
   int rc = e->Configure(c);
@@ -997,10 +1033,12 @@ Napi::Value Configure(const Napi::CallbackInfo& info) {
 
 Napi::Value SetPeers(const Napi::CallbackInfo& info) {
   std::shared_ptr<BpfEngine> e = Arg(info);
-  if (info.Length() < 2 || !info[1].IsBuffer()) throw Napi::TypeError::New(info.Env(), "bpfSetPeers(id, table)");
+  if (info.Length() < 2 || !info[1].IsBuffer())
+    throw Napi::TypeError::New(info.Env(), "bpfSetPeers(id, table)");
   Napi::Buffer<uint8_t> b = info[1].As<Napi::Buffer<uint8_t>>();
   std::string error;
-  if (!e->SetPeers(b.Data(), b.Length(), &error)) throw Napi::RangeError::New(info.Env(), "bpf: " + error);
+  if (!e->SetPeers(b.Data(), b.Length(), &error))
+    throw Napi::RangeError::New(info.Env(), "bpf: " + error);
   return info.Env().Undefined();
 }
 
@@ -1017,7 +1055,8 @@ Napi::Value UpdatePeers(const Napi::CallbackInfo& info) {
 Napi::Value TestRun(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::shared_ptr<BpfEngine> e = Arg(info);
-  if (info.Length() < 3 || !info[1].IsString() || !info[2].IsBuffer()) throw Napi::TypeError::New(env, "bpfTestRun(id, 'tx'|'rx', frame)");
+  if (info.Length() < 3 || !info[1].IsString() || !info[2].IsBuffer())
+    throw Napi::TypeError::New(env, "bpfTestRun(id, 'tx'|'rx', frame)");
   BpfProgram p = info[1].As<Napi::String>().Utf8Value() == "rx" ? BpfProgram::kRx : BpfProgram::kTx;
   Napi::Buffer<uint8_t> in = info[2].As<Napi::Buffer<uint8_t>>();
   uint32_t gso_size = info.Length() > 3 ? info[3].ToNumber().Uint32Value() : 0;
@@ -1037,12 +1076,17 @@ Napi::Value TestRun(const Napi::CallbackInfo& info) {
 Napi::Value Attach(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::shared_ptr<BpfEngine> e = Arg(info);
-  if (info.Length() < 3) throw Napi::TypeError::New(env, "bpfAttach(id, tun, underlay, mode, pinDir)");
+  if (info.Length() < 3)
+    throw Napi::TypeError::New(env, "bpfAttach(id, tun, underlay, mode, pinDir)");
   uint32_t tun = IfindexOf(env, info[1], "tun");
   uint32_t underlay = IfindexOf(env, info[2], "underlay");
-  std::string want = info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "auto";
-  std::string pin_dir = info.Length() > 4 && info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : "";
-  BpfAttachMode m = want == "tcx" ? BpfAttachMode::kTcx : want == "clsact" ? BpfAttachMode::kClsact : BpfAttachMode::kNone;
+  std::string want =
+      info.Length() > 3 && info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "auto";
+  std::string pin_dir =
+      info.Length() > 4 && info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : "";
+  BpfAttachMode m = want == "tcx"      ? BpfAttachMode::kTcx
+                    : want == "clsact" ? BpfAttachMode::kClsact
+                                       : BpfAttachMode::kNone;
   std::string error;
   std::vector<std::string> adopted, replaced;
   BpfAttachMode got = e->Attach(tun, underlay, m, pin_dir, &adopted, &replaced, &error);
@@ -1062,7 +1106,8 @@ Napi::Value Attach(const Napi::CallbackInfo& info) {
 // bpfTakeOver(id) → n: this engine's programs on the links bpfAttach adopted.
 Napi::Value TakeOver(const Napi::CallbackInfo& info) {
   int rc = Arg(info)->TakeOver();
-  if (rc < 0) throw Napi::Error::New(info.Env(), std::string("bpf: link update: ") + std::strerror(-rc));
+  if (rc < 0)
+    throw Napi::Error::New(info.Env(), std::string("bpf: link update: ") + std::strerror(-rc));
   return Napi::Number::New(info.Env(), rc);
 }
 
@@ -1086,7 +1131,8 @@ Napi::Value PinInfo(const Napi::CallbackInfo& info) {
 // bpfTcxProgs(dev, 'ingress' | 'egress') → program ids attached there with tcx (this namespace).
 Napi::Value TcxProgs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 2 || !info[1].IsString()) throw Napi::TypeError::New(env, "bpfTcxProgs(dev, 'ingress'|'egress')");
+  if (info.Length() < 2 || !info[1].IsString())
+    throw Napi::TypeError::New(env, "bpfTcxProgs(dev, 'ingress'|'egress')");
   uint32_t ifindex = IfindexOf(env, info[0], "dev");
   std::vector<uint32_t> ids;
   int rc = TcxProgIds(ifindex, info[1].As<Napi::String>().Utf8Value() == "ingress", &ids);
@@ -1099,7 +1145,8 @@ Napi::Value TcxProgs(const Napi::CallbackInfo& info) {
 // bpfUnpin(dir) → n: weft's pins in dir (tx, rx, bridge) removed (links detached first), and
 // dir once empty; throws (nothing touched) for a directory UntrustedPinDir refuses.
 Napi::Value Unpin(const Napi::CallbackInfo& info) {
-  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(info.Env(), "bpfUnpin(dir)");
+  if (info.Length() < 1 || !info[0].IsString())
+    throw Napi::TypeError::New(info.Env(), "bpfUnpin(dir)");
   std::string dir = info[0].As<Napi::String>().Utf8Value();
   int n = UnpinBpfDir(dir);
   if (n < 0) throw Napi::Error::New(info.Env(), "bpfUnpin: " + UntrustedPinDir(dir));
@@ -1109,10 +1156,12 @@ Napi::Value Unpin(const Napi::CallbackInfo& info) {
 // bpfSetPorts(id, records): the bridge's ports by MAC (12-byte records, bpf_loader.h SetPorts).
 Napi::Value SetPorts(const Napi::CallbackInfo& info) {
   std::shared_ptr<BpfEngine> e = Arg(info);
-  if (info.Length() < 2 || !info[1].IsBuffer()) throw Napi::TypeError::New(info.Env(), "bpfSetPorts(id, records)");
+  if (info.Length() < 2 || !info[1].IsBuffer())
+    throw Napi::TypeError::New(info.Env(), "bpfSetPorts(id, records)");
   Napi::Buffer<uint8_t> b = info[1].As<Napi::Buffer<uint8_t>>();
   std::string error;
-  if (!e->SetPorts(b.Data(), b.Length(), &error)) throw Napi::RangeError::New(info.Env(), "bpf: " + error);
+  if (!e->SetPorts(b.Data(), b.Length(), &error))
+    throw Napi::RangeError::New(info.Env(), "bpf: " + error);
   return info.Env().Undefined();
 }
 
@@ -1123,7 +1172,8 @@ Napi::Value AttachBridge(const Napi::CallbackInfo& info) {
   if (info.Length() < 2) throw Napi::TypeError::New(info.Env(), "bpfAttachBridge(id, bridge)");
   uint32_t ifindex = IfindexOf(info.Env(), info[1], "bridge");
   int rc = e->AttachBridge(ifindex);
-  if (rc < 0) throw Napi::Error::New(info.Env(), std::string("bpf: bridge tcx link: ") + std::strerror(-rc));
+  if (rc < 0)
+    throw Napi::Error::New(info.Env(), std::string("bpf: bridge tcx link: ") + std::strerror(-rc));
   return Napi::Number::New(info.Env(), ifindex);
 }
 
@@ -1139,6 +1189,48 @@ Napi::Value ObjectIds(const Napi::CallbackInfo& info) {
   Napi::Array a = Napi::Array::New(info.Env(), ids.size());
   for (size_t i = 0; i < ids.size(); i++) a.Set(static_cast<uint32_t>(i), ids[i]);
   return a;
+}
+
+// bpfCounterNames() → the programs' counter slots, in order (weft_abi.h).
+Napi::Value CounterNames(const Napi::CallbackInfo& info) {
+  std::vector<std::string> names = BpfCounterNames();
+  Napi::Array a = Napi::Array::New(info.Env(), names.size());
+  for (size_t i = 0; i < names.size(); i++) a.Set(static_cast<uint32_t>(i), names[i]);
+  return a;
+}
+
+// bpfAbi() → { structs: [{ name, size, members: [{ name, offset, size }] }], programs, maps }:
+// the loader's view of weft_abi.h (test/native/bpf-abi.test.ts compares it with the BTF).
+Napi::Value Abi(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto strings = [&](const std::vector<std::string>& v) {
+    Napi::Array a = Napi::Array::New(env, v.size());
+    for (size_t i = 0; i < v.size(); i++) a.Set(static_cast<uint32_t>(i), v[i]);
+    return a;
+  };
+  std::vector<BpfAbiStruct> structs = BpfAbiStructs();
+  Napi::Array sa = Napi::Array::New(env, structs.size());
+  for (size_t i = 0; i < structs.size(); i++) {
+    Napi::Object so = Napi::Object::New(env);
+    so.Set("name", structs[i].name);
+    so.Set("size", static_cast<double>(structs[i].size));
+    Napi::Array ma = Napi::Array::New(env, structs[i].members.size());
+    for (size_t j = 0; j < structs[i].members.size(); j++) {
+      const BpfAbiMember& m = structs[i].members[j];
+      Napi::Object mo = Napi::Object::New(env);
+      mo.Set("name", m.name);
+      mo.Set("offset", static_cast<double>(m.offset));
+      mo.Set("size", static_cast<double>(m.size));
+      ma.Set(static_cast<uint32_t>(j), mo);
+    }
+    so.Set("members", ma);
+    sa.Set(static_cast<uint32_t>(i), so);
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("structs", sa);
+  o.Set("programs", strings(BpfProgramNames()));
+  o.Set("maps", strings(BpfMapNames()));
+  return o;
 }
 
 // bpfClose(id, keepPinned = false): detaches and frees programs, maps and links, and removes
@@ -1173,6 +1265,8 @@ void Define(Napi::Env env, Napi::Object exports) {
   exports.Set("bpfPinInfo", Napi::Function::New(env, PinInfo));
   exports.Set("bpfUnpin", Napi::Function::New(env, Unpin));
   exports.Set("bpfTcxProgs", Napi::Function::New(env, TcxProgs));
+  exports.Set("bpfCounterNames", Napi::Function::New(env, CounterNames));
+  exports.Set("bpfAbi", Napi::Function::New(env, Abi));
 }
 
 }  // namespace bpfbind

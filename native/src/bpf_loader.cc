@@ -17,6 +17,7 @@
 #include <set>
 #include <utility>
 
+#include "../bpf/weft_abi.h"
 #include "peer_table.h"
 
 namespace weft {
@@ -29,34 +30,16 @@ constexpr int kBpfTcxEgress = 47;
 constexpr uint32_t kBpfLinkTypeTcx = 11;
 
 // The pins of the three links (in the engine's pin directory) and the program each must run.
-const char* const kPinName[3] = {"tx", "rx", "bridge"};
-const char* const kProgName[3] = {"weft_tx", "weft_rx", "weft_bridge"};
+#define WEFT_PIN_NAME(prog, pin) pin,
+#define WEFT_PROG_NAME(prog, pin) WEFT_BPF_NAME(prog),
+const char* const kPinName[3] = {WEFT_BPF_PROGRAMS(WEFT_PIN_NAME)};
+const char* const kProgName[3] = {WEFT_BPF_PROGRAMS(WEFT_PROG_NAME)};
+#undef WEFT_PIN_NAME
+#undef WEFT_PROG_NAME
 
 // clsact filters: weft's handle and priority, so a restart finds (and replaces) its own.
 constexpr uint32_t kTcHandle = 0x77ef;
 constexpr uint32_t kTcPriority = 0x77ef;
-
-// weft.bpf.c's map values.
-struct MapConfig {
-  uint32_t format;
-  uint32_t vni;
-  uint32_t tun_ifindex;
-  uint32_t underlay_ifindex;
-  uint8_t local_v4[4];
-  uint16_t port;  // network order
-  uint8_t vtep_mac[6];
-};
-static_assert(sizeof(MapConfig) == 28, "struct config in weft.bpf.c");
-
-struct MapPeer {
-  uint8_t pub_family;
-  uint8_t has_mac;
-  uint16_t port;  // network order
-  uint8_t mac[6];
-  uint8_t pad[2];
-  uint8_t pub[16];
-};
-static_assert(sizeof(MapPeer) == 28, "struct peer in weft.bpf.c");
 
 // libbpf's messages (the verifier log among them) go here while Load runs.
 thread_local std::string* g_libbpf_log = nullptr;
@@ -65,7 +48,8 @@ int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (!g_libbpf_log || level == LIBBPF_DEBUG) return 0;
   char buf[1024];
   int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  if (n > 0 && g_libbpf_log->size() < 16384) g_libbpf_log->append(buf, std::min<size_t>(n, sizeof(buf) - 1));
+  if (n > 0 && g_libbpf_log->size() < 16384)
+    g_libbpf_log->append(buf, std::min<size_t>(n, sizeof(buf) - 1));
   return 0;
 }
 
@@ -138,8 +122,9 @@ int TcxProgIds(uint32_t ifindex, bool ingress, std::vector<uint32_t>* ids) {
   q.prog_ids = ids->data();
   q.prog_cnt = static_cast<uint32_t>(ids->size());
   // BPF_PROG_QUERY's target_fd is target_ifindex for tcx (one union).
-  int rc = bpf_prog_query_opts(static_cast<int>(ifindex),
-                               static_cast<enum bpf_attach_type>(ingress ? kBpfTcxIngress : kBpfTcxEgress), &q);
+  int rc = bpf_prog_query_opts(
+      static_cast<int>(ifindex),
+      static_cast<enum bpf_attach_type>(ingress ? kBpfTcxIngress : kBpfTcxEgress), &q);
   if (rc < 0) {
     ids->clear();
     return errno == ENOENT ? 0 : -errno;
@@ -200,21 +185,23 @@ std::unique_ptr<BpfEngine> BpfEngine::Load(const std::string& object_path, std::
     *error = Errno("load (verifier)", rc) + (log.empty() ? "" : "\n" + log);
     return nullptr;
   }
-  const char* progs[3] = {"weft_tx", "weft_rx", "weft_bridge"};
   for (int i = 0; i < 3; i++) {
-    bpf_program* p = bpf_object__find_program_by_name(e->obj_, progs[i]);
+    bpf_program* p = bpf_object__find_program_by_name(e->obj_, kProgName[i]);
     e->prog_fd_[i] = p ? bpf_program__fd(p) : -1;
     if (e->prog_fd_[i] < 0) {
-      *error = std::string("program ") + progs[i] + " missing from " + object_path;
+      *error = std::string("program ") + kProgName[i] + " missing from " + object_path;
       return nullptr;
     }
   }
   struct {
     const char* name;
     int* fd;
-  } maps[] = {{"weft_config", &e->config_fd_},   {"weft_peers4", &e->peers4_fd_},
-              {"weft_peers6", &e->peers6_fd_},   {"weft_sources", &e->sources_fd_},
-              {"weft_counters", &e->counters_fd_}, {"weft_ports", &e->ports_fd_}};
+  } maps[] = {{WEFT_BPF_NAME(WEFT_MAP_CONFIG), &e->config_fd_},
+              {WEFT_BPF_NAME(WEFT_MAP_PEERS4), &e->peers4_fd_},
+              {WEFT_BPF_NAME(WEFT_MAP_PEERS6), &e->peers6_fd_},
+              {WEFT_BPF_NAME(WEFT_MAP_SOURCES), &e->sources_fd_},
+              {WEFT_BPF_NAME(WEFT_MAP_COUNTERS), &e->counters_fd_},
+              {WEFT_BPF_NAME(WEFT_MAP_PORTS), &e->ports_fd_}};
   for (auto& m : maps) {
     *m.fd = bpf_object__find_map_fd_by_name(e->obj_, m.name);
     if (*m.fd < 0) {
@@ -232,19 +219,20 @@ BpfEngine::~BpfEngine() {
 }
 
 int BpfEngine::Configure(const BpfConfig& cfg) {
-  MapConfig v{};
-  v.format = cfg.vxlan ? 1 : 0;
+  weft_config v{};
+  v.format = cfg.vxlan ? WEFT_FORMAT_VXLAN : WEFT_FORMAT_UDP;
   v.vni = cfg.vni;
   v.tun_ifindex = cfg.tun_ifindex;
   v.underlay_ifindex = cfg.underlay_ifindex;
-  std::memcpy(v.local_v4, cfg.local_v4, 4);
+  std::memcpy(&v.local_v4, cfg.local_v4, 4);  // network order
   v.port = htons(cfg.port);
   std::memcpy(v.vtep_mac, cfg.vtep_mac, 6);
   uint32_t zero = 0;
   return bpf_map_update_elem(config_fd_, &zero, &v, BPF_ANY) < 0 ? -errno : 0;
 }
 
-bool BpfEngine::WritePeer(int family, const uint8_t* key, const uint8_t* value, std::string* error) {
+bool BpfEngine::WritePeer(int family, const uint8_t* key, const uint8_t* value,
+                          std::string* error) {
   int fd = family == 4 ? peers4_fd_ : peers6_fd_;
   if (bpf_map_update_elem(fd, key, value, BPF_ANY) < 0) {
     *error = Errno("peer map update", errno);
@@ -257,6 +245,9 @@ namespace {
 
 // A record's peer map entry: key = family byte + LPM key (prefixlen u32 host order + address,
 // host bits cleared, so the trie holds one entry per subnet), and its value.
+// The key bytes after the family byte are the map's key (weft_abi.h weft_lpm_v4 / _v6).
+static_assert(offsetof(weft_lpm_v4, addr) == 4 && sizeof(weft_lpm_v4) == 4 + 4, "weft_lpm_v4");
+static_assert(offsetof(weft_lpm_v6, addr) == 4 && sizeof(weft_lpm_v6) == 4 + 16, "weft_lpm_v6");
 void PeerEntryOf(const PeerRecord& r, std::string* key_out, std::string* value_out) {
   size_t alen = r.family == 4 ? 4 : 16;
   uint8_t key[1 + 4 + 16] = {};
@@ -268,7 +259,7 @@ void PeerEntryOf(const PeerRecord& r, std::string* key_out, std::string* value_o
     uint8_t mask = bits >= 8 ? 0xff : bits <= 0 ? 0 : static_cast<uint8_t>(0xff << (8 - bits));
     key[5 + b] = r.subnet[b] & mask;
   }
-  MapPeer v{};
+  weft_peer v{};
   v.pub_family = r.public_family;
   v.has_mac = r.has_vtep_mac() ? 1 : 0;
   v.port = htons(r.port);
@@ -280,7 +271,7 @@ void PeerEntryOf(const PeerRecord& r, std::string* key_out, std::string* value_o
 
 // The IPv4 public address of a map value (the source map's key); false for an IPv6 one.
 bool SourceOf(const std::string& value, uint32_t* a) {
-  MapPeer v;
+  weft_peer v;
   std::memcpy(&v, value.data(), sizeof(v));
   if (v.pub_family != 4) return false;
   std::memcpy(a, v.pub, 4);
@@ -397,7 +388,8 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
 }
 
 bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
-  std::vector<std::pair<std::string, std::string>> removed(d.removed.size()), upserts(d.upserts.size());
+  std::vector<std::pair<std::string, std::string>> removed(d.removed.size()),
+      upserts(d.upserts.size());
   for (size_t i = 0; i < d.removed.size(); i++) {
     PeerEntryOf(d.removed[i], &removed[i].first, &removed[i].second);
     if (!peers_.count(removed[i].first)) {
@@ -648,9 +640,8 @@ int BpfEngine::TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t 
   return 0;
 }
 
-BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
-                                BpfAttachMode want, const std::string& pin_dir,
-                                std::vector<std::string>* adopted,
+BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex, BpfAttachMode want,
+                                const std::string& pin_dir, std::vector<std::string>* adopted,
                                 std::vector<std::string>* replaced, std::string* error) {
   Detach();
   uint32_t ifindex[2] = {tun_ifindex, underlay_ifindex};
@@ -670,8 +661,10 @@ BpfAttachMode BpfEngine::Attach(uint32_t tun_ifindex, uint32_t underlay_ifindex,
       }
       if (!why.empty()) replaced->push_back(std::string(kPinName[i]) + ": " + why);
       int fd = CreateLink(i, ifindex[i], types[i], path);
-      if (fd < 0) err = -fd;
-      else link_fd_[i] = fd;
+      if (fd < 0)
+        err = -fd;
+      else
+        link_fd_[i] = fd;
     }
     if (!err) {
       mode_ = BpfAttachMode::kTcx;
@@ -785,6 +778,50 @@ std::vector<uint32_t> BpfEngine::ObjectIds() const {
                  sources_fd_, counters_fd_, ports_fd_, link_fd_[0], link_fd_[1], bridge_link_fd_})
     add(fd);
   return ids;
+}
+
+std::vector<std::string> BpfCounterNames() {
+#define WEFT_COUNTER_NAME(slot, name) name,
+  return {WEFT_BPF_COUNTERS(WEFT_COUNTER_NAME)};
+#undef WEFT_COUNTER_NAME
+}
+
+std::vector<std::string> BpfProgramNames() {
+#define WEFT_PROG_NAME(prog, pin) WEFT_BPF_NAME(prog),
+  return {WEFT_BPF_PROGRAMS(WEFT_PROG_NAME)};
+#undef WEFT_PROG_NAME
+}
+
+std::vector<std::string> BpfMapNames() {
+#define WEFT_MAP_NAME(map) WEFT_BPF_NAME(map),
+  return {WEFT_BPF_MAPS(WEFT_MAP_NAME)};
+#undef WEFT_MAP_NAME
+}
+
+std::vector<BpfAbiStruct> BpfAbiStructs() {
+  // Every member, as this compiler lays it out (the test fails on one missing from a list).
+#define WEFT_MEMBER(type, m) \
+  { #m, offsetof(type, m), sizeof(type::m) }
+  return {
+      {"weft_config",
+       sizeof(weft_config),
+       {WEFT_MEMBER(weft_config, format), WEFT_MEMBER(weft_config, vni),
+        WEFT_MEMBER(weft_config, tun_ifindex), WEFT_MEMBER(weft_config, underlay_ifindex),
+        WEFT_MEMBER(weft_config, local_v4), WEFT_MEMBER(weft_config, port),
+        WEFT_MEMBER(weft_config, vtep_mac)}},
+      {"weft_lpm_v4",
+       sizeof(weft_lpm_v4),
+       {WEFT_MEMBER(weft_lpm_v4, prefixlen), WEFT_MEMBER(weft_lpm_v4, addr)}},
+      {"weft_lpm_v6",
+       sizeof(weft_lpm_v6),
+       {WEFT_MEMBER(weft_lpm_v6, prefixlen), WEFT_MEMBER(weft_lpm_v6, addr)}},
+      {"weft_peer",
+       sizeof(weft_peer),
+       {WEFT_MEMBER(weft_peer, pub_family), WEFT_MEMBER(weft_peer, has_mac),
+        WEFT_MEMBER(weft_peer, port), WEFT_MEMBER(weft_peer, mac), WEFT_MEMBER(weft_peer, pad),
+        WEFT_MEMBER(weft_peer, pub)}},
+  };
+#undef WEFT_MEMBER
 }
 
 }  // namespace weft

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "../bpf/weft_abi.h"
+
 struct bpf_object;
 
 namespace weft {
@@ -42,11 +44,31 @@ struct BpfConfig {
   uint8_t vtep_mac[6] = {};
 };
 
-// Counter slots of the programs (weft.bpf.c enum; src/dataplane/bpf-engine.ts BPF_COUNTERS).
-constexpr size_t kBpfCounterCount = 9;
+// Counter slots of the programs (weft_abi.h: the table in src/dataplane/stats.ts).
+constexpr size_t kBpfCounterCount = WEFT_C_COUNT;
 
-// Entries each peer map (per family) and the source map hold (weft.bpf.c max_entries).
-constexpr size_t kBpfMapEntries = 65536;
+// Entries each peer map (per family) and the source map hold (weft_abi.h).
+constexpr size_t kBpfMapEntries = WEFT_PEER_MAP_ENTRIES;
+
+// The names of the counter slots, in order.
+std::vector<std::string> BpfCounterNames();
+
+// One member of a map struct as the loader compiles it: name, offset and size in bytes.
+struct BpfAbiMember {
+  std::string name;
+  size_t offset;
+  size_t size;
+};
+struct BpfAbiStruct {
+  std::string name;
+  size_t size;
+  std::vector<BpfAbiMember> members;
+};
+// Every struct of weft_abi.h, member by member (test/native/bpf-abi.test.ts compares them with
+// the object's BTF), and the program and map names.
+std::vector<BpfAbiStruct> BpfAbiStructs();
+std::vector<std::string> BpfProgramNames();
+std::vector<std::string> BpfMapNames();
 
 // What a bpffs path holds, for the pin checks and tests: kind "link" | "prog" | "map" | ""
 // (nothing there, or not a bpf object); for a link its type, id, program (id and name) and, for
@@ -101,8 +123,8 @@ class BpfEngine {
   // Runs one program on `in` (an Ethernet frame) under BPF_PROG_TEST_RUN, with the skb marked
   // GSO when gso_size > 0. Returns 0 or -errno; `retval` is the program's verdict and `out` the
   // packet it left.
-  int TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t gso_size,
-              uint32_t gso_segs, int* retval, std::vector<uint8_t>* out);
+  int TestRun(BpfProgram prog, const uint8_t* in, size_t len, uint32_t gso_size, uint32_t gso_segs,
+              int* retval, std::vector<uint8_t>* out);
 
   // Attaches weft_tx to the egress of `tun_ifindex` and weft_rx to the ingress of
   // `underlay_ifindex`. kNone means: tcx, else clsact. Returns the mode used, or kNone and

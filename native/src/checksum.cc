@@ -113,8 +113,8 @@ uint16_t ChecksumSum(const uint8_t* data, size_t len, uint32_t initial) {
   return ChecksumFold(static_cast<uint64_t>(be) + initial);
 }
 
-uint16_t PseudoHeaderSum(size_t addr_len, const uint8_t* src, const uint8_t* dst,
-                         uint8_t proto, uint32_t l4_len) {
+uint16_t PseudoHeaderSum(size_t addr_len, const uint8_t* src, const uint8_t* dst, uint8_t proto,
+                         uint32_t l4_len) {
   uint32_t sum = ChecksumSum(src, addr_len, 0);
   sum = ChecksumSum(dst, addr_len, sum);
   if (addr_len == 4) {

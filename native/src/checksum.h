@@ -29,8 +29,8 @@ inline uint16_t ChecksumFold(uint64_t sum) {
 
 // Pseudo-header sum (not inverted) for an L4 protocol. `addr_len` is 4 (IPv4) or 16 (IPv6);
 // src/dst point at the addresses in network order; `l4_len` is the L4 header+payload length.
-uint16_t PseudoHeaderSum(size_t addr_len, const uint8_t* src, const uint8_t* dst,
-                         uint8_t proto, uint32_t l4_len);
+uint16_t PseudoHeaderSum(size_t addr_len, const uint8_t* src, const uint8_t* dst, uint8_t proto,
+                         uint32_t l4_len);
 
 // RFC 1624 eqn. 3: the checksum after one 16-bit word changes from `old_word` to `new_word`.
 inline uint16_t ChecksumUpdate16(uint16_t check, uint16_t old_word, uint16_t new_word) {
@@ -40,9 +40,7 @@ inline uint16_t ChecksumUpdate16(uint16_t check, uint16_t old_word, uint16_t new
   return static_cast<uint16_t>(~ChecksumFold(sum));
 }
 
-inline uint16_t LoadBe16(const uint8_t* p) {
-  return static_cast<uint16_t>((p[0] << 8) | p[1]);
-}
+inline uint16_t LoadBe16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
 inline void StoreBe16(uint8_t* p, uint16_t v) {
   p[0] = static_cast<uint8_t>(v >> 8);
   p[1] = static_cast<uint8_t>(v);

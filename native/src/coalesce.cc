@@ -22,8 +22,8 @@ size_t Eligible(const uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, unsigned
     return 0;
   }
   if (ip.version == 4) {
-    if (ip.l4_off != 20) return 0;                      // IP options
-    if ((LoadBe16(pkt + 6) & 0x3fffu) != 0) return 0;   // MF or a fragment offset
+    if (ip.l4_off != 20) return 0;                     // IP options
+    if ((LoadBe16(pkt + 6) & 0x3fffu) != 0) return 0;  // MF or a fragment offset
   }
   size_t l4_len = ip.len - ip.l4_off;
   const uint8_t* t = pkt + ip.l4_off;
@@ -38,8 +38,8 @@ size_t Eligible(const uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, unsigned
     thl = kUdpHdrLen;
     if (l4_len <= thl || LoadBe16(t + 4) != l4_len || LoadBe16(t + 6) == 0) return 0;
   }
-  uint16_t pseudo = PseudoHeaderSum(ip.addr_len, ip.src, ip.dst, ip.proto,
-                                    static_cast<uint32_t>(l4_len));
+  uint16_t pseudo =
+      PseudoHeaderSum(ip.addr_len, ip.src, ip.dst, ip.proto, static_cast<uint32_t>(l4_len));
   if (ChecksumSum(t, l4_len, pseudo) != 0xffff) return 0;
   return thl;
 }

@@ -55,8 +55,8 @@ class Coalescer {
   uint8_t* buf_;
   uint32_t tun_mtu_;
   size_t segs_ = 0;
-  size_t len_ = 0;       // packet bytes held (after the vnet header)
-  size_t hdrs_ = 0;      // IP + TCP/UDP header length
+  size_t len_ = 0;   // packet bytes held (after the vnet header)
+  size_t hdrs_ = 0;  // IP + TCP/UDP header length
   size_t l4_off_ = 0;
   size_t seg_size_ = 0;  // payload length of the first segment (the GSO size)
   size_t last_payload_ = 0;

@@ -76,8 +76,8 @@ size_t BuildNetUnreachable(const uint8_t* pkt, const IpInfo& ip, uint8_t* out, s
   out[40] = 1;  // destination unreachable
   out[41] = 0;  // no route to destination
   std::memcpy(out + 48, pkt, quoted);
-  uint16_t pseudo = PseudoHeaderSum(16, out + 8, out + 24, kProtoIcmpV6,
-                                    static_cast<uint32_t>(icmp_len));
+  uint16_t pseudo =
+      PseudoHeaderSum(16, out + 8, out + 24, kProtoIcmpV6, static_cast<uint32_t>(icmp_len));
   StoreBe16(out + 42, Checksum(out + 40, icmp_len, pseudo));
   return 40 + icmp_len;
 }

@@ -15,13 +15,13 @@
 #include "engine.h"
 
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <net/if.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/sysinfo.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -251,8 +251,8 @@ class Engine::Loop {
     tx_iov_[v].iov_len = r.payload_len;
     socklen_t alen;
     FillSockaddr(*r.peer, &tx_addr_[o], &alen);
-    SetMessage(o, &tx_addr_[o], alen, &tx_iov_[v], 1, 1, 0,
-               r.payload_len - Headroom(), SendFd(pkt, r.ip, r.peer->public_family));
+    SetMessage(o, &tx_addr_[o], alen, &tx_iov_[v], 1, 1, 0, r.payload_len - Headroom(),
+               SendFd(pkt, r.ip, r.peer->public_family));
   }
 
   // Fills queued message `m`: `iovlen` iovecs to `name`, leaving by socket `fd`, carrying `segs`
@@ -460,10 +460,10 @@ class Engine::Loop {
       }
     }
     uint8_t* b = tap_buf_.data();
-    uint16_t sport = e_->src_count_ == 0
-                         ? e_->cfg_.port
-                         : e_->src_ports_[VxlanSourcePort(pkt, ip) %
-                                          static_cast<unsigned>(e_->src_count_)];
+    uint16_t sport =
+        e_->src_count_ == 0
+            ? e_->cfg_.port
+            : e_->src_ports_[VxlanSourcePort(pkt, ip) % static_cast<unsigned>(e_->src_count_)];
     size_t n = WriteTapHeaders(t, *h, ip.len, inner_hdrs, ip.version, sport, tap_ip_id_, b);
     if (n == 0) return false;
     size_t copy = gso ? inner_hdrs : ip.len;
@@ -895,8 +895,8 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
   sockaddr_storage addr6;
   socklen_t alen6 = 0;
   if (!cfg.bind_ip6.empty()) {
-    if (ipip || addr.ss_family != AF_INET || !MakeSockaddr(cfg.bind_ip6, cfg.port, &addr6, &alen6) ||
-        addr6.ss_family != AF_INET6) {
+    if (ipip || addr.ss_family != AF_INET ||
+        !MakeSockaddr(cfg.bind_ip6, cfg.port, &addr6, &alen6) || addr6.ss_family != AF_INET6) {
       *error = "a dual-stack underlay needs udp or vxlan, an IPv4 bindIp and an IPv6 bindIp6 (" +
                cfg.bind_ip + ", " + cfg.bind_ip6 + ")";
       return nullptr;
@@ -929,13 +929,12 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
       sockaddr_storage got;
       socklen_t glen = sizeof(got);
       if (getsockname(e->src_fds_[k], reinterpret_cast<sockaddr*>(&got), &glen) == 0) {
-        e->src_ports_[k] = ntohs(got.ss_family == AF_INET
-                                     ? reinterpret_cast<sockaddr_in*>(&got)->sin_port
-                                     : reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
+        e->src_ports_[k] =
+            ntohs(got.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&got)->sin_port
+                                           : reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
       }
     }
-    if (alen6 != 0 &&
-        !open_sources(addr6, alen6, cfg.bind_ip6, e->src6_fds_, &e->src6_count_)) {
+    if (alen6 != 0 && !open_sources(addr6, alen6, cfg.bind_ip6, e->src6_fds_, &e->src6_count_)) {
       return nullptr;
     }
   }
@@ -1245,8 +1244,8 @@ void Engine::CheckFifo() {
     if (err == 0) pthread_setschedparam(pthread_self(), policy, &before);
   }
   if (err != 0) {
-    fifo_note_ = std::string("SCHED_FIFO ") + std::to_string(cfg_.fifo_priority) + ": " +
-                 std::strerror(err);
+    fifo_note_ =
+        std::string("SCHED_FIFO ") + std::to_string(cfg_.fifo_priority) + ": " + std::strerror(err);
     cfg_.fifo_priority = 0;
   }
 }
@@ -1279,8 +1278,8 @@ bool Engine::ProbeTap(std::string* error) {
   StoreBe16(inner + 10, Checksum(inner, 20));
   inner[20 + 12] = 5 << 4;
   inner[20 + 13] = 0x10;  // ACK
-  StoreBe16(inner + 20 + 16, PseudoHeaderSum(4, inner + 12, inner + 16, kProtoTcp,
-                                             sizeof(inner) - 20));
+  StoreBe16(inner + 20 + 16,
+            PseudoHeaderSum(4, inner + 12, inner + 16, kProtoTcp, sizeof(inner) - 20));
   VnetHdr h;
   h.flags = kVnetFlagNeedsCsum;
   h.gso_type = kVnetGsoTcpV4;
@@ -1384,8 +1383,8 @@ int Engine::Run(int w, Direction dir) {
   // back to its own policy after.
   int policy = SCHED_OTHER;
   sched_param before = {};
-  const bool fifo = cfg_.fifo_priority > 0 &&
-                    pthread_getschedparam(pthread_self(), &policy, &before) == 0;
+  const bool fifo =
+      cfg_.fifo_priority > 0 && pthread_getschedparam(pthread_self(), &policy, &before) == 0;
   if (fifo) {
     sched_param sp = {};
     sp.sched_priority = cfg_.fifo_priority;

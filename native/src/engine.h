@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "codec.h"
+#include "counters.gen.h"
 #include "packet.h"
 #include "peer_table.h"
 #include "tap_tx.h"
@@ -79,40 +80,23 @@ struct EngineConfig {
   CodecConfig codec;
 };
 
-// Counter indexes, followed by one counter per DropReason (kDropBase + reason). kCounterNames
-// below names them; the addon's counterNames() exports those names (then `drop_<reason>`), and
-// src/dataplane/stats.ts COUNTERS must list the same (checked when an engine starts).
+// Counter indexes, followed by one counter per DropReason (kDropBase + reason), from the table
+// in src/dataplane/stats.ts (counters.gen.h). kCounterNames names them; the addon's
+// counterNames() exports those names (then `drop_<reason>`), which stats.ts COUNTERS equals
+// (checked when an engine starts, and by test/native/addon-exports.test.ts).
 enum Counter : uint32_t {
-  kTxPackets = 0,  // inner packets read from the TUN and sent
-  kTxBytes,        // their inner bytes
-  kRxPackets,      // inner packets received and written to the TUN
-  kRxBytes,        // their inner bytes
-  kIcmpSent,       // ICMP unreachables written back into the TUN
-  kTunReads,       // read() calls that returned a packet
-  kSendBatches,    // sendmmsg calls
-  kRecvBatches,    // recvmmsg calls that returned datagrams
-  kWakeups,        // epoll_wait returns
-  kTsoSegments,    // segments cut from TUN TSO super-packets
-  kGroWrites,      // coalesced TCP/UDP super-packets written to the TUN
-  kGsoSends,       // UDP GSO messages sent (each several datagrams: TSO segments or a burst)
-  kGsoDisabled,    // 1 once the socket refused UDP GSO (EIO) and it was switched off
-  kGroTrains,      // UDP GRO receives that carried several datagrams
-  kBusyPolls,      // drains that found work while busy-polling (a wake-up saved)
-  kGsoFallbacks,   // UDP GSO messages refused with EMSGSIZE (path MTU below a segment), resent
-                   // datagram by datagram (the kernel fragments them, as kernel vxlan does)
-  kRemoteWakeups,  // wake-ups to receive datagrams the kernel took in on another CPU
-  kTapWrites,      // frames written to the egress TAP (a TSO super-packet whole, or one packet)
-  kTapDisabled,    // 1 once the TAP refused a frame with EINVAL and TCP went back to the sockets
-  kDropBase,
+#define WEFT_COUNTER_ENUM(id, name) k##id,
+  WEFT_ENGINE_COUNTERS(WEFT_COUNTER_ENUM)
+#undef WEFT_COUNTER_ENUM
+      kDropBase,
   kCounterCount = kDropBase + static_cast<uint32_t>(DropReason::kCount),
 };
 
-// kCounterNames[i] names Counter i (i < kDropBase), as weft_dataplane_* and stats.ts call it.
+// kCounterNames[i] names Counter i (i < kDropBase), as stats.ts calls it.
 inline constexpr const char* kCounterNames[] = {
-    "tx_packets",   "tx_bytes",     "rx_packets", "rx_bytes",      "icmp_sent",      "tun_reads",
-    "send_batches", "recv_batches", "wakeups",    "tso_segments",  "gro_writes",     "gso_sends",
-    "gso_disabled", "gro_trains",   "busy_polls", "gso_fallbacks", "remote_wakeups",
-    "tap_writes",   "tap_disabled",
+#define WEFT_COUNTER_NAME(id, name) name,
+    WEFT_ENGINE_COUNTERS(WEFT_COUNTER_NAME)
+#undef WEFT_COUNTER_NAME
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kDropBase,
               "kCounterNames out of step with enum Counter");

@@ -27,8 +27,8 @@ EncapResult FlannelUdpEncap(uint8_t* pkt, size_t len, const PeerTable& table, ui
   return res;
 }
 
-DecapResult FlannelUdpDecap(uint8_t* dgram, size_t len, size_t outer_len,
-                            const uint8_t* outer_src, const PeerTable& table) {
+DecapResult FlannelUdpDecap(uint8_t* dgram, size_t len, size_t outer_len, const uint8_t* outer_src,
+                            const PeerTable& table) {
   DecapResult res;
   if (!table.HasPublic(outer_len, outer_src)) {
     res.drop = DropReason::kUnknownSource;

@@ -18,8 +18,8 @@ EncapResult FlannelUdpEncap(uint8_t* pkt, size_t len, const PeerTable& table, ui
 
 // UDP → TUN: `dgram` (len bytes) came from `outer_src`. Drops strangers (no lease) first, then
 // validates, checks the inner source and decrements the TTL in place.
-DecapResult FlannelUdpDecap(uint8_t* dgram, size_t len, size_t outer_len,
-                            const uint8_t* outer_src, const PeerTable& table);
+DecapResult FlannelUdpDecap(uint8_t* dgram, size_t len, size_t outer_len, const uint8_t* outer_src,
+                            const PeerTable& table);
 
 }  // namespace weft
 

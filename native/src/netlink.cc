@@ -4,11 +4,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <libmnl/libmnl.h>
+#include <linux/filter.h>
 #include <linux/if.h>
 #include <linux/if_link.h>
 #include <linux/if_tun.h>
 #include <linux/if_tunnel.h>
-#include <linux/filter.h>
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
 #include <sched.h>
@@ -68,8 +68,8 @@ nlmsghdr* BuildOp(char* at, const NlOp& op, uint32_t seq) {
       // A blackhole is only added where no route for dst exists (never replaces the bridge's
       // connected route): create-exclusive, EEXIST counts as done (netlink.ts isAlreadyDone).
       if (add) {
-        nlh->nlmsg_flags |= NLM_F_CREATE |
-                            (op.route_type == RTN_BLACKHOLE ? NLM_F_EXCL : NLM_F_REPLACE);
+        nlh->nlmsg_flags |=
+            NLM_F_CREATE | (op.route_type == RTN_BLACKHOLE ? NLM_F_EXCL : NLM_F_REPLACE);
       }
       auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
       int family = op.dst.family;
@@ -343,7 +343,8 @@ int ParseLink(const nlmsghdr* nlh, LinkEntry* e) {
       e->tun.vnet_hdr = flag(IFLA_TUN_VNET_HDR, false);
       e->tun.multi_queue = flag(IFLA_TUN_MULTI_QUEUE, false);
       e->tun.persist = flag(IFLA_TUN_PERSIST, false);
-      if (tun.tb[IFLA_TUN_NUM_QUEUES]) e->tun.queues = mnl_attr_get_u32(tun.tb[IFLA_TUN_NUM_QUEUES]);
+      if (tun.tb[IFLA_TUN_NUM_QUEUES])
+        e->tun.queues = mnl_attr_get_u32(tun.tb[IFLA_TUN_NUM_QUEUES]);
     }
   }
   return MNL_CB_OK;

@@ -56,7 +56,7 @@ struct NlOp {
   IpAddr gw;         // route gateway (family 0: none)
   int ifindex = 0;   // route oif / neighbour / FDB / address / link index
   bool onlink = false;
-  uint32_t table = 0;  // 0: main
+  uint32_t table = 0;      // 0: main
   uint8_t route_type = 0;  // RTN_*; 0: RTN_UNICAST (RTN_BLACKHOLE: no device, no gateway)
   bool has_mac = false;
   uint8_t mac[6] = {};  // neighbour lladdr, FDB MAC, link MAC, vxlan MAC
@@ -148,13 +148,13 @@ struct LinkEntry {
 struct NlChange {
   enum Kind : uint8_t { kRoute, kNeigh, kFdb, kLink, kAddr };
   Kind kind = kRoute;
-  bool deleted = false;  // RTM_DEL* (else RTM_NEW*)
-  RouteEntry route;      // kRoute
-  NeighEntry neigh;      // kNeigh, kFdb
-  int ifindex = 0;       // kLink, kAddr (and the device of every other kind)
-  std::string name;      // kLink
+  bool deleted = false;     // RTM_DEL* (else RTM_NEW*)
+  RouteEntry route;         // kRoute
+  NeighEntry neigh;         // kNeigh, kFdb
+  int ifindex = 0;          // kLink, kAddr (and the device of every other kind)
+  std::string name;         // kLink
   unsigned link_flags = 0;  // kLink: IFF_* (IFF_UP: set up)
-  int family = 0;        // kRoute, kNeigh, kAddr (AF_INET / AF_INET6)
+  int family = 0;           // kRoute, kNeigh, kAddr (AF_INET / AF_INET6)
 };
 
 class Netlink {

@@ -34,7 +34,7 @@ struct OffloadName {
 inline constexpr OffloadName kOffloadNames[] = {
     {"csum", kTunFCsum},         {"tso4", kTunFTso4},         {"tso6", kTunFTso6},
     {"uso4", kTunFUso4},         {"uso6", kTunFUso6},         {"gro", kOffloadGro},
-    {"udp_gso", kOffloadUdpGso}, {"udp_gro", kOffloadUdpGro},   {"tap_gso", kOffloadTapGso},
+    {"udp_gso", kOffloadUdpGso}, {"udp_gro", kOffloadUdpGro}, {"tap_gso", kOffloadTapGso},
 };
 inline constexpr size_t kOffloadCount = sizeof(kOffloadNames) / sizeof(kOffloadNames[0]);
 

@@ -1,8 +1,8 @@
 #include "packet.h"
 
-#include "checksum.h"
-
 #include <cstring>
+
+#include "checksum.h"
 
 namespace weft {
 
@@ -12,9 +12,7 @@ inline void StoreLe16(uint8_t* p, uint16_t v) {
   p[0] = static_cast<uint8_t>(v);
   p[1] = static_cast<uint8_t>(v >> 8);
 }
-inline uint16_t LoadLe16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] | (p[1] << 8));
-}
+inline uint16_t LoadLe16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
 }  // namespace
 
@@ -181,8 +179,8 @@ size_t Split(const VnetHdr& h, const uint8_t* pkt, size_t len, uint8_t* out, siz
       t[13] = f;
     }
     StoreBe16(t + csum_field, 0);
-    uint16_t pseudo = PseudoHeaderSum(ip.addr_len, s + (ip.src - pkt), s + (ip.dst - pkt),
-                                      proto, l4_len);
+    uint16_t pseudo =
+        PseudoHeaderSum(ip.addr_len, s + (ip.src - pkt), s + (ip.dst - pkt), proto, l4_len);
     uint16_t csum;
     if (copy) {
       csum = Checksum(t, l4_len, pseudo);

@@ -1,5 +1,5 @@
-// Shared packet vocabulary for the codecs and the engine: drop reasons (a fixed set, mirrored
-// in src/dataplane/stats.ts), the virtio_net_hdr that prefixes every TUN read and write, and
+// Shared packet vocabulary for the codecs and the engine: drop reasons (a fixed set, from
+// src/dataplane/stats.ts), the virtio_net_hdr that prefixes every TUN read and write, and
 // inner IP header parsing. Plain C++, no allocation, no syscalls.
 #ifndef WEFT_NATIVE_PACKET_H_
 #define WEFT_NATIVE_PACKET_H_
@@ -7,31 +7,23 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "counters.gen.h"
+
 namespace weft {
 
-// Why a packet was dropped. The order and names are a contract with src/dataplane/stats.ts
-// (DROP_REASONS) and the `reason` label of weft_dataplane_dropped_packets_total.
+// Why a packet was dropped: the table in src/dataplane/stats.ts (DROP_REASON_TABLE, written to
+// counters.gen.h), which also gives weft_dataplane_dropped_packets_total its `reason` values.
 enum class DropReason : uint8_t {
-  kNone = 0,         // not dropped
-  kTruncated,        // shorter than its headers or its IP total length
-  kOversized,        // larger than a buffer or a datagram can hold
-  kMalformed,        // bad IP version/header length, bad VXLAN flags
-  kUnknownSource,    // outer source address holds no lease
-  kSpoofedSource,    // inner source address is outside the sending peer's subnet
-  kBadVni,           // VXLAN VNI is not ours
-  kBadMac,           // inner Ethernet destination is not our VtepMAC
-  kBadEthertype,     // inner Ethernet type is neither IPv4 nor IPv6
-  kNoRoute,          // no peer subnet holds the inner destination
-  kTtlExpired,       // inner TTL / hop limit reached zero
-  kSendError,        // sendmmsg refused the datagram
-  kTunWriteError,    // the TUN refused the packet
-  kCount,
+#define WEFT_DROP_REASON_ENUM(id, name) k##id,
+  WEFT_DROP_REASONS(WEFT_DROP_REASON_ENUM)
+#undef WEFT_DROP_REASON_ENUM
+      kCount,
 };
 
 constexpr const char* kDropReasonNames[] = {
-    "none",          "truncated",    "oversized", "malformed",    "unknown_source",
-    "spoofed_source", "bad_vni",      "bad_mac",   "bad_ethertype", "no_route",
-    "ttl_expired",   "send_error",   "tun_write_error",
+#define WEFT_DROP_REASON_NAME(id, name) name,
+    WEFT_DROP_REASONS(WEFT_DROP_REASON_NAME)
+#undef WEFT_DROP_REASON_NAME
 };
 static_assert(sizeof(kDropReasonNames) / sizeof(kDropReasonNames[0]) ==
                   static_cast<size_t>(DropReason::kCount),

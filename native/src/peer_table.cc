@@ -109,7 +109,9 @@ bool DecodeRecord(const uint8_t* p, size_t i, PeerRecord* out, std::string* erro
   size_t alen = r.family == 4 ? 4 : 16;
   for (size_t b = 0; b < 16; b++) {
     int bits = static_cast<int>(r.prefix) - static_cast<int>(b * 8);
-    uint8_t mask = b >= alen || bits <= 0 ? 0 : bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
+    uint8_t mask = b >= alen || bits <= 0 ? 0
+                   : bits >= 8            ? 0xff
+                                          : static_cast<uint8_t>(0xff << (8 - bits));
     r.subnet[b] &= mask;
   }
   if (r.public_family == 4) std::memset(r.public_ip + 4, 0, 12);
@@ -134,8 +136,7 @@ bool DecodeRecords(const uint8_t* buf, size_t len, std::vector<PeerRecord>* out,
 
 }  // namespace
 
-std::unique_ptr<PeerTable> PeerTable::Build(const uint8_t* buf, size_t len,
-                                            std::string* error) {
+std::unique_ptr<PeerTable> PeerTable::Build(const uint8_t* buf, size_t len, std::string* error) {
   std::unique_ptr<PeerTable> t(new PeerTable());
   if (!DecodeRecords(buf, len, &t->records_, error)) return nullptr;
   // One hash level per distinct prefix length, longest first.
@@ -192,8 +193,8 @@ bool PeerDelta::Parse(const uint8_t* removed, size_t removed_len, const uint8_t*
     return false;
   }
   // A subnet twice in one list: a table of those alone would be refused.
-  for (auto [list, name] : {std::make_pair(&out->removed, "removed"),
-                            std::make_pair(&out->upserts, "upserts")}) {
+  for (auto [list, name] :
+       {std::make_pair(&out->removed, "removed"), std::make_pair(&out->upserts, "upserts")}) {
     std::unique_ptr<PeerTable> t(new PeerTable());
     for (uint32_t i = 0; i < list->size(); i++) {
       if (t->Find((*list)[i]) >= 0) {

@@ -118,9 +118,7 @@ class PeerTable {
     uint64_t hi = 0;
     uint64_t lo = 0;
     uint8_t family = 0;
-    bool operator==(const Key& o) const {
-      return hi == o.hi && lo == o.lo && family == o.family;
-    }
+    bool operator==(const Key& o) const { return hi == o.hi && lo == o.lo && family == o.family; }
   };
   // An open-addressing hash of record indices (+1; 0 = empty) keyed by masked address.
   struct Index {

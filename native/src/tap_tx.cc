@@ -59,9 +59,8 @@ void BuildTapTemplate(const PeerRecord& p, const TapFrameConfig& cfg, TapTemplat
   t->len = static_cast<uint8_t>(len);
 }
 
-size_t WriteTapHeaders(const TapTemplate& t, const VnetHdr& h, size_t inner_len,
-                       size_t inner_hdrs, uint8_t version, uint16_t sport, uint16_t ip_id,
-                       uint8_t* out) {
+size_t WriteTapHeaders(const TapTemplate& t, const VnetHdr& h, size_t inner_len, size_t inner_hdrs,
+                       uint8_t version, uint16_t sport, uint16_t ip_id, uint8_t* out) {
   const size_t outer_th = 14 + static_cast<size_t>(t.ip_len);
   const size_t udp_len = t.len - outer_th + inner_len;
   const size_t ip_total = t.ip_len + udp_len;

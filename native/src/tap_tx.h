@@ -54,10 +54,10 @@ struct TapFrameConfig {
 // port, length and checksum zero), for VXLAN its header and the inner Ethernet (type IPv4).
 struct TapTemplate {
   uint8_t bytes[kTapTemplateMax];
-  uint8_t len;         // 0: no frame for this peer (another outer family, VXLAN without VtepMAC)
-  uint8_t ip_len;      // outer IP header length (20 | 40)
-  uint32_t ip_sum;     // IPv4: the sum of the outer header's fixed words
-  uint32_t addr_sum;   // the sum of the outer addresses and the protocol (UDP pseudo-header)
+  uint8_t len;        // 0: no frame for this peer (another outer family, VXLAN without VtepMAC)
+  uint8_t ip_len;     // outer IP header length (20 | 40)
+  uint32_t ip_sum;    // IPv4: the sum of the outer header's fixed words
+  uint32_t addr_sum;  // the sum of the outer addresses and the protocol (UDP pseudo-header)
 };
 
 // Fills `t` for peer `p` (len 0 when there is no frame for it).
@@ -68,9 +68,8 @@ void BuildTapTemplate(const PeerRecord& p, const TapFrameConfig& cfg, TapTemplat
 // vnet header of the inner packet: TCP GSO (TCPV4/TCPV6, `inner_hdrs` = its inner header length)
 // becomes a tunnel GSO frame; anything else must have complete inner checksums. Returns the bytes
 // written (kTapVnetHdrLen + t.len), or 0 when the frame would not fit an outer length field.
-size_t WriteTapHeaders(const TapTemplate& t, const VnetHdr& h, size_t inner_len,
-                       size_t inner_hdrs, uint8_t version, uint16_t sport, uint16_t ip_id,
-                       uint8_t* out);
+size_t WriteTapHeaders(const TapTemplate& t, const VnetHdr& h, size_t inner_len, size_t inner_hdrs,
+                       uint8_t version, uint16_t sport, uint16_t ip_id, uint8_t* out);
 
 }  // namespace weft
 

@@ -104,8 +104,7 @@ uint16_t VxlanSourcePort(const uint8_t* pkt, const IpInfo& ip) {
     mix(pkt + ip.l4_off, 4);
   }
   uint32_t range = kVxlanSrcPortMax - kVxlanSrcPortMin;
-  return static_cast<uint16_t>(kVxlanSrcPortMin +
-                               ((static_cast<uint64_t>(h) * range) >> 32));
+  return static_cast<uint16_t>(kVxlanSrcPortMin + ((static_cast<uint64_t>(h) * range) >> 32));
 }
 
 }  // namespace weft

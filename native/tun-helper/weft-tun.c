@@ -30,16 +30,16 @@
 #define FRAME_HDR 2
 #define MAX_PACKET 65535
 
-static unsigned char in_buf[FRAME_HDR + MAX_PACKET]; /* stdin → TUN, one frame being read */
+static unsigned char in_buf[FRAME_HDR + MAX_PACKET];  /* stdin → TUN, one frame being read */
 static unsigned char out_buf[FRAME_HDR + MAX_PACKET]; /* TUN → stdout, one frame */
 
-static int fail(const char *what) {
+static int fail(const char* what) {
   fprintf(stderr, "weft-tun: %s: %s\n", what, strerror(errno));
   return 1;
 }
 
 /* Writes all of buf (a blocking pipe may take it in pieces). */
-static int write_all(int fd, const unsigned char *buf, size_t len) {
+static int write_all(int fd, const unsigned char* buf, size_t len) {
   while (len > 0) {
     ssize_t n = write(fd, buf, len);
     if (n < 0) {
@@ -52,7 +52,7 @@ static int write_all(int fd, const unsigned char *buf, size_t len) {
   return 0;
 }
 
-static int open_tun(const char *name, char *actual) {
+static int open_tun(const char* name, char* actual) {
   int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
   if (fd < 0) return -1;
   struct ifreq ifr;
@@ -70,7 +70,7 @@ static int open_tun(const char *name, char *actual) {
   return fd;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   if (argc != 2 || argv[1][0] == '\0' || strlen(argv[1]) >= IFNAMSIZ) {
     fprintf(stderr, "usage: weft-tun NAME (NAME: 1..%d characters)\n", IFNAMSIZ - 1);
     return 2;
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
   if (tun < 0) return fail("open /dev/net/tun");
   char line[IFNAMSIZ + 1];
   int len = snprintf(line, sizeof line, "%s\n", name);
-  if (write_all(STDOUT_FILENO, (unsigned char *)line, (size_t)len) < 0) return fail("stdout");
+  if (write_all(STDOUT_FILENO, (unsigned char*)line, (size_t)len) < 0) return fail("stdout");
 
   size_t have = 0; /* bytes of the current stdin frame read so far */
   struct pollfd fds[2] = {{.fd = tun, .events = POLLIN}, {.fd = STDIN_FILENO, .events = POLLIN}};

@@ -190,6 +190,17 @@ export interface BpfConfig {
 
 export type BpfAttachMode = 'tcx' | 'clsact';
 
+/** The loader's view of native/bpf/weft_abi.h (bpfAbi): each struct's layout, the names. */
+export interface BpfAbi {
+  readonly structs: ReadonlyArray<{
+    readonly name: string;
+    readonly size: number;
+    readonly members: ReadonlyArray<{ name: string; offset: number; size: number }>;
+  }>;
+  readonly programs: readonly string[];
+  readonly maps: readonly string[];
+}
+
 /** What a bpffs path holds (bpfPinInfo). ifindex 0 on a tcx link: its device is gone. */
 export interface BpfPinInfo {
   readonly kind: 'link' | 'prog' | 'map';
@@ -337,6 +348,10 @@ export interface NativeAddon {
   bpfUnpin(dir: string): number;
   /** Ids of the programs attached with tcx to `dev`'s hook (this process's namespace). */
   bpfTcxProgs(dev: string | number, hook: 'ingress' | 'egress'): number[];
+  /** The programs' counter slots, in order (weft_abi.h; stats.ts BPF_COUNTERS). */
+  bpfCounterNames(): string[];
+  /** Test export: the structs, programs and maps of weft_abi.h as the loader compiled them. */
+  bpfAbi(): BpfAbi;
   /** The port map becomes exactly these 12-byte records (MAC, 2 pad bytes, ifindex u32 LE). */
   bpfSetPorts(id: number, records: Buffer): void;
   /**
@@ -404,6 +419,8 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   bpfPinInfo: true,
   bpfUnpin: true,
   bpfTcxProgs: true,
+  bpfCounterNames: true,
+  bpfAbi: true,
   sdNotify: true,
   mallocTrim: true,
 };

@@ -8,6 +8,8 @@
  * Buffers passed in are copied before the call returns. Unpinned, the tcx links, programs and
  * maps go with the process's fds; pinned (bpf-pins.ts), the links outlive it.
  */
+import { createHash } from 'node:crypto';
+import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadNative, packageRoot } from '../common/native.js';
 import type { NativeAddon } from '../common/native-addon.js';
@@ -37,19 +39,9 @@ export const TC_ACT_OK = 0;
 export const TC_ACT_SHOT = 2;
 export const TC_ACT_REDIRECT = 7;
 
-/** The programs' counter slots (native/bpf/weft.bpf.c enum), in order. */
-export const BPF_COUNTERS = [
-  'tx_packets',
-  'tx_bytes',
-  'rx_packets',
-  'rx_bytes',
-  'tx_passed',
-  'rx_passed',
-  'tx_error',
-  'bridge_bypass',
-  'rx_error',
-] as const;
-export type BpfCounterName = (typeof BPF_COUNTERS)[number];
+/** The programs' counter slots, in order (stats.ts BPF_COUNTER_TABLE, native/bpf/weft_abi.h). */
+export { BPF_COUNTERS } from './stats.js';
+export type { BpfCounterName } from './stats.js';
 
 export function bpfObjectPath(): string {
   return process.env.WEFT_BPF_OBJECT ?? join(packageRoot(), 'native', 'build', 'weft.bpf.o');
@@ -57,7 +49,35 @@ export function bpfObjectPath(): string {
 
 /** The programs' source, shipped beside the object (its hash is checked against the object's). */
 export function bpfSourcePath(): string {
-  return join(packageRoot(), 'native', 'bpf', 'weft.bpf.c');
+  return join(bpfSourceDir(), 'weft.bpf.c');
+}
+
+/** native/bpf: weft.bpf.c and the headers it shares with the loader (weft_abi.h). */
+export function bpfSourceDir(): string {
+  return join(packageRoot(), 'native', 'bpf');
+}
+
+/**
+ * The SHA-256 scripts/build-native.mjs (bpfSourceHash, the same rule) writes into the object:
+ * over every *.c and *.h in `dir` by name, each as its name, a NUL and its bytes. Null when
+ * `dir` holds none (an object shipped without its sources).
+ */
+export function bpfSourceHash(dir = bpfSourceDir()): string | null {
+  let names: string[];
+  try {
+    names = readdirSync(dir)
+      .filter((n) => /\.[ch]$/.test(n))
+      .sort();
+  } catch {
+    return null;
+  }
+  if (names.length === 0) return null;
+  const h = createHash('sha256');
+  for (const name of names)
+    h.update(name)
+      .update('\0')
+      .update(readFileSync(join(dir, name)));
+  return h.digest('hex');
 }
 
 export function loadBpfBinding(): NativeBpf {

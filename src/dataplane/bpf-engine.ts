@@ -27,7 +27,6 @@
  * TUN outlives it (`persist`) pins, and its close() keeps the pins and the programs attached;
  * whoever removes that TUN removes them (bpf-pins.ts removeBpfPins).
  */
-import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { WeftError, errorMessage } from '../common/errors.js';
@@ -37,7 +36,8 @@ import {
   BPF_COUNTERS,
   TC_ACT_REDIRECT,
   bpfObjectPath,
-  bpfSourcePath,
+  bpfSourceDir,
+  bpfSourceHash,
   loadBpfBinding,
 } from './bpf-binding.js';
 import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
@@ -47,7 +47,7 @@ import { bypassedFirewallRules } from './bpf-firewall.js';
 import { preparePinDir, removeBpfPins } from './bpf-pins.js';
 import { startNativeEngine } from './native-engine.js';
 import { JsPeerTable, encodePeerTable, formatMac, peerEntry } from './peer-table.js';
-import { COUNTERS, emptyWorkerStats } from './stats.js';
+import { BPF_COUNTER_TABLE, COUNTERS, emptyWorkerStats } from './stats.js';
 import type { DataplaneStats } from './stats.js';
 
 /** Test knob: a probe that always fails (the fallback path, exercised end to end). */
@@ -188,18 +188,15 @@ export function outerIpv4Frame(src: string, dst: string, dport: number, payload:
 const SOURCE_MARK = 'weft-bpf-source-sha256:';
 
 /**
- * Throws unless the object at `objectPath` was built from `sourcePath` as it is now (the SHA-256
- * scripts/build-native.mjs writes into it). A stale object loads and passes the probe (its test
- * runs cannot take the TUN's path) yet may not be the code this engine drives: refuse it, naming
- * the rebuild. No source beside the package (an object shipped alone): nothing to compare.
+ * Throws unless the object at `objectPath` was built from the sources in `sourceDir` as they are
+ * now (the SHA-256 scripts/build-native.mjs writes into it, bpfSourceHash). A stale object loads
+ * and passes the probe (its test runs cannot take the TUN's path) yet may not be the code this
+ * engine drives: refuse it, naming the rebuild. No sources beside the package (an object
+ * shipped alone): nothing to compare.
  */
-export function checkBpfObjectSource(objectPath: string, sourcePath = bpfSourcePath()): void {
-  let source: Buffer;
-  try {
-    source = readFileSync(sourcePath);
-  } catch {
-    return;
-  }
+export function checkBpfObjectSource(objectPath: string, sourceDir = bpfSourceDir()): void {
+  const want = bpfSourceHash(sourceDir);
+  if (want === null) return;
   let object: Buffer;
   try {
     object = readFileSync(objectPath);
@@ -211,10 +208,9 @@ export function checkBpfObjectSource(objectPath: string, sourcePath = bpfSourceP
     at < 0
       ? 'an unknown source'
       : object.toString('latin1', at + SOURCE_MARK.length, at + SOURCE_MARK.length + 64);
-  const want = createHash('sha256').update(source).digest('hex');
   if (built !== want) {
     throw unavailable(
-      `stale object ${objectPath}: built from ${at < 0 ? built : `weft.bpf.c ${built.slice(0, 12)}`}, not ${sourcePath} (${want.slice(0, 12)}); rebuild it: node scripts/build-native.mjs --bpf`,
+      `stale object ${objectPath}: built from ${at < 0 ? built : `sources ${built.slice(0, 12)}`}, not ${sourceDir} (${want.slice(0, 12)}); rebuild it: node scripts/build-native.mjs --bpf`,
     );
   }
 }
@@ -451,10 +447,8 @@ function attachModeFromEnv(): 'auto' | BpfAttachMode {
 export function withBpfCounters(s: DataplaneStats, flat: ArrayLike<number>): DataplaneStats {
   const row = emptyWorkerStats();
   const at = (n: (typeof BPF_COUNTERS)[number]) => flat[BPF_COUNTERS.indexOf(n)] ?? 0;
-  row.counters.tx_packets = at('tx_packets');
-  row.counters.tx_bytes = at('tx_bytes');
-  row.counters.rx_packets = at('rx_packets');
-  row.counters.rx_bytes = at('rx_bytes');
+  for (const slot of BPF_COUNTER_TABLE)
+    if ('adds' in slot) row.counters[slot.adds] += at(slot.name);
   const total = emptyWorkerStats();
   for (const c of COUNTERS) total.counters[c] = s.total.counters[c] + row.counters[c];
   Object.assign(total.drops, s.total.drops);

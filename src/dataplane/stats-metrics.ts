@@ -1,12 +1,12 @@
 /**
  * The dataplane counters' Prometheus view, `weft_dataplane_*`, read from the engine at scrape
- * time in each family's prom-client `collect()` (never per packet). The counter layout itself is
- * in stats.ts. A new engine counter: one more `counter(...)` line below.
+ * time in each family's prom-client `collect()` (never per packet). The counter families, with
+ * their metric names and help texts, are stats.ts's tables: a new engine counter is a row there.
  */
 import { Counter, Gauge, type Registry } from '../common/metrics.js';
 import { OFFLOAD_NAMES } from './offloads.js';
-import { DROP_REASONS } from './stats.js';
-import type { DataplaneStats, WorkerStats } from './stats.js';
+import { BPF_COUNTER_TABLE, DROP_REASON_TABLE, NATIVE_COUNTER_TABLE } from './stats.js';
+import type { CounterName, CounterRow, DataplaneStats, DropReason } from './stats.js';
 
 const attached = new WeakMap<
   Registry,
@@ -33,116 +33,42 @@ export function registerDataplaneMetrics(
     slot.last = slot.source() ?? slot.last;
     return slot.last;
   };
-  const counter = (name: string, help: string, pick: (s: WorkerStats) => number) =>
-    new Counter({
-      name,
-      help,
-      registers: [registry],
-      collect() {
-        const s = read();
-        this.reset();
-        if (s) this.inc(pick(s.total));
-      },
-    });
-  counter(
-    'weft_dataplane_tx_packets_total',
-    'Inner packets read from the TUN, encapsulated and sent.',
-    (s) => s.counters.tx_packets,
-  );
-  counter(
-    'weft_dataplane_tx_bytes_total',
-    'Inner bytes encapsulated and sent.',
-    (s) => s.counters.tx_bytes,
-  );
-  counter(
-    'weft_dataplane_rx_packets_total',
-    'Inner packets received, decapsulated and written to the TUN.',
-    (s) => s.counters.rx_packets,
-  );
-  counter(
-    'weft_dataplane_rx_bytes_total',
-    'Inner bytes received and written to the TUN.',
-    (s) => s.counters.rx_bytes,
-  );
-  counter(
-    'weft_dataplane_icmp_unreachable_sent_total',
-    'ICMP unreachables written back into the TUN for packets with no peer.',
-    (s) => s.counters.icmp_sent,
-  );
-  counter(
-    'weft_dataplane_send_batches_total',
-    'sendmmsg calls (packets per batch = tx packets / batches).',
-    (s) => s.counters.send_batches,
-  );
-  counter(
-    'weft_dataplane_recv_batches_total',
-    'recvmmsg calls that returned datagrams.',
-    (s) => s.counters.recv_batches,
-  );
-  counter(
-    'weft_dataplane_tun_reads_total',
-    'TUN reads that returned a packet (a TSO super-packet counts once).',
-    (s) => s.counters.tun_reads,
-  );
-  counter(
-    'weft_dataplane_tso_segments_total',
-    'Segments cut from TUN TSO super-packets.',
-    (s) => s.counters.tso_segments,
-  );
-  counter(
-    'weft_dataplane_gro_writes_total',
-    'Coalesced TCP and UDP super-packets written to the TUN.',
-    (s) => s.counters.gro_writes,
-  );
-  counter(
-    'weft_dataplane_gso_sends_total',
-    'UDP GSO messages sent (each several datagrams).',
-    (s) => s.counters.gso_sends,
-  );
-  counter(
-    'weft_dataplane_gro_trains_total',
-    'UDP GRO receives that carried several datagrams.',
-    (s) => s.counters.gro_trains,
-  );
-  counter(
-    'weft_dataplane_wakeups_total',
-    'Times a dataplane worker woke from epoll_wait.',
-    (s) => s.counters.wakeups,
-  );
-  counter(
-    'weft_dataplane_busy_polls_total',
-    'Times a busy-polling worker found packets without sleeping (a wake-up saved).',
-    (s) => s.counters.busy_polls,
-  );
-  counter(
-    'weft_dataplane_gso_fallbacks_total',
-    'UDP GSO messages refused with EMSGSIZE (path MTU below the segment size) and resent datagram by datagram.',
-    (s) => s.counters.gso_fallbacks,
-  );
-  counter(
-    'weft_dataplane_remote_wakeups_total',
-    'Wake-ups to receive datagrams the kernel took in on another CPU (one more cross-CPU hop).',
-    (s) => s.counters.remote_wakeups,
-  );
-  counter(
-    'weft_dataplane_tap_writes_total',
-    'Frames written to the egress TAP (a TCP super-packet whole, or one packet).',
-    (s) => s.counters.tap_writes,
-  );
-  new Counter({
-    name: 'weft_dataplane_dropped_packets_total',
-    help: 'Packets dropped by the dataplane, by reason (a fixed set).',
-    labelNames: ['reason'],
-    registers: [registry],
-    collect() {
-      const s = read();
-      this.reset();
-      for (const r of DROP_REASONS) {
-        if (r === 'none') continue;
-        this.inc({ reason: r }, s ? s.total.drops[r] : 0);
+  // One family per row with `metric`, one per labelled family (its series in row order), in
+  // table order; `pick` reads a row's value from the stats.
+  const counters = (
+    rows: readonly CounterRow[],
+    pick: (s: DataplaneStats, name: string) => number,
+  ) => {
+    const families = new Map<string, { help: string; label?: string; rows: CounterRow[] }>();
+    for (const row of rows) {
+      if (row.metric) families.set(row.metric, { help: row.help, rows: [row] });
+      else if (row.series) {
+        const { name, help, label } = row.series.family;
+        const f = families.get(name) ?? { help, label, rows: [] };
+        f.rows.push(row);
+        families.set(name, f);
       }
-    },
-  });
+    }
+    for (const [name, f] of families) {
+      new Counter({
+        name,
+        help: f.help,
+        labelNames: f.label ? [f.label] : [],
+        registers: [registry],
+        collect() {
+          const s = read();
+          this.reset();
+          for (const row of f.rows) {
+            const v = s ? pick(s, row.name) : 0;
+            if (f.label) this.inc({ [f.label]: row.series!.value }, v);
+            else this.inc(v);
+          }
+        },
+      });
+    }
+  };
+  counters(NATIVE_COUNTER_TABLE, (s, n) => s.total.counters[n as CounterName]);
+  counters(DROP_REASON_TABLE, (s, n) => s.total.drops[n as DropReason]);
   new Gauge({
     name: 'weft_dataplane_offload_enabled',
     help: 'Whether each dataplane offload is in use (probed at start; udp_gso turns 0 if the socket refuses it, tap_gso if the TAP refuses a frame).',
@@ -172,40 +98,7 @@ export function registerDataplaneMetrics(
         this.set({ engine: e }, s?.engine === e ? 1 : 0);
     },
   });
-  new Counter({
-    name: 'weft_dataplane_bpf_passed_packets_total',
-    help: 'Packets the bpf programs left to the userspace engine (no peer, IPv6 underlay, TTL, bad or unknown input), by direction.',
-    labelNames: ['direction'],
-    registers: [registry],
-    collect() {
-      const s = read();
-      this.reset();
-      this.inc({ direction: 'tx' }, s?.bpf?.tx_passed ?? 0);
-      this.inc({ direction: 'rx' }, s?.bpf?.rx_passed ?? 0);
-    },
-  });
-  new Counter({
-    name: 'weft_dataplane_bpf_error_packets_total',
-    help: 'Packets the bpf programs changed half way and had to drop (encap or decap refused by the kernel after a header was written, redirect refused), by direction.',
-    labelNames: ['direction'],
-    registers: [registry],
-    collect() {
-      const s = read();
-      this.reset();
-      this.inc({ direction: 'tx' }, s?.bpf?.tx_error ?? 0);
-      this.inc({ direction: 'rx' }, s?.bpf?.rx_error ?? 0);
-    },
-  });
-  new Counter({
-    name: 'weft_dataplane_bpf_bridge_bypass_packets_total',
-    help: "GSO packets the bpf engine handed from the pods' bridge (cni0) straight to the pod's port, which the bridge would have segmented in software.",
-    registers: [registry],
-    collect() {
-      const s = read();
-      this.reset();
-      this.inc(s?.bpf?.bridge_bypass ?? 0);
-    },
-  });
+  counters(BPF_COUNTER_TABLE, (s, n) => s.bpf?.[n] ?? 0);
   new Gauge({
     name: 'weft_dataplane_workers',
     help: 'Dataplane worker threads (TUN queues) running.',

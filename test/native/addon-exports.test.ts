@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
 import { NATIVE_EXPORTS } from '../../src/common/native-addon.js';
 import { OFFLOAD_NAMES, offloadListError, offloadsFromEnv } from '../../src/dataplane/offloads.js';
-import { COUNTERS, DROP_REASONS } from '../../src/dataplane/stats.js';
+import { BPF_COUNTERS, COUNTERS, DROP_REASONS } from '../../src/dataplane/stats.js';
 
 const native = loadNative();
 
@@ -25,6 +25,7 @@ describe('native addon exports', () => {
     assert.deepEqual(native.counterNames(), [...COUNTERS, ...DROP_REASONS.map((r) => `drop_${r}`)]);
     assert.deepEqual(native.dropReasons(), [...DROP_REASONS]);
     assert.deepEqual(native.offloadNames(), [...OFFLOAD_NAMES]);
+    assert.deepEqual(native.bpfCounterNames(), [...BPF_COUNTERS]);
   });
 
   it('refuse an unknown offload name at engine creation', () => {

@@ -20,7 +20,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { appendFileSync, copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { bpfSourcePath } from '../../src/dataplane/bpf-binding.js';
 import { buildBenchCluster } from '../../src/testbed/bench-cluster.js';
@@ -87,6 +87,8 @@ describe('bench testbed: a programs object built from another weft.bpf.c', { ski
     const arch = spawnSync('cc', ['-dumpmachine'], { encoding: 'utf8' }).stdout.trim();
     const r = spawnSync('clang', [
       ...['-O2', '-g', '-target', 'bpf', `-I/usr/include/${arch || 'x86_64-linux-gnu'}`],
+      // weft_abi.h and the headers it includes stay beside the shipped source.
+      `-I${dirname(bpfSourcePath())}`,
       ...['-DWEFT_SOURCE_SHA256="0000"', '-c', src, '-o', join(dir, 'weft.bpf.o')],
     ]);
     assert.equal(r.status, 0, String(r.stderr));
