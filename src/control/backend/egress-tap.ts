@@ -1,4 +1,4 @@
-import { egressTapName } from '../../dataplane/offloads.js';
+import { egressTapName } from '../../dataplane/index.js';
 import type { NetConfig } from '../config/net-config.js';
 import { UDP_TUN } from './udp.js';
 import { parseVxlanConfig, vxlanDeviceName } from './vxlan.js';

@@ -14,49 +14,49 @@
  * IPv4 only, as flannel. DirectRouting is a kernel-route feature: here every peer goes through
  * the TUN (logged once at start when it is set).
  */
-import { WeftError } from '../../common/errors.js';
 import { parseIP } from '../../common/ip.js';
-import type { Backend, BackendContext } from './backend.js';
+import type { Backend, BackendContext, Handover } from './backend.js';
 import { IPIP, IPIP_DEV, IPIP_OVERHEAD, checkIpipNode, parseIpipConfig } from './ipip.js';
 import { leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 
-export function createIpipUserspaceBackend(ctx: BackendContext): Backend {
+export function createIpipUserspaceBackend(ctx: BackendContext, handover?: Handover): Backend {
   const cfg = parseIpipConfig(ctx.netConfig.backend.raw);
-  const inner = createUserspaceBackend(ctx, {
-    type: IPIP,
-    format: 'ipip',
-    tunName: IPIP_DEV,
-    port: 0,
-    overhead: IPIP_OVERHEAD,
-    vni: 0,
-    vtepMac: null,
-    attrs: { backendType: IPIP },
-    peerFor(lease, family, publicIP) {
-      if (lease.attrs.backendType !== IPIP)
-        return { skip: `BackendType "${lease.attrs.backendType}" is not ipip` };
-      const pub = parseIP(publicIP);
-      if (family !== 4 || !pub || pub.family !== 4) return { skip: `no IPv4 public IP` };
-      return { subnet: leaseSubnet(lease, 4)!, publicIP: pub, port: 0, vtepMac: null };
+  const inner = createUserspaceBackend(
+    ctx,
+    {
+      type: IPIP,
+      format: 'ipip',
+      tunName: IPIP_DEV,
+      port: 0,
+      overhead: IPIP_OVERHEAD,
+      vni: 0,
+      vtepMac: null,
+      attrs: { backendType: IPIP },
+      peerFor(lease, family, publicIP) {
+        if (lease.attrs.backendType !== IPIP)
+          return { skip: `BackendType "${lease.attrs.backendType}" is not ipip` };
+        const pub = parseIP(publicIP);
+        if (family !== 4 || !pub || pub.family !== 4) return { skip: `no IPv4 public IP` };
+        return { subnet: leaseSubnet(lease, 4)!, publicIP: pub, port: 0, vtepMac: null };
+      },
     },
-  });
+    {},
+    handover,
+  );
   return {
     ...inner,
     async prepare() {
       checkIpipNode(ctx);
-      if (ctx.options.dataplaneEngine === 'js') {
-        throw new WeftError(
-          'WEFT_ERR_BACKEND_UNSUPPORTED',
-          'ipip: --dataplane-engine=js cannot send IPIP (Node has no raw sockets); use native',
-        );
-      }
+      // (the engine is the dataplane's choice: js, which cannot send IPIP, is refused there)
+      const prepared = await inner.prepare();
       if (cfg.directRouting) {
         ctx.log.warn(
           { dev: IPIP_DEV },
           'DirectRouting is not applied by the userspace ipip dataplane: every peer goes through the TUN',
         );
       }
-      return inner.prepare();
+      return prepared;
     },
   };
 }

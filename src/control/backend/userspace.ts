@@ -21,25 +21,24 @@ import { type Family, formatCIDR } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { Racer } from '../../common/lifecycle.js';
 import { LogOnce } from '../../common/log.js';
-import { loadNative } from '../../common/native.js';
-import { offloadsFromEnv } from '../../dataplane/offloads.js';
-import type { OffloadName } from '../../dataplane/offloads.js';
-import type {
-  Dataplane,
-  DataplaneEngine,
-  DataplaneFormat,
-  DataplaneOptions,
+import {
+  type Dataplane,
+  type DataplaneEngine,
+  type DataplaneFormat,
+  type DataplaneOptions,
+  type OffloadName,
+  type PeerEntry,
+  chooseEngine,
+  offloadsFromEnv,
+  registerDataplaneMetrics,
+  removeBpfPins,
 } from '../../dataplane/index.js';
-import type { PeerEntry } from '../../dataplane/peer-table.js';
-import { registerDataplaneMetrics } from '../../dataplane/stats-metrics.js';
 import { secondsSince } from '../../common/metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
-import { AUTO_PREFERS_BPF } from './backend.js';
-import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import type { Backend, BackendContext, Handover, PreparedBackend } from './backend.js';
 import { DataplaneRecord } from './fast-start.js';
-import { removeBpfPins } from '../../dataplane/bpf-pins.js';
 import { inspectTun, staleTunOps } from './persistent-tun.js';
 import { type PeerPlanContext, PeerRecords, planPeers } from './peer-plan.js';
 import {
@@ -103,32 +102,6 @@ export interface UserspaceSpec {
 }
 
 /**
- * The engine to start: js, native and bpf as asked; auto is native, except where vxlan
- * "Dataplane": "auto" handed over for lack of kernel vxlan (AUTO_PREFERS_BPF): bpf, which itself
- * falls back to native where its programs cannot run.
- */
-function engineOption(ctx: BackendContext): DataplaneEngine {
-  const e = ctx.options.dataplaneEngine;
-  if (e !== 'auto') return e;
-  return ctx.options[AUTO_PREFERS_BPF] ? 'bpf' : 'native';
-}
-
-/** The native engine needs the addon: without it, say so and name the way out. */
-function checkEngine(type: string, engine: DataplaneEngine): void {
-  if (engine === 'js') return;
-  try {
-    loadNative();
-  } catch (err) {
-    throw new WeftError(
-      'WEFT_ERR_NATIVE_UNAVAILABLE',
-      `${type}: the native dataplane engine cannot run (${errorMessage(err)}); ` +
-        'start with --dataplane-engine=js to use the js engine instead',
-      { cause: err },
-    );
-  }
-}
-
-/**
  * --dataplane-offloads when given, else the WEFT_DATAPLANE_OFFLOADS kill switch, else all; minus
  * the egress TAP (tap_gso) where the host would drop its frames (host-forward.ts: strict
  * reverse-path filtering, a FORWARD policy of drop without weft's forward rules), said once.
@@ -180,10 +153,22 @@ export function underlayBinds(
   return v4 && v6 ? { bindIp: v4, bindIp6: v6 } : { bindIp: v4 ?? v6 };
 }
 
+export interface UserspaceDeps {
+  readonly openNetlink?: () => Netlink;
+  readonly hostForwardPath?: () => HostForwardPath;
+  /** The addon probe chooseEngine runs (default: the dataplane's own). */
+  readonly probeAddon?: () => void;
+}
+
+/**
+ * `handover`: set when a kernel backend hands over for lack of its module (registry.ts); its
+ * `autoPrefers` is what --dataplane-engine=auto means here (the dataplane's chooseEngine).
+ */
 export function createUserspaceBackend(
   ctx: BackendContext,
   spec: UserspaceSpec,
-  deps: { openNetlink?: () => Netlink; hostForwardPath?: () => HostForwardPath } = {},
+  deps: UserspaceDeps = {},
+  handover: Handover = {},
 ): Backend {
   const log = ctx.log;
   const families = enabledFamilies(ctx.netConfig);
@@ -208,9 +193,11 @@ export function createUserspaceBackend(
   let adopted = false;
   let dpOptions: DataplaneOptions | null = null;
   // What the next run starts early with (fast-start.ts): not for the js engine, nor for
-  // "Dataplane": "auto" (its next start may take the kernel device of the TUN's name).
+  // "Dataplane": "auto" (its next start may take the kernel device of the TUN's name; a
+  // handover comes only from "auto").
   const auto =
-    ctx.options[AUTO_PREFERS_BPF] || jsonField(ctx.netConfig.backend.raw, 'Dataplane') === 'auto';
+    handover.autoPrefers !== undefined ||
+    jsonField(ctx.netConfig.backend.raw, 'Dataplane') === 'auto';
   const record =
     ctx.options.subnetFile && !auto ? new DataplaneRecord(ctx.options.subnetFile, log) : null;
 
@@ -226,8 +213,16 @@ export function createUserspaceBackend(
             (spec.underlayPerFamily ? ' for every enabled family (each rides its own)' : ''),
         );
       }
-      const engine = engineOption(ctx);
-      checkEngine(spec.type, engine);
+      // the dataplane decides (auto, the framing, the addon); a refusal names the way out
+      const engine = chooseEngine(
+        {
+          requested: ctx.options.dataplaneEngine,
+          format: spec.format,
+          who: spec.type,
+          ...(handover.autoPrefers ? { autoPrefers: handover.autoPrefers } : {}),
+        },
+        deps.probeAddon ? { probeAddon: deps.probeAddon } : undefined,
+      );
       nl = (deps.openNetlink ?? openNetlink)();
       const options: DataplaneOptions = {
         format: spec.format,

@@ -15,8 +15,8 @@
  * as the kernel device's; `Learning` and `GBP` are refused (vxlan.ts assertUserspaceCan).
  */
 import { parseIP } from '../../common/ip.js';
-import { parseMac } from '../../dataplane/peer-table.js';
-import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import { parseMac } from '../../dataplane/index.js';
+import type { Backend, BackendContext, Handover, PreparedBackend } from './backend.js';
 import { enabledFamilies, leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 import { peerVtepMAC } from './vtep-mac.js';
@@ -31,7 +31,7 @@ import {
   vxlanDeviceName,
 } from './vxlan.js';
 
-export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
+export function createVxlanUserspaceBackend(ctx: BackendContext, handover?: Handover): Backend {
   const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
   const dev = vxlanDeviceName(4, cfg.vni);
   const families = enabledFamilies(ctx.netConfig);
@@ -54,41 +54,46 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
     isReady: () => inner?.isReady?.() ?? true,
     async prepare(): Promise<PreparedBackend> {
       const mac = await vtepMACFor(ctx, dev, 4, null);
-      inner = createUserspaceBackend(ctx, {
-        type: VXLAN,
-        format: 'vxlan',
-        tunName: dev,
-        port: cfg.port,
-        overhead: VXLAN_OVERHEAD_V4,
-        overheadV6: VXLAN_OVERHEAD_V6,
-        ...(mtu === undefined ? {} : { mtu }),
-        underlayPerFamily: true,
-        vni: cfg.vni,
-        vtepMac: parseMac(mac),
-        attrs: {
-          backendType: VXLAN,
-          ...(families.includes(4) ? { backendData: { VNI: cfg.vni, VtepMAC: mac } } : {}),
-          ...(families.includes(6) ? { backendV6Data: { VNI: cfg.vni, VtepMAC: mac } } : {}),
+      inner = createUserspaceBackend(
+        ctx,
+        {
+          type: VXLAN,
+          format: 'vxlan',
+          tunName: dev,
+          port: cfg.port,
+          overhead: VXLAN_OVERHEAD_V4,
+          overheadV6: VXLAN_OVERHEAD_V6,
+          ...(mtu === undefined ? {} : { mtu }),
+          underlayPerFamily: true,
+          vni: cfg.vni,
+          vtepMac: parseMac(mac),
+          attrs: {
+            backendType: VXLAN,
+            ...(families.includes(4) ? { backendData: { VNI: cfg.vni, VtepMAC: mac } } : {}),
+            ...(families.includes(6) ? { backendV6Data: { VNI: cfg.vni, VtepMAC: mac } } : {}),
+          },
+          peerFor(lease, family, publicIP) {
+            if (lease.attrs.backendType !== VXLAN)
+              return { skip: `BackendType "${lease.attrs.backendType}" is not vxlan` };
+            const data =
+              family === 6 && lease.attrs.backendV6Data !== undefined
+                ? lease.attrs.backendV6Data
+                : lease.attrs.backendData;
+            const m = peerVtepMAC(data);
+            if ('reason' in m) return { skip: m.reason };
+            const pub = parseIP(publicIP);
+            if (!pub) return { skip: `bad public IP ${publicIP}` };
+            return {
+              subnet: leaseSubnet(lease, family)!,
+              publicIP: pub,
+              port: cfg.port,
+              vtepMac: parseMac(m.mac),
+            };
+          },
         },
-        peerFor(lease, family, publicIP) {
-          if (lease.attrs.backendType !== VXLAN)
-            return { skip: `BackendType "${lease.attrs.backendType}" is not vxlan` };
-          const data =
-            family === 6 && lease.attrs.backendV6Data !== undefined
-              ? lease.attrs.backendV6Data
-              : lease.attrs.backendData;
-          const m = peerVtepMAC(data);
-          if ('reason' in m) return { skip: m.reason };
-          const pub = parseIP(publicIP);
-          if (!pub) return { skip: `bad public IP ${publicIP}` };
-          return {
-            subnet: leaseSubnet(lease, family)!,
-            publicIP: pub,
-            port: cfg.port,
-            vtepMac: parseMac(m.mac),
-          };
-        },
-      });
+        {},
+        handover,
+      );
       return inner.prepare();
     },
     start: (lease) => need().start(lease),

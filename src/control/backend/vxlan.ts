@@ -25,12 +25,17 @@ import { WeftError, configError, errorMessage, isWeftError } from '../../common/
 import { type Family, type IPNet, containsIP, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { LogOnce, logger } from '../../common/log.js';
-import { removeBpfPins } from '../../dataplane/bpf-pins.js';
+import { removeBpfPins } from '../../dataplane/index.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
-import { AUTO_PREFERS_BPF } from './backend.js';
-import type { Backend, BackendContext, BackendFactory, PreparedBackend } from './backend.js';
+import type {
+  Backend,
+  BackendContext,
+  BackendFactory,
+  Handover,
+  PreparedBackend,
+} from './backend.js';
 import type { KernelBackendDeps } from './host-gw.js';
 import {
   clusterNetwork,
@@ -328,7 +333,7 @@ export interface VxlanDeps extends KernelBackendDeps {
   readonly userspace?: BackendFactory | null;
 }
 
-function userspaceBackend(ctx: BackendContext, deps: VxlanDeps): Backend {
+function userspaceBackend(ctx: BackendContext, deps: VxlanDeps, handover?: Handover): Backend {
   const factory = deps.userspace ?? null;
   if (!factory) {
     throw new WeftError(
@@ -336,7 +341,7 @@ function userspaceBackend(ctx: BackendContext, deps: VxlanDeps): Backend {
       `Backend.Dataplane: "userspace" needs the ${VXLAN_USERSPACE} backend, which is not available in this build`,
     );
   }
-  return factory(ctx);
+  return factory(ctx, handover);
 }
 
 /**
@@ -375,10 +380,7 @@ export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): B
         ctx.log.warn({ err: errorMessage(err) }, 'no kernel vxlan; using the userspace dataplane');
         await kernel.close();
         // Next best: the bpf engine (kernel speed without the vxlan module), then native.
-        impl = userspaceBackend(
-          { ...ctx, options: Object.freeze({ ...ctx.options, [AUTO_PREFERS_BPF]: true }) },
-          deps,
-        );
+        impl = userspaceBackend(ctx, deps, { autoPrefers: 'bpf' });
         return impl.prepare();
       }
     },
