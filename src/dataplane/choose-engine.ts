@@ -43,8 +43,9 @@ export interface EngineAsk {
   readonly who: string;
   /**
    * The engine `auto` means: native (the default), or bpf where the caller stands in for a
-   * kernel device this node lacks (vxlan "Dataplane": "auto" without the vxlan module: kernel
-   * speed without the module; bpf itself falls back to native where its programs cannot run).
+   * kernel device this node lacks ("Dataplane": "auto" without the kernel module: kernel speed
+   * without the module) and bpf serves the framing (else native); bpf itself falls back to
+   * native where its programs cannot run.
    */
   readonly autoPrefers?: 'native' | 'bpf';
 }
@@ -64,8 +65,14 @@ export function chooseEngine(
   ask: EngineAsk,
   deps: ChooseEngineDeps = { probeAddon: loadNative },
 ): DataplaneEngine {
+  // auto: the preferred engine where it serves the framing (bpf has no IPIP), else native
+  const preferred = ask.autoPrefers ?? 'native';
   const engine: DataplaneEngine =
-    ask.requested === 'auto' ? (ask.autoPrefers ?? 'native') : ask.requested;
+    ask.requested !== 'auto'
+      ? ask.requested
+      : ENGINE_FORMATS[preferred].includes(ask.format)
+        ? preferred
+        : 'native';
   if (engine === 'js') {
     if (!ENGINE_FORMATS.js.includes(ask.format)) {
       throw new WeftError(

@@ -140,3 +140,38 @@ export interface Handover {
 }
 
 export type BackendFactory = (ctx: BackendContext, handover?: Handover) => Backend;
+
+/**
+ * A backend's one registration (registry.ts lists them, as flannel's backend.Register): all
+ * that the daemon, `weft config set` and the iptables rules need to know of a type.
+ */
+export interface BackendSpec {
+  /** The type name, as net-conf's Backend.Type spells it (lower case). */
+  readonly type: string;
+  /**
+   * Creates the backend. `userspace` is the factory of the `fallback` type (null when it is not
+   * registered); `handover` is set when a kernel backend hands over to this one.
+   */
+  readonly create: (
+    ctx: BackendContext,
+    handover: Handover | undefined,
+    userspace: BackendFactory | null,
+  ) => Backend;
+  /** Parses the Backend block as create does first (`weft config set` runs it); absent: none. */
+  readonly parseConfig?: (raw: Readonly<Record<string, unknown>>) => unknown;
+  /**
+   * The Backend options it reads besides `Type` (names as flannel spells them, matched
+   * case-insensitively); anything else is reported unsupported (options.ts).
+   */
+  readonly options: readonly string[];
+  /**
+   * The egress TAP (tap_gso) its userspace engine may send through under this Backend block,
+   * or null (iptables accepts its frames in FORWARD: egress-tap.ts); absent: never one.
+   */
+  readonly egressTap?: (raw: Readonly<Record<string, unknown>>) => string | null;
+  /**
+   * The userspace backend it hands over to ("Dataplane": "userspace", or "auto" without its
+   * kernel module: kernel-fallback.ts); absent: kernel only, or userspace itself.
+   */
+  readonly fallback?: string;
+}

@@ -15,8 +15,16 @@
  * the TUN (logged once at start when it is set).
  */
 import { parseIP } from '../../common/ip.js';
-import type { Backend, BackendContext, Handover } from './backend.js';
-import { IPIP, IPIP_DEV, IPIP_OVERHEAD, checkIpipNode, parseIpipConfig } from './ipip.js';
+import type { Backend, BackendContext, BackendSpec, Handover } from './backend.js';
+import {
+  IPIP,
+  IPIP_DEV,
+  IPIP_OPTIONS,
+  IPIP_OVERHEAD,
+  IPIP_USERSPACE,
+  checkIpipNode,
+  parseIpipConfig,
+} from './ipip.js';
 import { leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 
@@ -60,3 +68,11 @@ export function createIpipUserspaceBackend(ctx: BackendContext, handover?: Hando
     },
   };
 }
+
+/** ipip-userspace's one registration (registry.ts). */
+export const IPIP_USERSPACE_SPEC: BackendSpec = {
+  type: IPIP_USERSPACE,
+  create: (ctx, handover) => createIpipUserspaceBackend(ctx, handover),
+  parseConfig: parseIpipConfig,
+  options: IPIP_OPTIONS,
+};

@@ -16,12 +16,14 @@
  */
 import { parseIP } from '../../common/ip.js';
 import { parseMac } from '../../dataplane/index.js';
-import type { Backend, BackendContext, Handover, PreparedBackend } from './backend.js';
+import type { Backend, BackendContext, BackendSpec, Handover, PreparedBackend } from './backend.js';
 import { enabledFamilies, leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 import { peerVtepMAC } from './vtep-mac.js';
 import {
   VXLAN,
+  VXLAN_SPEC,
+  VXLAN_USERSPACE,
   VXLAN_OVERHEAD_V4,
   VXLAN_OVERHEAD_V6,
   assertUserspaceCan,
@@ -103,3 +105,14 @@ export function createVxlanUserspaceBackend(ctx: BackendContext, handover?: Hand
     },
   };
 }
+
+/**
+ * vxlan-userspace's one registration (registry.ts): the vxlan block and options. No egress TAP
+ * entry, as before this table: configs name `vxlan` with "Dataplane", which has one.
+ */
+export const VXLAN_USERSPACE_SPEC: BackendSpec = {
+  type: VXLAN_USERSPACE,
+  create: (ctx, handover) => createVxlanUserspaceBackend(ctx, handover),
+  parseConfig: parseVxlanConfig,
+  options: VXLAN_SPEC.options,
+};

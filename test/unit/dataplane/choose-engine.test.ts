@@ -47,6 +47,16 @@ describe('chooseEngine', () => {
     );
   });
 
+  test('auto with the bpf hint is native for a framing bpf does not serve (IPIP)', () => {
+    assert.equal(
+      chooseEngine(
+        { requested: 'auto', format: 'ipip', who: 'ipip', autoPrefers: 'bpf' },
+        addonLoads,
+      ),
+      'native',
+    );
+  });
+
   test('an engine asked for by name is that engine, whatever the hint', () => {
     for (const requested of ['native', 'bpf', 'js'] as const) {
       assert.equal(
