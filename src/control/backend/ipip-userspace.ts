@@ -26,47 +26,49 @@ import {
   parseIpipConfig,
 } from './ipip.js';
 import { leaseSubnet } from './kernel-common.js';
-import { createUserspaceBackend } from './userspace.js';
+import { type UserspaceSpec, createUserspaceBackend } from './userspace.js';
 
 export function createIpipUserspaceBackend(ctx: BackendContext, handover?: Handover): Backend {
   const cfg = parseIpipConfig(ctx.netConfig.backend.raw);
-  const inner = createUserspaceBackend(
-    ctx,
-    {
-      type: IPIP,
-      format: 'ipip',
-      tunName: IPIP_DEV,
-      port: 0,
-      overhead: IPIP_OVERHEAD,
-      vni: 0,
-      vtepMac: null,
-      attrs: { backendType: IPIP },
-      peerFor(lease, family, publicIP) {
-        if (lease.attrs.backendType !== IPIP)
-          return { skip: `BackendType "${lease.attrs.backendType}" is not ipip` };
-        const pub = parseIP(publicIP);
-        if (family !== 4 || !pub || pub.family !== 4) return { skip: `no IPv4 public IP` };
-        return { subnet: leaseSubnet(lease, 4)!, publicIP: pub, port: 0, vtepMac: null };
-      },
+  const spec: UserspaceSpec = {
+    type: IPIP,
+    format: 'ipip',
+    tunName: IPIP_DEV,
+    port: 0,
+    overhead: IPIP_OVERHEAD,
+    vni: 0,
+    vtepMac: null,
+    attrs: { backendType: IPIP },
+    peerFor(lease, family, publicIP) {
+      if (lease.attrs.backendType !== IPIP)
+        return { skip: `BackendType "${lease.attrs.backendType}" is not ipip` };
+      const pub = parseIP(publicIP);
+      if (family !== 4 || !pub || pub.family !== 4) return { skip: `no IPv4 public IP` };
+      return { subnet: leaseSubnet(lease, 4)!, publicIP: pub, port: 0, vtepMac: null };
     },
-    {},
-    handover,
-  );
-  return {
-    ...inner,
-    async prepare() {
-      checkIpipNode(ctx);
-      // (the engine is the dataplane's choice: js, which cannot send IPIP, is refused there)
-      const prepared = await inner.prepare();
+    prepared() {
       if (cfg.directRouting) {
         ctx.log.warn(
           { dev: IPIP_DEV },
           'DirectRouting is not applied by the userspace ipip dataplane: every peer goes through the TUN',
         );
       }
-      return prepared;
     },
   };
+  return createUserspaceBackend(
+    ctx,
+    {
+      type: IPIP,
+      // the node is checked as prepare begins (IPv4 only, an IPv4 address); the engine is the
+      // dataplane's choice (js, which cannot send IPIP, is refused there)
+      resolve: async () => {
+        checkIpipNode(ctx);
+        return spec;
+      },
+    },
+    {},
+    handover,
+  );
 }
 
 /** ipip-userspace's one registration (registry.ts). */

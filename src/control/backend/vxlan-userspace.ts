@@ -16,7 +16,7 @@
  */
 import { parseIP } from '../../common/ip.js';
 import { parseMac } from '../../dataplane/index.js';
-import type { Backend, BackendContext, BackendSpec, Handover, PreparedBackend } from './backend.js';
+import type { Backend, BackendContext, BackendSpec, Handover } from './backend.js';
 import { enabledFamilies, leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 import { peerVtepMAC } from './vtep-mac.js';
@@ -45,20 +45,14 @@ export function createVxlanUserspaceBackend(ctx: BackendContext, handover?: Hand
     cfg.mtu === null
       ? undefined
       : Math.min(...families.map((f) => vxlanDeviceMTU(cfg, ctx.extIface.mtu, f)));
-  let inner: Backend | null = null;
-  const need = () => {
-    if (!inner) throw new Error('vxlan-userspace: used before prepare');
-    return inner;
-  };
-  return {
-    type: VXLAN,
-    // the TUN's state: false while the re-check cannot restore it (userspace.ts)
-    isReady: () => inner?.isReady?.() ?? true,
-    async prepare(): Promise<PreparedBackend> {
-      const mac = await vtepMACFor(ctx, dev, 4, null);
-      inner = createUserspaceBackend(
-        ctx,
-        {
+  return createUserspaceBackend(
+    ctx,
+    {
+      type: VXLAN,
+      // the VtepMAC is chosen as prepare begins (vtep-mac.ts), then the engine starts with it
+      async resolve() {
+        const mac = await vtepMACFor(ctx, dev, 4, null);
+        return {
           type: VXLAN,
           format: 'vxlan',
           tunName: dev,
@@ -92,18 +86,12 @@ export function createVxlanUserspaceBackend(ctx: BackendContext, handover?: Hand
               vtepMac: parseMac(m.mac),
             };
           },
-        },
-        {},
-        handover,
-      );
-      return inner.prepare();
+        };
+      },
     },
-    start: (lease) => need().start(lease),
-    run: (events, signal) => need().run(events, signal),
-    close: async (how) => {
-      await inner?.close(how);
-    },
-  };
+    {},
+    handover,
+  );
 }
 
 /**
