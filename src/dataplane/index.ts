@@ -17,40 +17,46 @@
  * encap/decap in the kernel in front of the native engine, which stays the slow path) and `js`
  * (js-engine.ts: the reference codec per packet on dgram, one queue, for when speed does not
  * matter or the native engine is unwanted).
+ *
+ * This module is the whole of the dataplane that control sees (issue #30.1; the import-graph test
+ * holds control to it): the engine choice (choose-engine.ts), the start, and the vocabulary
+ * control speaks to an engine in (peer records, offload names, pins, metrics, cleanup). It stays
+ * light: the engines load on the first start, so a kernel backend's daemon never loads them.
  */
-import { WeftError, errorMessage } from '../common/errors.js';
-import { logger } from '../common/log.js';
-import { startBpfEngine } from './bpf-engine.js';
 import { removeBpfPins } from './bpf-pins.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
-import { startJsEngine } from './js-engine.js';
-import { startNativeEngine } from './native-engine.js';
+import { startChosen } from './choose-engine.js';
 
 export type { Dataplane, DataplaneEngine, DataplaneFormat, DataplaneOptions } from './engine.js';
+export {
+  ENGINE_FORMATS,
+  ENGINE_REQUESTS,
+  type EngineAsk,
+  type EngineRequest,
+  chooseEngine,
+} from './choose-engine.js';
+export { type OffloadName, egressTapName, offloadListError, offloadsFromEnv } from './offloads.js';
+export {
+  PEER_RECORD_SIZE,
+  type PeerDelta,
+  type PeerEntry,
+  encodePeerTable,
+  parseMac,
+  recordSubnetKey,
+} from './peer-table.js';
+export { registerDataplaneMetrics } from './stats-metrics.js';
+export { removeBpfPins } from './bpf-pins.js';
+export { type CleanupReport, cleanupHost } from './cleanup.js';
 
 /**
- * Starts the engine asked for. `bpf` falls back to `native` when its programs cannot load, probe
- * or attach here (logged once, with the step that failed); the result's `engine` says which runs.
- * Any other engine first removes what a bpf engine left pinned on this TUN (bpf-pins.ts), so no
- * earlier program goes on forwarding in front of it with an old peer table.
+ * Starts the engine `opts.engine` names (chooseEngine's choice), with the bpf → native fallback
+ * (choose-engine.ts startChosen); the result's `engine` says which runs.
  */
 export async function startDataplane(opts: DataplaneOptions): Promise<Dataplane> {
-  const log = opts.log ?? logger('dataplane');
-  if (opts.engine === 'js') {
-    removeBpfPins(opts.tunName, log);
-    return startJsEngine(opts);
-  }
-  if (opts.engine === 'bpf') {
-    try {
-      return await startBpfEngine(opts);
-    } catch (err) {
-      if (!(err instanceof WeftError) || err.code !== 'WEFT_ERR_BPF_UNAVAILABLE') throw err;
-      log.warn(
-        { err: errorMessage(err), code: err.code },
-        'bpf engine unavailable; the native engine runs instead',
-      );
-    }
-  }
-  removeBpfPins(opts.tunName, log);
-  return startNativeEngine({ ...opts, engine: 'native' });
+  return startChosen(opts, {
+    native: async (o) => (await import('./native-engine.js')).startNativeEngine(o),
+    bpf: async (o) => (await import('./bpf-engine.js')).startBpfEngine(o),
+    js: async (o) => (await import('./js-engine.js')).startJsEngine(o),
+    removeBpfPins,
+  });
 }

@@ -2,7 +2,7 @@
  * flannel's `alloc` backend: it holds a lease and nothing else. Useful when another component
  * programs the network, and the simplest complete backend for the daemon's own tests.
  */
-import type { Backend, BackendContext } from './backend.js';
+import type { Backend, BackendContext, BackendSpec } from './backend.js';
 import type { LeaseEvent } from '../lease/types.js';
 
 export function createAllocBackend(ctx: BackendContext): Backend {
@@ -21,3 +21,6 @@ export function createAllocBackend(ctx: BackendContext): Backend {
     async close() {},
   };
 }
+
+/** alloc's one registration (registry.ts): no options. */
+export const ALLOC_SPEC: BackendSpec = { type: 'alloc', create: createAllocBackend, options: [] };

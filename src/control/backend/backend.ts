@@ -13,7 +13,7 @@
  * Kernel backends keep plan (pure: lease event → ops) apart from apply (reconcile.ts).
  */
 import type { Logger } from '../../common/log.js';
-import type { DataplaneEngine } from '../../dataplane/engine.js';
+import type { EngineRequest } from '../../dataplane/index.js';
 import type { Registry as PromRegistry } from '../../common/metrics.js';
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
@@ -33,20 +33,12 @@ export interface ExternalInterface {
 }
 
 /**
- * Set to true in BackendContext.options by vxlan "Dataplane": "auto" when it hands over to the
- * userspace backend for lack of kernel vxlan: an `auto` engine then means bpf (then native).
- */
-export const AUTO_PREFERS_BPF = 'dataplaneAutoPrefersBpf' as const;
-
-/**
  * The daemon flags backends read: one typed, frozen object, built once from the parsed flags
  * (flags.ts validates each: the engine's choices, the ranges, the offload list).
  */
 export interface BackendOptions {
   /** --dataplane-engine (userspace backends). */
-  readonly dataplaneEngine: DataplaneEngine | 'auto';
-  /** Set by vxlan "Dataplane": "auto" when it hands over for lack of kernel vxlan (see below). */
-  readonly [AUTO_PREFERS_BPF]: boolean;
+  readonly dataplaneEngine: EngineRequest;
   /** --dataplane-workers: TUN queues; 0 = one per CPU, at most 4. */
   readonly dataplaneWorkers: number;
   /** --dataplane-offloads; '' = $WEFT_DATAPLANE_OFFLOADS, else all. */
@@ -67,7 +59,6 @@ export interface BackendOptions {
 
 export const DEFAULT_BACKEND_OPTIONS: BackendOptions = Object.freeze({
   dataplaneEngine: 'auto',
-  [AUTO_PREFERS_BPF]: false,
   dataplaneWorkers: 0,
   dataplaneOffloads: '',
   dataplaneBusyPoll: 0,
@@ -136,4 +127,51 @@ export interface CloseHow {
   readonly release?: boolean;
 }
 
-export type BackendFactory = (ctx: BackendContext) => Backend;
+/**
+ * What a kernel backend tells the userspace backend it hands over to for lack of its kernel
+ * module ("Dataplane": "auto"): passed to that factory as an argument, never through the options.
+ */
+export interface Handover {
+  /**
+   * The engine --dataplane-engine=auto means there (chooseEngine's EngineAsk.autoPrefers): bpf
+   * runs at kernel speed without the module, and falls back to native where it cannot run.
+   */
+  readonly autoPrefers?: 'native' | 'bpf';
+}
+
+export type BackendFactory = (ctx: BackendContext, handover?: Handover) => Backend;
+
+/**
+ * A backend's one registration (registry.ts lists them, as flannel's backend.Register): all
+ * that the daemon, `weft config set` and the iptables rules need to know of a type.
+ */
+export interface BackendSpec {
+  /** The type name, as net-conf's Backend.Type spells it (lower case). */
+  readonly type: string;
+  /**
+   * Creates the backend. `userspace` is the factory of the `fallback` type (null when it is not
+   * registered); `handover` is set when a kernel backend hands over to this one.
+   */
+  readonly create: (
+    ctx: BackendContext,
+    handover: Handover | undefined,
+    userspace: BackendFactory | null,
+  ) => Backend;
+  /** Parses the Backend block as create does first (`weft config set` runs it); absent: none. */
+  readonly parseConfig?: (raw: Readonly<Record<string, unknown>>) => unknown;
+  /**
+   * The Backend options it reads besides `Type` (names as flannel spells them, matched
+   * case-insensitively); anything else is reported unsupported (options.ts).
+   */
+  readonly options: readonly string[];
+  /**
+   * The egress TAP (tap_gso) its userspace engine may send through under this Backend block,
+   * or null (iptables accepts its frames in FORWARD: egress-tap.ts); absent: never one.
+   */
+  readonly egressTap?: (raw: Readonly<Record<string, unknown>>) => string | null;
+  /**
+   * The userspace backend it hands over to ("Dataplane": "userspace", or "auto" without its
+   * kernel module: kernel-fallback.ts); absent: kernel only, or userspace itself.
+   */
+  readonly fallback?: string;
+}

@@ -32,7 +32,7 @@ import { formatCIDR } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { LogOnce } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
-import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import type { Backend, BackendContext, BackendSpec, PreparedBackend } from './backend.js';
 import { clusterNetwork, kernelMetrics } from './kernel-common.js';
 
 export const EXTENSION = 'extension';
@@ -315,3 +315,11 @@ export function createExtensionBackend(ctx: BackendContext): Backend {
     async close() {},
   };
 }
+
+/** extension's one registration (registry.ts): its options are the commands. */
+export const EXTENSION_SPEC: BackendSpec = {
+  type: EXTENSION,
+  create: (ctx) => createExtensionBackend(ctx),
+  parseConfig: parseExtensionConfig,
+  options: EXTENSION_COMMANDS,
+};

@@ -28,10 +28,9 @@ import { readFileSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
 import { errorMessage } from '../../common/errors.js';
 import type { Logger } from '../../common/log.js';
-import type { Dataplane, DataplaneOptions } from '../../dataplane/engine.js';
+import { type Dataplane, type DataplaneOptions, removeBpfPins } from '../../dataplane/index.js';
 import type { Netlink } from '../netlink/netlink.js';
 import { VERSION } from '../version.js';
-import { removeBpfPins } from '../../dataplane/bpf-pins.js';
 import { canAdoptTun } from './persistent-tun.js';
 
 /** The engine options a record keeps (DataplaneOptions without the logger; the MAC as hex). */

@@ -8,7 +8,7 @@ import { logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import type { Netlink, Op } from '../netlink/netlink.js';
-import type { Backend, BackendContext } from './backend.js';
+import type { Backend, BackendContext, BackendSpec } from './backend.js';
 import {
   assertNoNAT,
   clusterNetwork,
@@ -86,3 +86,10 @@ export function createHostGwBackend(ctx: BackendContext, deps: KernelBackendDeps
     },
   };
 }
+
+/** host-gw's one registration (registry.ts): no options. */
+export const HOST_GW_SPEC: BackendSpec = {
+  type: HOST_GW,
+  create: (ctx) => createHostGwBackend(ctx),
+  options: [],
+};

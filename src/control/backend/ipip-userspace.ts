@@ -14,16 +14,23 @@
  * IPv4 only, as flannel. DirectRouting is a kernel-route feature: here every peer goes through
  * the TUN (logged once at start when it is set).
  */
-import { WeftError } from '../../common/errors.js';
 import { parseIP } from '../../common/ip.js';
-import type { Backend, BackendContext } from './backend.js';
-import { IPIP, IPIP_DEV, IPIP_OVERHEAD, checkIpipNode, parseIpipConfig } from './ipip.js';
+import type { Backend, BackendContext, BackendSpec, Handover } from './backend.js';
+import {
+  IPIP,
+  IPIP_DEV,
+  IPIP_OPTIONS,
+  IPIP_OVERHEAD,
+  IPIP_USERSPACE,
+  checkIpipNode,
+  parseIpipConfig,
+} from './ipip.js';
 import { leaseSubnet } from './kernel-common.js';
-import { createUserspaceBackend } from './userspace.js';
+import { type UserspaceSpec, createUserspaceBackend } from './userspace.js';
 
-export function createIpipUserspaceBackend(ctx: BackendContext): Backend {
+export function createIpipUserspaceBackend(ctx: BackendContext, handover?: Handover): Backend {
   const cfg = parseIpipConfig(ctx.netConfig.backend.raw);
-  const inner = createUserspaceBackend(ctx, {
+  const spec: UserspaceSpec = {
     type: IPIP,
     format: 'ipip',
     tunName: IPIP_DEV,
@@ -39,24 +46,35 @@ export function createIpipUserspaceBackend(ctx: BackendContext): Backend {
       if (family !== 4 || !pub || pub.family !== 4) return { skip: `no IPv4 public IP` };
       return { subnet: leaseSubnet(lease, 4)!, publicIP: pub, port: 0, vtepMac: null };
     },
-  });
-  return {
-    ...inner,
-    async prepare() {
-      checkIpipNode(ctx);
-      if (ctx.options.dataplaneEngine === 'js') {
-        throw new WeftError(
-          'WEFT_ERR_BACKEND_UNSUPPORTED',
-          'ipip: --dataplane-engine=js cannot send IPIP (Node has no raw sockets); use native',
-        );
-      }
+    prepared() {
       if (cfg.directRouting) {
         ctx.log.warn(
           { dev: IPIP_DEV },
           'DirectRouting is not applied by the userspace ipip dataplane: every peer goes through the TUN',
         );
       }
-      return inner.prepare();
     },
   };
+  return createUserspaceBackend(
+    ctx,
+    {
+      type: IPIP,
+      // the node is checked as prepare begins (IPv4 only, an IPv4 address); the engine is the
+      // dataplane's choice (js, which cannot send IPIP, is refused there)
+      resolve: async () => {
+        checkIpipNode(ctx);
+        return spec;
+      },
+    },
+    {},
+    handover,
+  );
 }
+
+/** ipip-userspace's one registration (registry.ts). */
+export const IPIP_USERSPACE_SPEC: BackendSpec = {
+  type: IPIP_USERSPACE,
+  create: (ctx, handover) => createIpipUserspaceBackend(ctx, handover),
+  parseConfig: parseIpipConfig,
+  options: IPIP_OPTIONS,
+};

@@ -20,14 +20,15 @@
  * flannel.ipip and the native engine on raw IPPROTO_IPIP sockets, same wire format), "auto"
  * (kernel, or userspace when the kernel has no ipip module).
  */
-import { WeftError, configError, errorMessage, isWeftError } from '../../common/errors.js';
+import { WeftError, configError, isWeftError } from '../../common/errors.js';
 import { type IPNet, containsIP, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { type Logger, logger } from '../../common/log.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import { openNetlink } from '../netlink/open-netlink.js';
-import type { Backend, BackendContext, BackendFactory } from './backend.js';
+import type { Backend, BackendContext, BackendFactory, BackendSpec } from './backend.js';
+import { kernelOrUserspace } from './kernel-fallback.js';
 import type { KernelBackendDeps } from './host-gw.js';
 import {
   clusterNetwork,
@@ -46,6 +47,9 @@ export const IPIP_USERSPACE = 'ipip-userspace';
 export const IPIP_DEV = 'flannel.ipip';
 /** The outer IPv4 header. */
 export const IPIP_OVERHEAD = 20;
+
+/** The Backend options ipip (either dataplane) reads besides `Type`. */
+export const IPIP_OPTIONS = ['DirectRouting', 'Dataplane'] as const;
 
 export interface IpipConfig {
   readonly directRouting: boolean;
@@ -167,46 +171,30 @@ export interface IpipDeps extends KernelBackendDeps {
   readonly userspace?: BackendFactory | null;
 }
 
-function ipipUserspace(ctx: BackendContext, deps: IpipDeps): Backend {
-  if (!deps.userspace) {
-    throw new WeftError(
-      'WEFT_ERR_BACKEND_UNSUPPORTED',
-      `Backend.Dataplane: "userspace" needs the ${IPIP_USERSPACE} backend, which is not available in this build`,
-    );
-  }
-  return deps.userspace(ctx);
-}
-
 /**
  * The ipip backend factory (registered as `ipip`). With Dataplane "userspace" it hands over to
  * the `ipip-userspace` factory; with "auto" it tries the kernel device first and hands over
- * when the kernel has no ipip module.
+ * when the kernel has no ipip module (kernel-fallback.ts).
  */
 export function createIpipBackend(ctx: BackendContext, deps: IpipDeps = {}): Backend {
   const cfg = parseIpipConfig(ctx.netConfig.backend.raw);
-  if (cfg.dataplane === 'userspace') return ipipUserspace(ctx, deps);
-  const kernel = createKernelIpip(ctx, cfg, deps);
-  if (cfg.dataplane === 'kernel') return kernel;
-  let impl: Backend = kernel;
-  return {
+  return kernelOrUserspace(ctx, {
     type: IPIP,
-    async prepare() {
-      try {
-        return await kernel.prepare();
-      } catch (err) {
-        if (!isWeftError(err, 'WEFT_ERR_BACKEND_UNSUPPORTED') || !err.details.missing) throw err;
-        ctx.log.warn({ err: errorMessage(err) }, 'no kernel ipip; using the userspace dataplane');
-        await kernel.close();
-        impl = ipipUserspace(ctx, deps);
-        return impl.prepare();
-      }
-    },
-    start: (lease) => impl.start(lease),
-    run: (events, signal) => impl.run(events, signal),
-    close: (how) => impl.close(how),
-    isReady: () => impl.isReady?.() ?? true,
-  };
+    userspaceType: IPIP_USERSPACE,
+    dataplane: cfg.dataplane,
+    kernel: () => createKernelIpip(ctx, cfg, deps),
+    userspace: deps.userspace ?? null,
+  });
 }
+
+/** ipip's one registration (registry.ts). */
+export const IPIP_SPEC: BackendSpec = {
+  type: IPIP,
+  create: (ctx, _handover, userspace) => createIpipBackend(ctx, { userspace }),
+  parseConfig: parseIpipConfig,
+  options: IPIP_OPTIONS,
+  fallback: IPIP_USERSPACE,
+};
 
 function createKernelIpip(ctx: BackendContext, cfg: IpipConfig, deps: KernelBackendDeps): Backend {
   const log = ctx.log ?? logger(IPIP);

@@ -11,7 +11,7 @@ import {
   type PeerEntry,
   encodePeerTable,
   recordSubnetKey,
-} from '../../dataplane/peer-table.js';
+} from '../../dataplane/index.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { leasePublicIP, leaseSubnet } from './kernel-common.js';
 

@@ -17,7 +17,7 @@
  */
 import { WeftError } from '../../common/errors.js';
 import type { Logger } from '../../common/log.js';
-import type { DataplaneEngine } from '../../dataplane/engine.js';
+import type { DataplaneEngine } from '../../dataplane/index.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 
 /** What the engine about to start finds: a device to attach to again, or none. */

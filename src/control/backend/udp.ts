@@ -8,7 +8,8 @@
 import { configError } from '../../common/errors.js';
 import { parseCIDR, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
-import type { Backend, BackendContext } from './backend.js';
+import { egressTapName } from '../../dataplane/index.js';
+import type { Backend, BackendContext, BackendSpec } from './backend.js';
 import { leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 
@@ -47,3 +48,12 @@ export function createUdpBackend(ctx: BackendContext): Backend {
     },
   });
 }
+
+/** udp's one registration (registry.ts). */
+export const UDP_SPEC: BackendSpec = {
+  type: UDP,
+  create: (ctx) => createUdpBackend(ctx),
+  parseConfig: parseUdpConfig,
+  options: ['Port'],
+  egressTap: () => egressTapName(UDP_TUN),
+};

@@ -1,9 +1,16 @@
 /**
- * What the two userspace backends (udp, vxlan-userspace) share: a Dataplane whose TUN carries the
- * subnet's network address and a route for the whole cluster network, and a peer table planned
- * from the lease events (peer-plan.ts: only the leases an event names are parsed) and handed
- * over once per flush window: the first snapshot (and a new engine) as the whole table, after
- * that only what changed (a PeerDelta; the whole table again should the engine refuse one).
+ * The userspace backends (udp, vxlan-userspace, ipip-userspace) as one class: each supplies only
+ * a spec (UserspaceSpec: framing, TUN, port, overheads, lease attrs, peerFor; or a
+ * LazyUserspaceSpec resolved as prepare begins). A Dataplane whose TUN carries the subnet's
+ * network address and a route for the whole cluster network, and a peer table planned from the
+ * lease events (peer-plan.ts: only the leases an event names are parsed) and handed over once
+ * per flush window: the first snapshot (and a new engine) as the whole table, after that only
+ * what changed (a PeerDelta; the whole table again should the engine refuse one). Its owners:
+ *
+ *   EngineLifecycle  the engine started (or claimed from fast start), restarted on a new TUN,
+ *                    watched (its death is fatal), closed
+ *   TunUpkeep        the TUN's link state, address and route: applied, re-checked, restored
+ *   PeerFeed         one run's peer records and their handover to the engine
  *
  *   prepare  → the dataplane starts (TUN exists, sockets bound, workers in their loops)
  *   start    → TUN MTU, address <subnet network address>/32 (/128), up, route <network> dev TUN
@@ -21,25 +28,24 @@ import { type Family, formatCIDR } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { Racer } from '../../common/lifecycle.js';
 import { LogOnce } from '../../common/log.js';
-import { loadNative } from '../../common/native.js';
-import { offloadsFromEnv } from '../../dataplane/offloads.js';
-import type { OffloadName } from '../../dataplane/offloads.js';
-import type {
-  Dataplane,
-  DataplaneEngine,
-  DataplaneFormat,
-  DataplaneOptions,
+import {
+  type Dataplane,
+  type DataplaneEngine,
+  type DataplaneFormat,
+  type DataplaneOptions,
+  type OffloadName,
+  type PeerEntry,
+  chooseEngine,
+  offloadsFromEnv,
+  registerDataplaneMetrics,
+  removeBpfPins,
 } from '../../dataplane/index.js';
-import type { PeerEntry } from '../../dataplane/peer-table.js';
-import { registerDataplaneMetrics } from '../../dataplane/stats-metrics.js';
 import { secondsSince } from '../../common/metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
-import { AUTO_PREFERS_BPF } from './backend.js';
-import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import type { Backend, BackendContext, CloseHow, Handover, PreparedBackend } from './backend.js';
 import { DataplaneRecord } from './fast-start.js';
-import { removeBpfPins } from '../../dataplane/bpf-pins.js';
 import { inspectTun, staleTunOps } from './persistent-tun.js';
 import { type PeerPlanContext, PeerRecords, planPeers } from './peer-plan.js';
 import {
@@ -100,32 +106,8 @@ export interface UserspaceSpec {
   readonly attrs: PreparedBackend['attrs'];
   /** The peer record for a lease, or a reason to skip it (logged once per lease). */
   peerFor(lease: Lease, family: Family, publicIP: string): PeerEntry | { skip: string };
-}
-
-/**
- * The engine to start: js, native and bpf as asked; auto is native, except where vxlan
- * "Dataplane": "auto" handed over for lack of kernel vxlan (AUTO_PREFERS_BPF): bpf, which itself
- * falls back to native where its programs cannot run.
- */
-function engineOption(ctx: BackendContext): DataplaneEngine {
-  const e = ctx.options.dataplaneEngine;
-  if (e !== 'auto') return e;
-  return ctx.options[AUTO_PREFERS_BPF] ? 'bpf' : 'native';
-}
-
-/** The native engine needs the addon: without it, say so and name the way out. */
-function checkEngine(type: string, engine: DataplaneEngine): void {
-  if (engine === 'js') return;
-  try {
-    loadNative();
-  } catch (err) {
-    throw new WeftError(
-      'WEFT_ERR_NATIVE_UNAVAILABLE',
-      `${type}: the native dataplane engine cannot run (${errorMessage(err)}); ` +
-        'start with --dataplane-engine=js to use the js engine instead',
-      { cause: err },
-    );
-  }
+  /** Told once the engine runs, before prepare returns (ipip: what it does not apply). */
+  prepared?(): void;
 }
 
 /**
@@ -180,316 +162,498 @@ export function underlayBinds(
   return v4 && v6 ? { bindIp: v4, bindIp6: v6 } : { bindIp: v4 ?? v6 };
 }
 
+export interface UserspaceDeps {
+  readonly openNetlink?: () => Netlink;
+  readonly hostForwardPath?: () => HostForwardPath;
+  /** The addon probe chooseEngine runs (default: the dataplane's own). */
+  readonly probeAddon?: () => void;
+}
+
+/**
+ * `handover`: set when a kernel backend hands over for lack of its module (registry.ts); its
+ * `autoPrefers` is what --dataplane-engine=auto means here (the dataplane's chooseEngine).
+ */
+
+/** The engine as a spec resolves it at prepare (vxlan: its VtepMAC is chosen there). */
+export interface LazyUserspaceSpec {
+  readonly type: string;
+  resolve(): Promise<UserspaceSpec>;
+}
+
+/**
+ * The engine's lifecycle: started at prepare (or claimed from the last run's early start,
+ * fast-start.ts), started again on a new TUN when the TUN is deleted, watched (`died` rejects
+ * when the running engine stops on its own), closed.
+ */
+class EngineLifecycle {
+  #dp: Dataplane | null = null;
+  #options: DataplaneOptions | null = null;
+  #fail: (err: unknown) => void = () => undefined;
+  /** Rejects with the reason when the running engine stops moving packets on its own. */
+  readonly died: Promise<never>;
+  /** The TUN was left by an earlier run and adopted (start then clears what it kept). */
+  adopted = false;
+
+  constructor(private readonly ctx: BackendContext) {
+    this.died = new Promise<never>((_, reject) => (this.#fail = reject));
+    this.died.catch(() => undefined);
+  }
+
+  get running(): Dataplane | null {
+    return this.#dp;
+  }
+
+  get options(): DataplaneOptions | null {
+    return this.#options;
+  }
+
+  /**
+   * The last run's engine, started early on the TUN it left, when the options are the same;
+   * else (it stops first, before the TUN is inspected) a new one.
+   */
+  async start(options: DataplaneOptions, nl: Netlink): Promise<Dataplane> {
+    const early = (await this.ctx.early?.claim(options)) ?? null;
+    let dp: Dataplane;
+    if (early) {
+      dp = early;
+      this.adopted = true;
+    } else {
+      this.adopted =
+        (await inspectTun(nl, options.tunName, options.engine, this.ctx.log)) === 'adopt';
+      dp = await this.#startNew(options);
+    }
+    this.#options = options;
+    this.#use(dp);
+    return dp;
+  }
+
+  /** The TUN was deleted by hand: the engine starts again on a new TUN, same options. */
+  async restart(): Promise<Dataplane> {
+    const old = this.#dp!;
+    this.ctx.log.warn({ tun: old.tunName }, 'tun device gone; starting the dataplane on a new one');
+    await old.close();
+    const dp = await this.#startNew(this.#options!);
+    this.#use(dp);
+    return dp;
+  }
+
+  /** Stops the engine; returns the one that ran (null when none). */
+  async close(): Promise<Dataplane | null> {
+    const d = this.#dp;
+    this.#dp = null;
+    if (d) await d.close();
+    return d;
+  }
+
+  async #startNew(options: DataplaneOptions): Promise<Dataplane> {
+    // the engine (worker pool, codecs) loads only when a userspace backend starts, so the
+    // kernel backends' daemons never pay for it
+    const { startDataplane } = await import('../../dataplane/index.js');
+    return startDataplane(options);
+  }
+
+  #use(dp: Dataplane): void {
+    this.#dp = dp;
+    registerDataplaneMetrics(this.ctx.metrics, () => dp.stats());
+    // A dataplane that dies is fatal: the daemon exits 1 and its supervisor restarts it.
+    void dp.failed.then((err) => {
+      if (dp === this.#dp) this.#fail(err);
+    });
+  }
+}
+
+/**
+ * The TUN's own state: its link state, address and route, applied at start and re-checked
+ * each resync (restored when missing; `ok` false while they cannot be).
+ */
+class TunUpkeep {
+  /** What start applied: the TUN's link state, address and route. */
+  #ops: Op[] = [];
+  #ok = true;
+
+  constructor(
+    private readonly nl: Netlink,
+    private readonly log: BackendContext['log'],
+  ) {}
+
+  get ok(): boolean {
+    return this.#ok;
+  }
+
+  /** Applies `ops`; on an adopted TUN, removes what it kept from before. */
+  async bringUp(tun: string, ops: Op[], adopted: boolean): Promise<void> {
+    await applyAll(this.nl, ops);
+    if (adopted) {
+      const stale = await staleTunOps(this.nl, tun, ops);
+      if (stale.length > 0) {
+        this.log.info({ tun, stale }, 'removing what the adopted tun kept from before');
+        await applyAll(this.nl, stale);
+      }
+    }
+    this.#ops = ops;
+    this.log.info({ tun, adopted }, 'tun device up');
+  }
+
+  /**
+   * The re-check (the kernel backends' resync loop runs it): a TUN that is gone makes
+   * `restart` start the engine on a new one; then what start applied is restored. Returns how
+   * many pieces were missing.
+   */
+  async recheck(tun: () => string, restart: () => Promise<void>): Promise<number> {
+    let missing = 0;
+    try {
+      if (!(await this.nl.getLink(tun()))) {
+        await restart();
+        missing++;
+      }
+      missing += await restoreTun(this.nl, tun(), this.#ops);
+    } catch (err) {
+      if (this.#ok)
+        this.log.error(
+          { tun: tun(), err: errorMessage(err) },
+          'tun state cannot be restored; not ready',
+        );
+      this.#ok = false;
+      throw err;
+    }
+    if (missing > 0) this.log.warn({ tun: tun(), missing }, 'tun address/route restored');
+    else if (!this.#ok) this.log.info({ tun: tun() }, 'tun state whole again; ready');
+    this.#ok = true;
+    return missing;
+  }
+}
+
+/**
+ * Peer feeding for one run: records per lease, encoded when the lease changes; once per flush
+ * window (events already received are coalesced) the engine takes what changed, or the whole
+ * table (the first snapshot, a new engine, a refused delta).
+ */
+class PeerFeed {
+  readonly #records = new PeerRecords();
+  #whole = true;
+  #first = true;
+  #scheduled: NodeJS.Timeout | null = null;
+  // When each lease event not yet handed to the engine was received (performance.now()).
+  #received: number[] = [];
+
+  constructor(
+    private readonly engine: () => Dataplane,
+    private readonly plan: PeerPlanContext,
+    private readonly log: BackendContext['log'],
+    private readonly metrics: ReturnType<typeof kernelMetrics>,
+    private readonly skipped: LogOnce,
+    private readonly record: DataplaneRecord | null,
+  ) {}
+
+  /** Hands over the whole table (the next flush sends it again should the engine refuse it). */
+  handOverTable(): void {
+    try {
+      this.engine().setPeerTable(this.#records.takeTable());
+      this.#whole = false;
+      this.log.debug({ peers: this.#records.size }, 'peer table replaced');
+    } catch (err) {
+      // the engine keeps its old table: the next flush hands over the whole table again
+      this.#whole = true;
+      this.log.error({ err: errorMessage(err) }, 'peer table refused');
+    }
+  }
+
+  update(batch: readonly LeaseEvent[]): void {
+    const now = performance.now();
+    const changes = planPeers(batch, this.plan);
+    for (const c of changes) {
+      for (const reason of c.skipped) {
+        if (this.skipped.first(`${c.key}/${reason}`)) {
+          this.metrics.skipped.inc();
+          this.log.warn({ lease: c.key, reason }, 'peer lease skipped');
+        }
+      }
+    }
+    // The store's first snapshot is handed over even when it changes nothing here (no
+    // peers): it replaces whatever table the engine started with (fast-start.ts), at once.
+    // After it, one table per flush window, as the kernel backends batch (a churn of small
+    // batches would otherwise rebuild the 5,000-peer table on every event-loop turn).
+    const wasFirst = this.#first;
+    const changed = this.#records.apply(changes) || this.#first;
+    this.#first = false;
+    if (changed && !this.#scheduled) {
+      this.#scheduled = setTimeout(() => this.#push(), wasFirst ? 0 : FLUSH_WINDOW_MS);
+    }
+    // (events that changed no record need no programming: they are not timed)
+    if (changed) for (let i = 0; i < batch.length; i++) this.#received.push(now);
+  }
+
+  /** What is still waiting for its flush window goes now. */
+  flush(): void {
+    if (this.#scheduled) this.#push();
+  }
+
+  #push(): void {
+    clearTimeout(this.#scheduled ?? undefined);
+    this.#scheduled = null;
+    const carried = this.#received;
+    this.#received = [];
+    try {
+      this.#pushTable();
+    } finally {
+      for (const t of carried)
+        this.metrics.programmed.observe({ target: 'engine' }, secondsSince(t));
+    }
+  }
+
+  #pushTable(): void {
+    if (this.#whole) {
+      this.handOverTable();
+    } else {
+      const delta = this.#records.takeDelta();
+      if (delta.changes === 0) return;
+      try {
+        this.engine().updatePeerTable(delta);
+        this.log.debug({ peers: this.#records.size, changes: delta.changes }, 'peer table updated');
+      } catch (err) {
+        this.log.warn(
+          { err: errorMessage(err) },
+          'peer table change refused; handing over the whole table',
+        );
+        this.handOverTable();
+      }
+    }
+    this.record?.peers(() => this.#records.table());
+  }
+}
+
+/**
+ * `handover`: set when a kernel backend hands over for lack of its module (registry.ts); its
+ * `autoPrefers` is what --dataplane-engine=auto means here (the dataplane's chooseEngine).
+ */
+export class UserspaceBackend implements Backend {
+  readonly type: string;
+  readonly #ctx: BackendContext;
+  readonly #given: UserspaceSpec | LazyUserspaceSpec;
+  readonly #deps: UserspaceDeps;
+  readonly #handover: Handover;
+  readonly #families: Family[];
+  readonly #skipped = new LogOnce();
+  // Skipped peers are counted as the kernel backends count theirs (once per lease and reason).
+  readonly #metrics: ReturnType<typeof kernelMetrics>;
+  readonly #record: DataplaneRecord | null;
+  readonly #engine: EngineLifecycle;
+  #spec: UserspaceSpec | null = null;
+  #mtu = 0;
+  #nl: Netlink | null = null;
+  #tun: TunUpkeep | null = null;
+  #ownKey: string | null = null;
+
+  constructor(
+    ctx: BackendContext,
+    spec: UserspaceSpec | LazyUserspaceSpec,
+    deps: UserspaceDeps = {},
+    handover: Handover = {},
+  ) {
+    this.type = spec.type;
+    this.#ctx = ctx;
+    this.#given = spec;
+    this.#deps = deps;
+    this.#handover = handover;
+    this.#families = enabledFamilies(ctx.netConfig);
+    this.#metrics = kernelMetrics(ctx.metrics);
+    this.#engine = new EngineLifecycle(ctx);
+    // What the next run starts early with (fast-start.ts): not for the js engine, nor for
+    // "Dataplane": "auto" (its next start may take the kernel device of the TUN's name; a
+    // handover comes only from "auto").
+    const auto =
+      handover.autoPrefers !== undefined ||
+      jsonField(ctx.netConfig.backend.raw, 'Dataplane') === 'auto';
+    this.#record =
+      ctx.options.subnetFile && !auto ? new DataplaneRecord(ctx.options.subnetFile, ctx.log) : null;
+  }
+
+  /** The TUN's state: false while the re-check cannot restore it. */
+  isReady(): boolean {
+    return this.#tun?.ok ?? true;
+  }
+
+  async prepare(): Promise<PreparedBackend> {
+    const ctx = this.#ctx;
+    const log = ctx.log;
+    const ext = ctx.extIface;
+    const spec = 'resolve' in this.#given ? await this.#given.resolve() : this.#given;
+    this.#spec = spec;
+    const { bindIp, bindIp6 } = underlayBinds(ext, this.#families, spec.underlayPerFamily ?? false);
+    // An IPv6 underlay in use: its larger outer header sets the TUN MTU (one TUN for both).
+    const v6Underlay = bindIp6 !== undefined || (bindIp?.includes(':') ?? false);
+    const mtu =
+      spec.mtu ?? ext.mtu - (v6Underlay ? (spec.overheadV6 ?? spec.overhead + 20) : spec.overhead);
+    this.#mtu = mtu;
+    if (!bindIp) {
+      throw new WeftError(
+        'WEFT_ERR_BACKEND',
+        `${spec.type}: ${ext.name} has no address to bind` +
+          (spec.underlayPerFamily ? ' for every enabled family (each rides its own)' : ''),
+      );
+    }
+    // the dataplane decides (auto, the framing, the addon); a refusal names the way out
+    const engine = chooseEngine(
+      {
+        requested: ctx.options.dataplaneEngine,
+        format: spec.format,
+        who: spec.type,
+        ...(this.#handover.autoPrefers ? { autoPrefers: this.#handover.autoPrefers } : {}),
+      },
+      this.#deps.probeAddon ? { probeAddon: this.#deps.probeAddon } : undefined,
+    );
+    const nl = (this.#deps.openNetlink ?? openNetlink)();
+    this.#nl = nl;
+    this.#tun = new TunUpkeep(nl, log);
+    const options: DataplaneOptions = {
+      format: spec.format,
+      engine,
+      tunName: spec.tunName,
+      underlay: ext.name,
+      workers: workersOption(ctx),
+      offloads: offloadsOption(ctx, engine, this.#deps.hostForwardPath),
+      busyPollUs: ctx.options.dataplaneBusyPoll,
+      queueThreads: ctx.options.dataplaneQueueThreads,
+      cpuAffine: ctx.options.dataplaneCpuAffine,
+      schedFifo: ctx.options.dataplaneSchedFifo,
+      persist: true,
+      bindIp,
+      ...(bindIp6 ? { bindIp6 } : {}),
+      port: spec.port,
+      tunMtu: mtu,
+      vni: spec.vni,
+      vtepMac: spec.vtepMac ?? Buffer.alloc(6),
+      log,
+    };
+    const dp = await this.#engine.start(options, nl);
+    log.info(
+      {
+        tun: dp.tunName,
+        bind: `${bindIp}:${spec.port}`,
+        ...(bindIp6 ? { bind6: `[${bindIp6}]:${spec.port}` } : {}),
+        engine: dp.engine,
+        mtu,
+      },
+      'userspace dataplane started',
+    );
+    spec.prepared?.();
+    return { attrs: spec.attrs, mtu };
+  }
+
+  async start(lease: Lease): Promise<void> {
+    const dp = this.#engine.running;
+    if (!dp || !this.#tun) throw new Error(`${this.type}: start before prepare`);
+    this.#ownKey = lease.key;
+    const ops: Op[] = [{ op: 'setLink', dev: dp.tunName, mtu: this.#mtu, up: true }];
+    for (const family of this.#families) {
+      const subnet = leaseSubnet(lease, family);
+      const network = clusterNetwork(this.#ctx.netConfig, family);
+      if (!subnet || !network) continue;
+      ops.push(
+        {
+          op: 'replaceAddr',
+          addr: `${subnetAddress(subnet)}/${family === 4 ? 32 : 128}`,
+          dev: dp.tunName,
+        },
+        { op: 'replaceRoute', dst: formatCIDR(network), dev: dp.tunName },
+      );
+    }
+    await this.#tun.bringUp(dp.tunName, ops, this.#engine.adopted);
+    const options = this.#engine.options;
+    if (options && options.engine !== 'js')
+      this.#record?.start(this.#ctx.netConfig.backend.raw, options);
+  }
+
+  async run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal): Promise<void> {
+    const spec = this.#spec;
+    const tun = this.#tun;
+    if (!this.#engine.running || !this.#nl || !spec || !tun)
+      throw new Error(`${this.type}: run before prepare`);
+    const log = this.#ctx.log;
+    const engine = () => this.#engine.running!;
+    const feed = new PeerFeed(
+      engine,
+      {
+        families: this.#families,
+        underlay: this.#ctx.extIface.ifaceAddr ? 4 : 6,
+        perFamily: spec.underlayPerFamily ?? false,
+        ownKey: this.#ownKey,
+        peerFor: (lease, family, pub) => spec.peerFor(lease, family, pub),
+      },
+      log,
+      this.#metrics,
+      this.#skipped,
+      this.#record,
+    );
+    // The TUN's state is re-checked by the kernel backends' resync loop (no peers of its own);
+    // a new engine (the TUN deleted by hand) takes the current table whole.
+    const recheck = new AbortController();
+    const reconciler = new Reconciler({
+      netlink: this.#nl,
+      log,
+      ownership: [],
+      watchDevs: [engine().tunName],
+      ...reconcilerMetricHooks(this.#metrics),
+      ensureBase: () =>
+        tun.recheck(
+          () => engine().tunName,
+          async () => {
+            await this.#engine.restart();
+            feed.handOverTable();
+          },
+        ),
+    });
+    const rechecking = reconciler.run(recheck.signal);
+    const iter = events[Symbol.asyncIterator]();
+    const aborted = new Promise<null>((resolve) => {
+      if (signal.aborted) resolve(null);
+      signal.addEventListener('abort', () => resolve(null), { once: true });
+    });
+    const racer = new Racer<null>([aborted, this.#engine.died]);
+    try {
+      while (!signal.aborted) {
+        const next = await racer.race(iter.next());
+        if (next === null || next.done) break;
+        feed.update(next.value);
+      }
+    } catch (err) {
+      // The dataplane died: a next() is still pending (no abort will end it), so a return()
+      // would wait behind it. The daemon aborts the lease stream as it stops.
+      void iter.return?.()?.catch(() => undefined);
+      throw err;
+    } finally {
+      recheck.abort();
+      await rechecking;
+    }
+    await iter.return?.();
+    feed.flush();
+  }
+
+  async close(how: CloseHow = {}): Promise<void> {
+    const log = this.#ctx.log;
+    const d = await this.#engine.close();
+    const nl = this.#nl;
+    if (d && how.release && nl) {
+      // the subnet is no longer ours: the device that would keep serving it goes, with the
+      // bpf engine's programs pinned on it
+      await this.#record?.remove();
+      removeBpfPins(d.tunName, log);
+      await applyAll(nl, [{ op: 'delLink', dev: d.tunName }]);
+      log.info({ tun: d.tunName }, 'tun removed with the lease');
+    } else {
+      await this.#record?.flush();
+    }
+    nl?.close();
+    this.#nl = null;
+  }
+}
+
+/** A userspace backend for `spec` (udp, vxlan-userspace, ipip-userspace supply only the spec). */
 export function createUserspaceBackend(
   ctx: BackendContext,
-  spec: UserspaceSpec,
-  deps: { openNetlink?: () => Netlink; hostForwardPath?: () => HostForwardPath } = {},
+  spec: UserspaceSpec | LazyUserspaceSpec,
+  deps: UserspaceDeps = {},
+  handover: Handover = {},
 ): Backend {
-  const log = ctx.log;
-  const families = enabledFamilies(ctx.netConfig);
-  const ext = ctx.extIface;
-  const binds = underlayBinds(ext, families, spec.underlayPerFamily ?? false);
-  // An IPv6 underlay in use: its larger outer header sets the TUN MTU (one TUN for both).
-  const v6Underlay = binds.bindIp6 !== undefined || (binds.bindIp?.includes(':') ?? false);
-  const mtu =
-    spec.mtu ?? ext.mtu - (v6Underlay ? (spec.overheadV6 ?? spec.overhead + 20) : spec.overhead);
-  const skipped = new LogOnce();
-  // Skipped peers are counted as the kernel backends count theirs (once per lease and reason).
-  const backendMetrics = kernelMetrics(ctx.metrics);
-  const skippedPeers = backendMetrics.skipped;
-  let dp: Dataplane | null = null;
-  let nl: Netlink | null = null;
-  let ownKey: string | null = null;
-  /** What start applied: the TUN's link state, address and route (restored by the re-check). */
-  let tunOps: Op[] = [];
-  // What the last re-check of the TUN found: false while its state is missing and not restored.
-  let tunOk = true;
-  /** The TUN was left by an earlier run and adopted (start then clears what it kept). */
-  let adopted = false;
-  let dpOptions: DataplaneOptions | null = null;
-  // What the next run starts early with (fast-start.ts): not for the js engine, nor for
-  // "Dataplane": "auto" (its next start may take the kernel device of the TUN's name).
-  const auto =
-    ctx.options[AUTO_PREFERS_BPF] || jsonField(ctx.netConfig.backend.raw, 'Dataplane') === 'auto';
-  const record =
-    ctx.options.subnetFile && !auto ? new DataplaneRecord(ctx.options.subnetFile, log) : null;
-
-  return {
-    type: spec.type,
-    isReady: () => tunOk,
-    async prepare(): Promise<PreparedBackend> {
-      const { bindIp, bindIp6 } = binds;
-      if (!bindIp) {
-        throw new WeftError(
-          'WEFT_ERR_BACKEND',
-          `${spec.type}: ${ext.name} has no address to bind` +
-            (spec.underlayPerFamily ? ' for every enabled family (each rides its own)' : ''),
-        );
-      }
-      const engine = engineOption(ctx);
-      checkEngine(spec.type, engine);
-      nl = (deps.openNetlink ?? openNetlink)();
-      const options: DataplaneOptions = {
-        format: spec.format,
-        engine,
-        tunName: spec.tunName,
-        underlay: ext.name,
-        workers: workersOption(ctx),
-        offloads: offloadsOption(ctx, engine, deps.hostForwardPath),
-        busyPollUs: ctx.options.dataplaneBusyPoll,
-        queueThreads: ctx.options.dataplaneQueueThreads,
-        cpuAffine: ctx.options.dataplaneCpuAffine,
-        schedFifo: ctx.options.dataplaneSchedFifo,
-        persist: true,
-        bindIp,
-        ...(bindIp6 ? { bindIp6 } : {}),
-        port: spec.port,
-        tunMtu: mtu,
-        vni: spec.vni,
-        vtepMac: spec.vtepMac ?? Buffer.alloc(6),
-        log,
-      };
-      // The last run's engine, started early on the TUN it left (fast-start.ts), when the
-      // options are the same; else it stops here, before the TUN is inspected.
-      const early = (await ctx.early?.claim(options)) ?? null;
-      if (early) {
-        dp = early;
-        adopted = true;
-      } else {
-        adopted = (await inspectTun(nl, spec.tunName, engine, log)) === 'adopt';
-        // the engine (worker pool, codecs) loads only when a userspace backend starts, so the
-        // kernel backends' daemons never pay for it
-        const { startDataplane } = await import('../../dataplane/index.js');
-        dp = await startDataplane(options);
-      }
-      dpOptions = options;
-      const running = dp;
-      registerDataplaneMetrics(ctx.metrics, () => running.stats());
-      log.info(
-        {
-          tun: dp.tunName,
-          bind: `${bindIp}:${spec.port}`,
-          ...(bindIp6 ? { bind6: `[${bindIp6}]:${spec.port}` } : {}),
-          engine: dp.engine,
-          mtu,
-        },
-        'userspace dataplane started',
-      );
-      return { attrs: spec.attrs, mtu };
-    },
-    async start(lease: Lease) {
-      if (!dp || !nl) throw new Error(`${spec.type}: start before prepare`);
-      ownKey = lease.key;
-      const ops: Op[] = [{ op: 'setLink', dev: dp.tunName, mtu, up: true }];
-      for (const family of families) {
-        const subnet = leaseSubnet(lease, family);
-        const network = clusterNetwork(ctx.netConfig, family);
-        if (!subnet || !network) continue;
-        ops.push(
-          {
-            op: 'replaceAddr',
-            addr: `${subnetAddress(subnet)}/${family === 4 ? 32 : 128}`,
-            dev: dp.tunName,
-          },
-          { op: 'replaceRoute', dst: formatCIDR(network), dev: dp.tunName },
-        );
-      }
-      await applyAll(nl, ops);
-      if (adopted) {
-        const stale = await staleTunOps(nl, dp.tunName, ops);
-        if (stale.length > 0) {
-          log.info({ tun: dp.tunName, stale }, 'removing what the adopted tun kept from before');
-          await applyAll(nl, stale);
-        }
-      }
-      tunOps = ops;
-      log.info({ tun: dp.tunName, adopted }, 'tun device up');
-      if (dpOptions && dpOptions.engine !== 'js')
-        record?.start(ctx.netConfig.backend.raw, dpOptions);
-    },
-    async run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal) {
-      if (!dp || !nl) throw new Error(`${spec.type}: run before prepare`);
-      let running = dp;
-      const netlink = nl;
-      // Records per lease, encoded when the lease changes; once per flush window (events already
-      // received are coalesced) the dataplane takes what changed, or the whole table when `whole`.
-      const records = new PeerRecords();
-      let whole = true;
-      // A dataplane that dies is fatal: the daemon exits 1 and its supervisor restarts it. The
-      // engine in use is watched (the re-check may start a new one on a new TUN).
-      let fail: (err: unknown) => void = () => undefined;
-      const died = new Promise<never>((_, reject) => (fail = reject));
-      died.catch(() => undefined);
-      const watch = (d: Dataplane) =>
-        void d.failed.then((err) => {
-          if (d === running) fail(err);
-        });
-      watch(running);
-      const handOverTable = () => {
-        try {
-          running.setPeerTable(records.takeTable());
-          whole = false;
-          log.debug({ peers: records.size }, 'peer table replaced');
-        } catch (err) {
-          // the engine keeps its old table: the next flush hands over the whole table again
-          whole = true;
-          log.error({ err: errorMessage(err) }, 'peer table refused');
-        }
-      };
-      // The TUN deleted by hand: its queues point at nothing, so the engine starts again on a
-      // new TUN of the same name (same options, the current peer table); restoreTun then puts
-      // back its link state, address and route.
-      const restartOnNewTun = async (): Promise<void> => {
-        log.warn({ tun: running.tunName }, 'tun device gone; starting the dataplane on a new one');
-        const old = running;
-        await old.close();
-        const { startDataplane } = await import('../../dataplane/index.js');
-        running = await startDataplane(dpOptions!);
-        dp = running;
-        const current = running;
-        registerDataplaneMetrics(ctx.metrics, () => current.stats());
-        watch(current);
-        handOverTable();
-      };
-      // The TUN's state is re-checked by the kernel backends' resync loop (no peers of its own).
-      const recheck = new AbortController();
-      const reconciler = new Reconciler({
-        netlink: netlink,
-        log,
-        ownership: [],
-        watchDevs: [running.tunName],
-        ...reconcilerMetricHooks(backendMetrics),
-        ensureBase: async () => {
-          let missing = 0;
-          try {
-            if (dpOptions && !(await netlink.getLink(running.tunName))) {
-              await restartOnNewTun();
-              missing++;
-            }
-            missing += await restoreTun(netlink, running.tunName, tunOps);
-          } catch (err) {
-            if (tunOk)
-              log.error(
-                { tun: running.tunName, err: errorMessage(err) },
-                'tun state cannot be restored; not ready',
-              );
-            tunOk = false;
-            throw err;
-          }
-          if (missing > 0)
-            log.warn({ tun: running.tunName, missing }, 'tun address/route restored');
-          else if (!tunOk) log.info({ tun: running.tunName }, 'tun state whole again; ready');
-          tunOk = true;
-          return missing;
-        },
-      });
-      const rechecking = reconciler.run(recheck.signal);
-      const planCtx: PeerPlanContext = {
-        families,
-        underlay: ext.ifaceAddr ? 4 : 6,
-        perFamily: spec.underlayPerFamily ?? false,
-        ownKey,
-        peerFor: (lease, family, pub) => spec.peerFor(lease, family, pub),
-      };
-      let scheduled: NodeJS.Timeout | null = null;
-      let first = true;
-      // When each lease event not yet handed to the engine was received (performance.now()).
-      let received: number[] = [];
-      const push = () => {
-        clearTimeout(scheduled ?? undefined);
-        scheduled = null;
-        const carried = received;
-        received = [];
-        try {
-          pushTable();
-        } finally {
-          for (const t of carried)
-            backendMetrics.programmed.observe({ target: 'engine' }, secondsSince(t));
-        }
-      };
-      const pushTable = () => {
-        if (whole) {
-          handOverTable();
-        } else {
-          const delta = records.takeDelta();
-          if (delta.changes === 0) return;
-          try {
-            running.updatePeerTable(delta);
-            log.debug({ peers: records.size, changes: delta.changes }, 'peer table updated');
-          } catch (err) {
-            log.warn(
-              { err: errorMessage(err) },
-              'peer table change refused; handing over the whole table',
-            );
-            handOverTable();
-          }
-        }
-        record?.peers(() => records.table());
-      };
-      const update = (batch: readonly LeaseEvent[]) => {
-        const now = performance.now();
-        const changes = planPeers(batch, planCtx);
-        for (const c of changes) {
-          for (const reason of c.skipped) {
-            if (skipped.first(`${c.key}/${reason}`)) {
-              skippedPeers.inc();
-              log.warn({ lease: c.key, reason }, 'peer lease skipped');
-            }
-          }
-        }
-        // The store's first snapshot is handed over even when it changes nothing here (no
-        // peers): it replaces whatever table the engine started with (fast-start.ts), at once.
-        // After it, one table per flush window, as the kernel backends batch (a churn of small
-        // batches would otherwise rebuild the 5,000-peer table on every event-loop turn).
-        const wasFirst = first;
-        const changed = records.apply(changes) || first;
-        first = false;
-        if (changed && !scheduled) {
-          scheduled = setTimeout(push, wasFirst ? 0 : FLUSH_WINDOW_MS);
-        }
-        // (events that changed no record need no programming: they are not timed)
-        if (changed) for (let i = 0; i < batch.length; i++) received.push(now);
-      };
-      const iter = events[Symbol.asyncIterator]();
-      const aborted = new Promise<null>((resolve) => {
-        if (signal.aborted) resolve(null);
-        signal.addEventListener('abort', () => resolve(null), { once: true });
-      });
-      const racer = new Racer<null>([aborted, died]);
-      try {
-        while (!signal.aborted) {
-          const next = await racer.race(iter.next());
-          if (next === null || next.done) break;
-          update(next.value);
-        }
-      } catch (err) {
-        // The dataplane died: a next() is still pending (no abort will end it), so a return()
-        // would wait behind it. The daemon aborts the lease stream as it stops.
-        void iter.return?.()?.catch(() => undefined);
-        throw err;
-      } finally {
-        recheck.abort();
-        await rechecking;
-      }
-      await iter.return?.();
-      if (scheduled) push();
-    },
-    async close(how = {}) {
-      const d = dp;
-      dp = null;
-      if (d) await d.close();
-      if (d && how.release && nl) {
-        // the subnet is no longer ours: the device that would keep serving it goes, with the
-        // bpf engine's programs pinned on it
-        await record?.remove();
-        removeBpfPins(d.tunName, log);
-        await applyAll(nl, [{ op: 'delLink', dev: d.tunName }]);
-        log.info({ tun: d.tunName }, 'tun removed with the lease');
-      } else {
-        await record?.flush();
-      }
-      nl?.close();
-      nl = null;
-    },
-  };
+  return new UserspaceBackend(ctx, spec, deps, handover);
 }

@@ -15,13 +15,15 @@
  * as the kernel device's; `Learning` and `GBP` are refused (vxlan.ts assertUserspaceCan).
  */
 import { parseIP } from '../../common/ip.js';
-import { parseMac } from '../../dataplane/peer-table.js';
-import type { Backend, BackendContext, PreparedBackend } from './backend.js';
+import { parseMac } from '../../dataplane/index.js';
+import type { Backend, BackendContext, BackendSpec, Handover } from './backend.js';
 import { enabledFamilies, leaseSubnet } from './kernel-common.js';
 import { createUserspaceBackend } from './userspace.js';
 import { peerVtepMAC } from './vtep-mac.js';
 import {
   VXLAN,
+  VXLAN_SPEC,
+  VXLAN_USERSPACE,
   VXLAN_OVERHEAD_V4,
   VXLAN_OVERHEAD_V6,
   assertUserspaceCan,
@@ -31,7 +33,7 @@ import {
   vxlanDeviceName,
 } from './vxlan.js';
 
-export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
+export function createVxlanUserspaceBackend(ctx: BackendContext, handover?: Handover): Backend {
   const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
   const dev = vxlanDeviceName(4, cfg.vni);
   const families = enabledFamilies(ctx.netConfig);
@@ -43,58 +45,62 @@ export function createVxlanUserspaceBackend(ctx: BackendContext): Backend {
     cfg.mtu === null
       ? undefined
       : Math.min(...families.map((f) => vxlanDeviceMTU(cfg, ctx.extIface.mtu, f)));
-  let inner: Backend | null = null;
-  const need = () => {
-    if (!inner) throw new Error('vxlan-userspace: used before prepare');
-    return inner;
-  };
-  return {
-    type: VXLAN,
-    // the TUN's state: false while the re-check cannot restore it (userspace.ts)
-    isReady: () => inner?.isReady?.() ?? true,
-    async prepare(): Promise<PreparedBackend> {
-      const mac = await vtepMACFor(ctx, dev, 4, null);
-      inner = createUserspaceBackend(ctx, {
-        type: VXLAN,
-        format: 'vxlan',
-        tunName: dev,
-        port: cfg.port,
-        overhead: VXLAN_OVERHEAD_V4,
-        overheadV6: VXLAN_OVERHEAD_V6,
-        ...(mtu === undefined ? {} : { mtu }),
-        underlayPerFamily: true,
-        vni: cfg.vni,
-        vtepMac: parseMac(mac),
-        attrs: {
-          backendType: VXLAN,
-          ...(families.includes(4) ? { backendData: { VNI: cfg.vni, VtepMAC: mac } } : {}),
-          ...(families.includes(6) ? { backendV6Data: { VNI: cfg.vni, VtepMAC: mac } } : {}),
-        },
-        peerFor(lease, family, publicIP) {
-          if (lease.attrs.backendType !== VXLAN)
-            return { skip: `BackendType "${lease.attrs.backendType}" is not vxlan` };
-          const data =
-            family === 6 && lease.attrs.backendV6Data !== undefined
-              ? lease.attrs.backendV6Data
-              : lease.attrs.backendData;
-          const m = peerVtepMAC(data);
-          if ('reason' in m) return { skip: m.reason };
-          const pub = parseIP(publicIP);
-          if (!pub) return { skip: `bad public IP ${publicIP}` };
-          return {
-            subnet: leaseSubnet(lease, family)!,
-            publicIP: pub,
-            port: cfg.port,
-            vtepMac: parseMac(m.mac),
-          };
-        },
-      });
-      return inner.prepare();
+  return createUserspaceBackend(
+    ctx,
+    {
+      type: VXLAN,
+      // the VtepMAC is chosen as prepare begins (vtep-mac.ts), then the engine starts with it
+      async resolve() {
+        const mac = await vtepMACFor(ctx, dev, 4, null);
+        return {
+          type: VXLAN,
+          format: 'vxlan',
+          tunName: dev,
+          port: cfg.port,
+          overhead: VXLAN_OVERHEAD_V4,
+          overheadV6: VXLAN_OVERHEAD_V6,
+          ...(mtu === undefined ? {} : { mtu }),
+          underlayPerFamily: true,
+          vni: cfg.vni,
+          vtepMac: parseMac(mac),
+          attrs: {
+            backendType: VXLAN,
+            ...(families.includes(4) ? { backendData: { VNI: cfg.vni, VtepMAC: mac } } : {}),
+            ...(families.includes(6) ? { backendV6Data: { VNI: cfg.vni, VtepMAC: mac } } : {}),
+          },
+          peerFor(lease, family, publicIP) {
+            if (lease.attrs.backendType !== VXLAN)
+              return { skip: `BackendType "${lease.attrs.backendType}" is not vxlan` };
+            const data =
+              family === 6 && lease.attrs.backendV6Data !== undefined
+                ? lease.attrs.backendV6Data
+                : lease.attrs.backendData;
+            const m = peerVtepMAC(data);
+            if ('reason' in m) return { skip: m.reason };
+            const pub = parseIP(publicIP);
+            if (!pub) return { skip: `bad public IP ${publicIP}` };
+            return {
+              subnet: leaseSubnet(lease, family)!,
+              publicIP: pub,
+              port: cfg.port,
+              vtepMac: parseMac(m.mac),
+            };
+          },
+        };
+      },
     },
-    start: (lease) => need().start(lease),
-    run: (events, signal) => need().run(events, signal),
-    close: async (how) => {
-      await inner?.close(how);
-    },
-  };
+    {},
+    handover,
+  );
 }
+
+/**
+ * vxlan-userspace's one registration (registry.ts): the vxlan block and options. No egress TAP
+ * entry, as before this table: configs name `vxlan` with "Dataplane", which has one.
+ */
+export const VXLAN_USERSPACE_SPEC: BackendSpec = {
+  type: VXLAN_USERSPACE,
+  create: (ctx, handover) => createVxlanUserspaceBackend(ctx, handover),
+  parseConfig: parseVxlanConfig,
+  options: VXLAN_SPEC.options,
+};

@@ -25,12 +25,18 @@ import { WeftError, configError, errorMessage, isWeftError } from '../../common/
 import { type Family, type IPNet, containsIP, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
 import { LogOnce, logger } from '../../common/log.js';
-import { removeBpfPins } from '../../dataplane/bpf-pins.js';
+import { egressTapName, removeBpfPins } from '../../dataplane/index.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type LinkInfo, type Netlink, type Op, applyAll } from '../netlink/netlink.js';
-import { AUTO_PREFERS_BPF } from './backend.js';
-import type { Backend, BackendContext, BackendFactory, PreparedBackend } from './backend.js';
+import type {
+  Backend,
+  BackendContext,
+  BackendFactory,
+  BackendSpec,
+  PreparedBackend,
+} from './backend.js';
+import { kernelOrUserspace } from './kernel-fallback.js';
 import type { KernelBackendDeps } from './host-gw.js';
 import {
   clusterNetwork,
@@ -328,17 +334,6 @@ export interface VxlanDeps extends KernelBackendDeps {
   readonly userspace?: BackendFactory | null;
 }
 
-function userspaceBackend(ctx: BackendContext, deps: VxlanDeps): Backend {
-  const factory = deps.userspace ?? null;
-  if (!factory) {
-    throw new WeftError(
-      'WEFT_ERR_BACKEND_UNSUPPORTED',
-      `Backend.Dataplane: "userspace" needs the ${VXLAN_USERSPACE} backend, which is not available in this build`,
-    );
-  }
-  return factory(ctx);
-}
-
 /**
  * Test knob: "Dataplane": "auto" finds the kernel's vxlan link type refused (EOPNOTSUPP), as on a
  * kernel without the vxlan module, which a namespace cannot otherwise model (the module is
@@ -349,44 +344,36 @@ export const NO_KERNEL_VXLAN_ENV = 'WEFT_TEST_NO_KERNEL_VXLAN';
 /**
  * The vxlan backend factory (registered as `vxlan`). With Dataplane "userspace" it hands over to
  * the `vxlan-userspace` factory; with "auto" it tries the kernel device and hands over when the
- * kernel has no vxlan link type.
+ * kernel has no vxlan link type (kernel-fallback.ts).
  */
 export function createVxlanBackend(ctx: BackendContext, deps: VxlanDeps = {}): Backend {
   const cfg = parseVxlanConfig(ctx.netConfig.backend.raw);
-  if (cfg.dataplane === 'userspace') return userspaceBackend(ctx, deps);
-  const kernel = createKernelVxlan(ctx, cfg, deps);
-  if (cfg.dataplane === 'kernel') return kernel;
-  let impl: Backend = kernel;
-  return {
+  return kernelOrUserspace(ctx, {
     type: VXLAN,
-    isReady: () => impl.isReady?.() ?? true,
-    async prepare() {
-      try {
-        if (process.env[NO_KERNEL_VXLAN_ENV] === '1') {
-          throw new WeftError(
-            'WEFT_ERR_NETLINK',
-            `link add ${vxlanDeviceName(4, cfg.vni)} type vxlan: operation not supported (${NO_KERNEL_VXLAN_ENV})`,
-            { details: { errno: 'EOPNOTSUPP' } },
-          );
-        }
-        return await kernel.prepare();
-      } catch (err) {
-        if (!isNoKernelVxlan(err)) throw err;
-        ctx.log.warn({ err: errorMessage(err) }, 'no kernel vxlan; using the userspace dataplane');
-        await kernel.close();
-        // Next best: the bpf engine (kernel speed without the vxlan module), then native.
-        impl = userspaceBackend(
-          { ...ctx, options: Object.freeze({ ...ctx.options, [AUTO_PREFERS_BPF]: true }) },
-          deps,
-        );
-        return impl.prepare();
-      }
-    },
-    start: (lease) => impl.start(lease),
-    run: (events, signal) => impl.run(events, signal),
-    close: (how) => impl.close(how),
-  };
+    userspaceType: VXLAN_USERSPACE,
+    dataplane: cfg.dataplane,
+    kernel: () => createKernelVxlan(ctx, cfg, deps),
+    userspace: deps.userspace ?? null,
+  });
 }
+
+/** vxlan's one registration (registry.ts). */
+export const VXLAN_SPEC: BackendSpec = {
+  type: VXLAN,
+  create: (ctx, _handover, userspace) => createVxlanBackend(ctx, { userspace }),
+  parseConfig: parseVxlanConfig,
+  options: ['VNI', 'Port', 'MTU', 'GBP', 'Learning', 'DirectRouting', 'Dataplane'],
+  // userspace or auto: the TUN flannel.<VNI>'s TAP (auto may hand over); kernel: none
+  egressTap(raw) {
+    try {
+      const v = parseVxlanConfig(raw);
+      return v.dataplane === 'kernel' ? null : egressTapName(vxlanDeviceName(4, v.vni));
+    } catch {
+      return null; // the backend refuses this config itself
+    }
+  },
+  fallback: VXLAN_USERSPACE,
+};
 
 interface FamilyDevice {
   readonly family: Family;
@@ -439,58 +426,78 @@ function createKernelVxlan(
   let nl: Netlink | undefined;
   // What the last re-check of the devices found: false while one is missing and cannot be restored.
   let devicesOk = true;
+  const prepareDevices = async (): Promise<PreparedBackend> => {
+    if (cfg.dataplane === 'auto' && process.env[NO_KERNEL_VXLAN_ENV] === '1') {
+      throw new WeftError(
+        'WEFT_ERR_NETLINK',
+        `link add ${vxlanDeviceName(4, cfg.vni)} type vxlan: operation not supported (${NO_KERNEL_VXLAN_ENV})`,
+        { details: { errno: 'EOPNOTSUPP' } },
+      );
+    }
+    nl = (deps.openNetlink ?? openNetlink)();
+    let backendData: unknown;
+    let backendV6Data: unknown;
+    let mtu = 0;
+    for (const family of families) {
+      const dev = vxlanDeviceName(family, cfg.vni);
+      // the public IP where it is an address of this host (as flannel HEAD), else the
+      // interface's (behind a NAT)
+      const local = sendAddress(ext, family);
+      const devMtu = vxlanDeviceMTU(cfg, ext.mtu, family);
+      const wanted: DeviceWanted = {
+        name: dev,
+        vni: cfg.vni,
+        port: cfg.port,
+        local,
+        link: ext.name,
+        linkIndex: ext.index,
+        mtu: devMtu,
+        learning: cfg.learning,
+        gbp: cfg.gbp,
+      };
+      const mac = await ensureVxlanDevice(
+        nl,
+        wanted,
+        (device) => vtepMACFor(ctx, dev, family, device),
+        log,
+      );
+      devices.push({
+        family,
+        dev,
+        mac,
+        network: clusterNetwork(ctx.netConfig, family)!,
+        wanted,
+        subnet: null,
+      });
+      const data = { VNI: cfg.vni, VtepMAC: mac };
+      if (family === 4) backendData = data;
+      else backendV6Data = data;
+      if (mtu === 0) mtu = devMtu;
+    }
+    return {
+      attrs: {
+        backendType: VXLAN,
+        ...(backendData === undefined ? {} : { backendData }),
+        ...(backendV6Data === undefined ? {} : { backendV6Data }),
+      },
+      mtu,
+    };
+  };
   return {
     type: VXLAN,
     isReady: () => devicesOk,
     async prepare(): Promise<PreparedBackend> {
-      nl = (deps.openNetlink ?? openNetlink)();
-      let backendData: unknown;
-      let backendV6Data: unknown;
-      let mtu = 0;
-      for (const family of families) {
-        const dev = vxlanDeviceName(family, cfg.vni);
-        // the public IP where it is an address of this host (as flannel HEAD), else the
-        // interface's (behind a NAT)
-        const local = sendAddress(ext, family);
-        const devMtu = vxlanDeviceMTU(cfg, ext.mtu, family);
-        const wanted: DeviceWanted = {
-          name: dev,
-          vni: cfg.vni,
-          port: cfg.port,
-          local,
-          link: ext.name,
-          linkIndex: ext.index,
-          mtu: devMtu,
-          learning: cfg.learning,
-          gbp: cfg.gbp,
-        };
-        const mac = await ensureVxlanDevice(
-          nl,
-          wanted,
-          (device) => vtepMACFor(ctx, dev, family, device),
-          log,
-        );
-        devices.push({
-          family,
-          dev,
-          mac,
-          network: clusterNetwork(ctx.netConfig, family)!,
-          wanted,
-          subnet: null,
+      try {
+        return await prepareDevices();
+      } catch (err) {
+        // the mark kernel-fallback.ts hands over on ("auto"); code and message as they were
+        if (!isNoKernelVxlan(err)) throw err;
+        const e = err as WeftError;
+        throw new WeftError(e.code, e.message, {
+          cause: err,
+          details: { ...e.details, missing: 'vxlan module' },
         });
-        const data = { VNI: cfg.vni, VtepMAC: mac };
-        if (family === 4) backendData = data;
-        else backendV6Data = data;
-        if (mtu === 0) mtu = devMtu;
       }
-      return {
-        attrs: {
-          backendType: VXLAN,
-          ...(backendData === undefined ? {} : { backendData }),
-          ...(backendV6Data === undefined ? {} : { backendV6Data }),
-        },
-        mtu,
-      };
     },
     async start(lease: Lease) {
       if (!nl) throw new Error('vxlan: start before prepare');

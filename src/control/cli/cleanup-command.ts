@@ -27,7 +27,7 @@ export async function cleanupCommand(argv: readonly string[], io: Io): Promise<n
   }
   if (parsed.positionals.length > 0)
     throw usageError('', `unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
-  const { cleanupHost } = await import('../../dataplane/cleanup.js');
+  const { cleanupHost } = await import('../../dataplane/index.js');
   const r = cleanupHost();
   if (parsed.values.json) io.stdout.write(JSON.stringify(r) + '\n');
   else {

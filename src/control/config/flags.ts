@@ -21,7 +21,7 @@
 import { isIP } from 'node:net';
 import { usageError } from '../../common/errors.js';
 import { LOG_FORMATS, LOG_LEVELS } from '../../common/log.js';
-import { offloadListError } from '../../dataplane/offloads.js';
+import { ENGINE_REQUESTS, offloadListError } from '../../dataplane/index.js';
 
 export const ENV_PREFIX = 'FLANNELD_';
 
@@ -166,7 +166,8 @@ export function list(
 // ---------------------------------------------------------------------------------------------
 // The daemon's flags (flannel's names and defaults, then weft's own)
 
-export const DATAPLANE_ENGINES = ['auto', 'native', 'bpf', 'js'] as const;
+/** --dataplane-engine's choices: the dataplane's (choose-engine.ts), which decides what they mean. */
+export const DATAPLANE_ENGINES = ENGINE_REQUESTS;
 
 export const DAEMON_FLAGS = {
   'etcd-endpoints': str(

@@ -116,6 +116,42 @@ export function upwardImports(graph: Map<string, string[]>): string[] {
   return bad;
 }
 
+/** The dataplane's one door (issue #30.1): all control may import of src/dataplane. */
+const DATAPLANE_DOOR = 'dataplane/index.ts';
+
+/**
+ * The control files that may load the native addon (common/native.ts, and its type in
+ * common/native-addon.ts), each for a binding that is not the packet dataplane's: rtnetlink
+ * (libmnl), sd_notify, malloc_trim. The packet engines' addon (its probe included) is the
+ * dataplane's, behind its door.
+ */
+const ADDON_USERS = new Set([
+  'control/netlink/native-netlink.ts',
+  'control/netlink/open-netlink.ts',
+  'control/sd-notify.ts',
+  'control/daemon.ts',
+]);
+const ADDON = ['common/native.ts', 'common/native-addon.ts'];
+
+/**
+ * Control's imports through a side door of the dataplane: any src/dataplane module but index.ts
+ * (type-only imports too: a type is part of the surface control depends on, and index.ts
+ * re-exports the ones control needs), and the native addon outside ADDON_USERS.
+ */
+export function sideDoors(graph: Map<string, string[]>): string[] {
+  const bad: string[] = [];
+  for (const [from, tos] of graph) {
+    if (!from.startsWith('control/')) continue;
+    for (const to of tos) {
+      if (to.startsWith('dataplane/') && to !== DATAPLANE_DOOR)
+        bad.push(`${from} -> ${to} (control imports only ${DATAPLANE_DOOR})`);
+      if (ADDON.includes(to) && !ADDON_USERS.has(from))
+        bad.push(`${from} -> ${to} (the engines' addon is the dataplane's)`);
+    }
+  }
+  return bad;
+}
+
 describe('import graph', () => {
   const graph = importGraph();
 
@@ -139,6 +175,23 @@ describe('import graph', () => {
 
   test('src/control folders import only folders below them; dataplane and common never import control', () => {
     assert.deepEqual(upwardImports(graph), []);
+  });
+
+  test('control enters the dataplane only through dataplane/index.ts, and loads no engine addon', () => {
+    assert.deepEqual(sideDoors(graph), []);
+  });
+
+  test('the door check sees a side door when there is one', () => {
+    const g = new Map([
+      ['control/backend/a.ts', ['dataplane/index.ts', 'dataplane/peer-table.ts']],
+      ['control/backend/b.ts', ['common/native.ts']],
+      ['control/netlink/native-netlink.ts', ['common/native.ts']],
+      ['dataplane/index.ts', ['dataplane/peer-table.ts', 'common/native.ts']],
+    ]);
+    assert.deepEqual(sideDoors(g), [
+      'control/backend/a.ts -> dataplane/peer-table.ts (control imports only dataplane/index.ts)',
+      "control/backend/b.ts -> common/native.ts (the engines' addon is the dataplane's)",
+    ]);
   });
 
   test('the checks see a circle and an upward import when there is one', () => {

@@ -13,10 +13,8 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
 import {
-  AUTO_PREFERS_BPF,
   type Backend,
-  type BackendOptions,
-  DEFAULT_BACKEND_OPTIONS,
+  type Handover,
   backendOptions,
 } from '../../../../src/control/backend/backend.js';
 import { createHostGwBackend } from '../../../../src/control/backend/host-gw.js';
@@ -369,19 +367,20 @@ describe('vxlan backend options', () => {
       run: async () => {},
       close: async () => {},
     };
-    let handedOptions: BackendOptions = DEFAULT_BACKEND_OPTIONS;
+    let handover: Handover | undefined;
     const b = createVxlanBackend(backendContext({ Type: 'vxlan', Dataplane: 'auto' }), {
       openNetlink: () => nl,
-      userspace: (ctx) => {
-        handedOptions = ctx.options;
+      userspace: (_ctx, h) => {
+        handover = h;
         return userspace;
       },
     });
     await b.prepare();
     assert.equal(used, true);
     assert.equal(nl.closed, true);
-    // Next best after kernel vxlan: an `auto` engine becomes bpf (which falls back to native).
-    assert.equal(handedOptions[AUTO_PREFERS_BPF], true);
+    // Next best after kernel vxlan: an `auto` engine becomes bpf (which falls back to native),
+    // said to the userspace factory as an argument.
+    assert.deepEqual(handover, { autoPrefers: 'bpf' });
   });
 
   test('Dataplane auto is ready when the implementation it handed over to is', async () => {
