@@ -26,7 +26,13 @@ import type { Dataplane, DataplaneOptions } from './engine.js';
 import { startJsEngine } from './js-engine.js';
 import { startNativeEngine } from './native-engine.js';
 
-export type { Dataplane, DataplaneEngine, DataplaneFormat, DataplaneOptions } from './engine.js';
+export type {
+  Dataplane,
+  DataplaneEngine,
+  DataplaneFormat,
+  DataplaneOptions,
+  PodBridge,
+} from './engine.js';
 
 /**
  * Starts the engine asked for. `bpf` falls back to `native` when its programs cannot load, probe

@@ -35,6 +35,7 @@ import { registerDataplaneMetrics } from '../../dataplane/stats-metrics.js';
 import { secondsSince } from '../../common/metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
+import { PodBridgeFollower } from '../netlink/pod-bridge.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
 import { AUTO_PREFERS_BPF } from './backend.js';
 import type { Backend, BackendContext, PreparedBackend } from './backend.js';
@@ -325,6 +326,9 @@ export function createUserspaceBackend(
           if (d === running) fail(err);
         });
       watch(running);
+      // The pods' bridge, followed through netlink for an engine with a bridge bypass (bpf).
+      const podBridge = new PodBridgeFollower(netlink, ctx.options.podBridge, log);
+      podBridge.feed(running);
       const handOverTable = () => {
         try {
           running.setPeerTable(records.takeTable());
@@ -349,6 +353,7 @@ export function createUserspaceBackend(
         const current = running;
         registerDataplaneMetrics(ctx.metrics, () => current.stats());
         watch(current);
+        podBridge.feed(current);
         handOverTable();
       };
       // The TUN's state is re-checked by the kernel backends' resync loop (no peers of its own).
@@ -468,6 +473,7 @@ export function createUserspaceBackend(
         void iter.return?.()?.catch(() => undefined);
         throw err;
       } finally {
+        podBridge.close();
         recheck.abort();
         await rechecking;
       }
