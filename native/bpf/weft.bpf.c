@@ -12,8 +12,8 @@
 //            stack as received on the TUN, as kernel vxlan's enter on flannel.1 (so strict
 //            rp_filter, `-i flannel.1` rules and conntrack see what they see with kernel vxlan).
 //            The TUN has no MAC header: the redirect strips the Ethernet header in front.
-//   weft_bridge  egress of the pods' bridge (cni0): a GSO packet for a pod → straight to the
-//            bridge port behind its MAC (the bridge would segment it in software).
+//   weft_bridge  egress of the pods' bridge (--pod-bridge): a GSO packet for a pod → straight
+//            to the bridge port behind its MAC (the bridge would segment it in software).
 //
 // Anything either program does not handle exactly as the reference would (no peer, a peer behind
 // an IPv6 underlay, trailing bytes, TTL expiring, a bad header, an unknown sender, ...) leaves
@@ -400,13 +400,14 @@ pass:
   return TC_ACT_UNSPEC;
 }
 
-// weft_bridge: egress of the pods' bridge (cni0). weft_rx's decapsulation cannot clear the GSO
-// super-packet's tunnel state (skb->encapsulation, SKB_GSO_UDP_TUNNEL: kernel 6.18 has no flag
-// for it), and a bridge has no tunnel offloads, so the bridge would segment it in software with a
-// checksum per segment. The node's IP stack (netfilter, routing, the neighbour entry that wrote
-// the destination MAC) has already run here; this hands such packets to the bridge port that
-// owns the destination MAC (a veth, which carries tunnel GSO to the pod whole). Everything else,
-// and any MAC the port map does not hold, goes on to the next program and through the bridge.
+// weft_bridge: egress of the pods' bridge (--pod-bridge, cni0 by default). weft_rx's decapsulation
+// cannot clear the GSO super-packet's tunnel state (skb->encapsulation, SKB_GSO_UDP_TUNNEL:
+// kernel 6.18 has no flag for it), and a bridge has no tunnel offloads, so the bridge would segment
+// it in software with a checksum per segment. The node's IP stack (netfilter, routing, the
+// neighbour entry that wrote the destination MAC) has already run here; this hands such packets to
+// the bridge port that owns the destination MAC (a veth, which carries tunnel GSO to the pod
+// whole). Everything else, and any MAC the port map does not hold, goes on to the next program and
+// through the bridge.
 SEC("tc")
 int WEFT_PROG_BRIDGE(struct __sk_buff* skb) {
   if (skb->gso_size == 0) return TC_ACT_UNSPEC;

@@ -209,6 +209,7 @@ Napi::Object LinkObject(Napi::Env env, const LinkEntry& l) {
   o.Set("mtu", l.mtu);
   o.Set("mac", Mac(env, l.has_mac, l.mac));
   o.Set("flags", l.flags);
+  o.Set("master", l.master);
   o.Set("kind", l.kind);
   if (l.has_vxlan) {
     Napi::Object v = Napi::Object::New(env);
@@ -365,6 +366,7 @@ Napi::Object ChangeObject(Napi::Env env, const NlChange& c) {
       o.Set("kind", "link");
       o.Set("name", c.name);
       o.Set("flags", c.link_flags);
+      o.Set("master", c.master);
       break;
     case NlChange::kAddr:
       o.Set("kind", "addr");

@@ -293,6 +293,7 @@ int ParseLink(const nlmsghdr* nlh, LinkEntry* e) {
   e->flags = ifi->ifi_flags;
   if (t.tb[IFLA_IFNAME]) e->name = mnl_attr_get_str(t.tb[IFLA_IFNAME]);
   if (t.tb[IFLA_MTU]) e->mtu = mnl_attr_get_u32(t.tb[IFLA_MTU]);
+  if (t.tb[IFLA_MASTER]) e->master = static_cast<int>(mnl_attr_get_u32(t.tb[IFLA_MASTER]));
   if (t.tb[IFLA_ADDRESS] && mnl_attr_get_payload_len(t.tb[IFLA_ADDRESS]) == 6) {
     e->has_mac = true;
     std::memcpy(e->mac, mnl_attr_get_payload(t.tb[IFLA_ADDRESS]), 6);
@@ -631,7 +632,9 @@ void NetlinkMonitor::IgnorePort(uint32_t portid) {
   ignore_portid_ = portid;
   // What Drain would skip is dropped by the kernel before it is queued (a classic BPF socket
   // filter: a notification is one message, the filter sees its nlmsghdr): the changes `portid`
-  // made, and FDB additions. A 5,000-peer snapshot's 15,000 notifications then cost no reads.
+  // made, and FDB additions with NTF_SELF (a VXLAN device's own entries: they carry no port id).
+  // A 5,000-peer snapshot's 15,000 notifications then cost no reads. A bridge's entries (learnt
+  // behind its ports: NTF_SELF unset) pass.
   // Absolute loads are big-endian: the constants are compared in network order.
   constexpr uint32_t kAccept = 0xffffffff;
   sock_filter code[] = {
@@ -639,11 +642,13 @@ void NetlinkMonitor::IgnorePort(uint32_t portid) {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(nlmsghdr, nlmsg_pid)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, htonl(portid), 0, 1),
       BPF_STMT(BPF_RET | BPF_K, portid != 0 ? 0 : kAccept),
-      // RTM_NEWNEIGH with ndm_family AF_BRIDGE (an FDB entry added) → drop
+      // RTM_NEWNEIGH with ndm_family AF_BRIDGE and NTF_SELF (a device's own FDB entry) → drop
       BPF_STMT(BPF_LD | BPF_H | BPF_ABS, offsetof(nlmsghdr, nlmsg_type)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, htons(RTM_NEWNEIGH), 0, 3),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, htons(RTM_NEWNEIGH), 0, 5),
       BPF_STMT(BPF_LD | BPF_B | BPF_ABS, NLMSG_HDRLEN + offsetof(ndmsg, ndm_family)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_BRIDGE, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_BRIDGE, 0, 3),
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, NLMSG_HDRLEN + offsetof(ndmsg, ndm_flags)),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, NTF_SELF, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, 0),
       BPF_STMT(BPF_RET | BPF_K, kAccept),
   };
@@ -693,10 +698,11 @@ int NetlinkMonitor::Drain(std::vector<NlChange>* out) {
           const auto* nd = static_cast<const ndmsg*>(mnl_nlmsg_get_payload(nlh));
           c.kind = nd->ndm_family == AF_BRIDGE ? NlChange::kFdb : NlChange::kNeigh;
           c.deleted = nlh->nlmsg_type == RTM_DELNEIGH;
-          // FDB additions are not reported: a VXLAN device's FDB notifications carry no port id,
-          // so its owner's own appends (one per peer) would be nearly all of them. A removal, or
-          // an entry pointed elsewhere (the old destination is announced deleted), is reported.
-          if (c.kind == NlChange::kFdb && !c.deleted) continue;
+          // A device's own FDB additions (NTF_SELF) are not reported: a VXLAN device's FDB
+          // notifications carry no port id, so its owner's own appends (one per peer) would be
+          // nearly all of them. A removal, or an entry pointed elsewhere (the old destination is
+          // announced deleted), is reported; so is what a bridge learns behind its ports.
+          if (c.kind == NlChange::kFdb && !c.deleted && (nd->ndm_flags & NTF_SELF) != 0) continue;
           c.family = nd->ndm_family;
           ParseNeigh(nlh, &c.neigh);
           c.ifindex = c.neigh.ifindex;
@@ -711,6 +717,7 @@ int NetlinkMonitor::Drain(std::vector<NlChange>* out) {
           c.ifindex = l.index;
           c.name = l.name;
           c.link_flags = l.flags;
+          c.master = l.master;
           break;
         }
         case RTM_NEWADDR:

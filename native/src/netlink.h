@@ -135,6 +135,7 @@ struct LinkEntry {
   bool has_mac = false;
   uint8_t mac[6] = {};
   unsigned flags = 0;  // IFF_UP etc.
+  int master = 0;      // IFLA_MASTER: the bridge a port is enslaved to (0: none)
   std::string kind;    // "" for devices without IFLA_LINKINFO
   bool has_vxlan = false;
   VxlanInfo vxlan;
@@ -154,6 +155,7 @@ struct NlChange {
   int ifindex = 0;          // kLink, kAddr (and the device of every other kind)
   std::string name;         // kLink
   unsigned link_flags = 0;  // kLink: IFF_* (IFF_UP: set up)
+  int master = 0;           // kLink: IFLA_MASTER (0: none)
   int family = 0;           // kRoute, kNeigh, kAddr (AF_INET / AF_INET6)
 };
 
@@ -200,8 +202,9 @@ class Netlink {
 };
 
 // A NETLINK_ROUTE socket subscribed to the link, address, IPv4/IPv6 route and neighbour groups
-// (FDB changes of a VXLAN device come on the neighbour group, family AF_BRIDGE; only removals
-// are reported), in the network namespace it was opened in. Non-blocking: Drain() reads
+// (FDB changes come on the neighbour group, family AF_BRIDGE: of a VXLAN device's own entries
+// (NTF_SELF) only removals are reported; a bridge's learnt entries both ways), in the network
+// namespace it was opened in. Non-blocking: Drain() reads
 // whatever is queued.
 class NetlinkMonitor {
  public:
@@ -213,7 +216,7 @@ class NetlinkMonitor {
   int fd() const;
   // Notifications stamped with this port id (a Netlink's portid(): the changes it made itself)
   // are dropped by a socket filter (and skipped by Drain). 0: none (the kernel's own changes
-  // carry 0). FDB additions are always dropped.
+  // carry 0). FDB additions with NTF_SELF (a VXLAN device's own entries) are always dropped.
   void IgnorePort(uint32_t portid);
   // Appends every change queued now. Returns 0 when it read all of them; ENOBUFS when the kernel
   // dropped notifications since the last call (the socket buffer was full: the caller must

@@ -22,6 +22,8 @@ export interface RawLink {
   mtu: number;
   mac: string | null;
   flags: number;
+  /** IFLA_MASTER: the bridge a port is enslaved to (0: none). */
+  master: number;
   kind: string;
   vxlan: {
     vni: number;
@@ -100,7 +102,15 @@ export type RawChange =
       state: number;
       flags: number;
     }
-  | { kind: 'link'; deleted: boolean; ifindex: number; name: string; flags: number }
+  | {
+      kind: 'link';
+      deleted: boolean;
+      ifindex: number;
+      name: string;
+      flags: number;
+      /** IFLA_MASTER (0: none). */
+      master: number;
+    }
   | { kind: 'addr'; deleted: boolean; ifindex: number; family: Family };
 
 /**

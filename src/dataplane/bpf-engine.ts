@@ -27,8 +27,7 @@
  * TUN outlives it (`persist`) pins, and its close() keeps the pins and the programs attached;
  * whoever removes that TUN removes them (bpf-pins.ts removeBpfPins).
  */
-import { readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { WeftError, errorMessage } from '../common/errors.js';
 import { ipToBytes, parseIP } from '../common/ip.js';
 import { type Logger, logger } from '../common/log.js';
@@ -41,12 +40,12 @@ import {
   loadBpfBinding,
 } from './bpf-binding.js';
 import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
-import type { Dataplane, DataplaneOptions } from './engine.js';
+import type { Dataplane, DataplaneOptions, PodBridge } from './engine.js';
 import { checksum, decap, encap } from './js-codec.js';
 import { bypassedFirewallRules } from './bpf-firewall.js';
 import { preparePinDir, removeBpfPins } from './bpf-pins.js';
 import { startNativeEngine } from './native-engine.js';
-import { JsPeerTable, encodePeerTable, formatMac, peerEntry } from './peer-table.js';
+import { JsPeerTable, encodePeerTable, formatMac, parseMac, peerEntry } from './peer-table.js';
 import { BPF_COUNTER_TABLE, COUNTERS, emptyWorkerStats } from './stats.js';
 import type { DataplaneStats } from './stats.js';
 
@@ -281,7 +280,7 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   );
   // Adopted links run the last process's programs (and its peer table) until ours have one.
   let takeOver = adopted.length > 0;
-  const bridge = watchPodBridge(bpf, id, log);
+  const bridge = new BridgeBypass(bpf, id, log);
   let closed: Promise<void> | null = null;
   // After our maps hold a table (whole, or changed by a delta), our programs take the links.
   const takeOverOnce = () => {
@@ -318,6 +317,14 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
       bpf.bpfUpdatePeers(id, delta.removed, delta.upserts);
       takeOverOnce();
     },
+    setPodBridge(b) {
+      if (closed) return;
+      bridge.set(b);
+    },
+    podBridge() {
+      const on = bridge.bridge;
+      return on ? { ...on, ports: bridge.ports } : null;
+    },
     stats() {
       const slowStats = native.stats();
       if (closed) return { ...slowStats, engine: 'bpf' };
@@ -325,7 +332,6 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
     },
     close() {
       closed ??= (async () => {
-        bridge.stop();
         // The TUN stays (persist): so do the pinned programs, forwarding until the next engine.
         const keep = pinned;
         bpf.bpfClose(id, keep);
@@ -340,101 +346,88 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   };
 }
 
-/** The pods' bridge (flannel's CNI config names it cni0). */
-export const POD_BRIDGE = 'cni0';
-/** How often the port map follows the bridge's FDB (and weft_bridge follows the bridge). */
-const BRIDGE_REFRESH_MS = 1000;
-
-/**
- * The bridge `bridge`'s learnt ports as bpfSetPorts records (MAC, 2 pad bytes, the port's
- * ifindex), read from sysfs (`brforward`: 16-byte `struct __fdb_entry`s; `brif/<port>/port_no`);
- * null while the bridge does not exist. Local entries (the bridge's and ports' own MACs) are left
- * out: frames to them are not for a pod.
- */
-export function bridgePortRecords(
-  bridge = POD_BRIDGE,
-  sysNet = '/sys/class/net',
-): { ifindex: number; records: Buffer } | null {
-  const dir = join(sysNet, bridge);
-  let ifindex: number;
-  let fdb: Buffer;
-  let names: string[];
-  try {
-    ifindex = Number(readFileSync(join(dir, 'ifindex'), 'utf8'));
-    names = readdirSync(join(dir, 'brif'));
-    fdb = readFileSync(join(dir, 'brforward'));
-  } catch {
-    return null;
+/** bpfSetPorts records for a port map: per MAC, the MAC, 2 pad bytes and the port's ifindex. */
+export function portRecords(table: ReadonlyMap<string, number>): Buffer {
+  const out = Buffer.alloc(table.size * 12);
+  let off = 0;
+  for (const [mac, ifindex] of table) {
+    const m = parseMac(mac);
+    if (!m) continue;
+    m.copy(out, off);
+    out.writeUInt32LE(ifindex, off + 8);
+    off += 12;
   }
-  const portIfindex = new Map<number, number>();
-  for (const name of names) {
-    try {
-      const no = Number(readFileSync(join(dir, 'brif', name, 'port_no'), 'utf8').trim());
-      portIfindex.set(no, Number(readFileSync(join(sysNet, name, 'ifindex'), 'utf8')));
-    } catch {
-      // the port left between the listing and now
-    }
-  }
-  const records: Buffer[] = [];
-  for (let off = 0; off + 16 <= fdb.length; off += 16) {
-    if (fdb[off + 7]) continue; // is_local
-    const port = portIfindex.get((fdb[off + 12]! << 8) | fdb[off + 6]!);
-    if (!port) continue;
-    const r = Buffer.alloc(12);
-    fdb.copy(r, 0, off, off + 6);
-    r.writeUInt32LE(port, 8);
-    records.push(r);
-  }
-  return { ifindex, records: Buffer.concat(records) };
+  return out.subarray(0, off);
 }
 
 /**
- * Keeps weft_bridge on the pods' bridge (attached when it appears, moved when it is recreated)
- * and the port map equal to its FDB, every BRIDGE_REFRESH_MS. Until both are there, GSO packets
- * take the bridge (segmented in software: slower, never lost). An attach failure (no tcx) is
- * logged once.
+ * weft_bridge on the pods' bridge and its port map, as control reports the bridge (its name, and
+ * the ports with the MACs its FDB holds behind them: control/netlink/pod-bridge.ts follows them through
+ * rtnetlink): attached when the bridge appears, moved when it is recreated, detached when it
+ * goes; the map written whole on every report. Until both are there, GSO packets take the bridge
+ * (segmented in software: slower, never lost). A failure (no tcx) is logged once per reason.
  */
-export function watchPodBridge(
-  bpf: Pick<NativeBpf, 'bpfAttachBridge' | 'bpfSetPorts'>,
-  id: number,
-  log: Logger,
-  sysNet?: string,
-): { stop(): void } {
-  let attached = 0;
-  let failed = '';
-  const tick = () => {
-    const found = bridgePortRecords(POD_BRIDGE, sysNet);
-    const want = found?.ifindex ?? 0;
+export class BridgeBypass {
+  readonly #bpf: Pick<NativeBpf, 'bpfAttachBridge' | 'bpfSetPorts'>;
+  readonly #id: number;
+  readonly #log: Logger;
+  #attached = 0;
+  #name = '';
+  #failed = '';
+  #table: ReadonlyMap<string, number> = new Map();
+
+  constructor(bpf: Pick<NativeBpf, 'bpfAttachBridge' | 'bpfSetPorts'>, id: number, log: Logger) {
+    this.#bpf = bpf;
+    this.#id = id;
+    this.#log = log;
+  }
+
+  set(bridge: PodBridge | null): void {
+    const want = bridge?.index ?? 0;
+    const name = bridge?.name ?? '';
     try {
       // A link the last run pinned takes this program at once, its port map empty until the
       // next line: GSO packets take the bridge meanwhile (slower, never lost).
-      if (want !== attached) {
-        attached = 0;
-        // By name, so the link is on this namespace's bridge; sysfs must be this namespace's
-        // too (ifindexes are per namespace), or its port ifindexes would name other devices.
-        const got = bpf.bpfAttachBridge(id, want ? POD_BRIDGE : 0);
+      if (want !== this.#attached || name !== this.#name) {
+        this.#attached = 0;
+        this.#name = '';
+        this.#table = new Map();
+        // By name, in this process's namespace: it must be the one control's netlink reports
+        // (ifindexes are per namespace), or the ports' ifindexes would name other devices.
+        const got = this.#bpf.bpfAttachBridge(this.#id, want ? name : 0);
         if (got !== want) {
-          bpf.bpfAttachBridge(id, 0);
+          this.#bpf.bpfAttachBridge(this.#id, 0);
           throw new Error(
-            `/sys/class/net is another network namespace's (${POD_BRIDGE} ${want}, here ${got})`,
+            `${name} is ifindex ${got} here, ${want} in the namespace the bridge was reported from`,
           );
         }
-        attached = want;
-        if (want) log.info({ bridge: POD_BRIDGE }, 'bpf bridge bypass attached');
+        this.#attached = want;
+        this.#name = name;
+        if (want) this.#log.info({ bridge: name }, 'bpf bridge bypass attached');
       }
-      bpf.bpfSetPorts(id, attached && found ? found.records : Buffer.alloc(0));
-      failed = '';
+      const table = new Map<string, number>();
+      if (this.#attached && bridge)
+        for (const port of bridge.ports) for (const mac of port.macs) table.set(mac, port.index);
+      this.#bpf.bpfSetPorts(this.#id, portRecords(table));
+      this.#table = table;
+      this.#failed = '';
     } catch (err) {
       const why = errorMessage(err);
-      if (why !== failed)
-        log.warn({ bridge: POD_BRIDGE, err: why }, 'bpf bridge bypass unavailable');
-      failed = why;
+      if (why !== this.#failed)
+        this.#log.warn({ bridge: name, err: why }, 'bpf bridge bypass unavailable');
+      this.#failed = why;
     }
-  };
-  tick();
-  const timer = setInterval(tick, BRIDGE_REFRESH_MS);
-  timer.unref();
-  return { stop: () => clearInterval(timer) };
+  }
+
+  /** The port map as last written: MAC → the port's ifindex. */
+  get ports(): ReadonlyMap<string, number> {
+    return this.#table;
+  }
+
+  /** The bridge weft_bridge is attached to (null: none). */
+  get bridge(): { name: string; index: number } | null {
+    return this.#attached ? { name: this.#name, index: this.#attached } : null;
+  }
 }
 
 /** WEFT_BPF_ATTACH = tcx | clsact forces one attach mode (default: tcx, else clsact). */

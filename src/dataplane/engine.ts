@@ -102,4 +102,24 @@ export interface Dataplane {
    * this out.
    */
   readonly threadIds?: readonly number[];
+  /**
+   * bpf: the pods' bridge as control sees it (control/netlink/pod-bridge.ts, from rtnetlink; null: there
+   * is none). weft_bridge attaches to it and hands GSO packets for a MAC behind one of its ports
+   * straight to that port (bpf-engine.ts BridgeBypass). Engines without a bridge bypass leave
+   * both methods out.
+   */
+  setPodBridge?(bridge: PodBridge | null): void;
+  /** bpf: the bridge weft_bridge is on and its port map (MAC → the port's ifindex); null: none. */
+  podBridge?(): { name: string; index: number; ports: ReadonlyMap<string, number> } | null;
+}
+
+/** The pods' bridge: its name and index, and the MACs its FDB puts behind each port. */
+export interface PodBridge {
+  readonly name: string;
+  readonly index: number;
+  readonly ports: ReadonlyArray<{
+    readonly index: number;
+    readonly name: string;
+    readonly macs: readonly string[];
+  }>;
 }

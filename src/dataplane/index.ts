@@ -27,7 +27,13 @@ import { removeBpfPins } from './bpf-pins.js';
 import type { Dataplane, DataplaneOptions } from './engine.js';
 import { startChosen } from './choose-engine.js';
 
-export type { Dataplane, DataplaneEngine, DataplaneFormat, DataplaneOptions } from './engine.js';
+export type {
+  Dataplane,
+  DataplaneEngine,
+  DataplaneFormat,
+  DataplaneOptions,
+  PodBridge,
+} from './engine.js';
 export {
   ENGINE_FORMATS,
   ENGINE_REQUESTS,

@@ -198,7 +198,7 @@ export const BPF_COUNTER_TABLE = [
   },
   {
     name: 'bridge_bypass',
-    help: "GSO packets the bpf engine handed from the pods' bridge (cni0) straight to the pod's port, which the bridge would have segmented in software.",
+    help: "GSO packets the bpf engine handed from the pods' bridge (--pod-bridge, cni0 by default) straight to the pod's port, which the bridge would have segmented in software.",
     metric: 'weft_dataplane_bpf_bridge_bypass_packets_total',
   },
   {

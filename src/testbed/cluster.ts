@@ -93,6 +93,11 @@ export interface ClusterOptions {
   readonly podsPerNode?: number;
   /** cni: through weft-cni (bridge + host-local); manual (default): cni0 + veth by hand. */
   readonly podWiring?: 'cni' | 'manual';
+  /**
+   * The pods' bridge's name (default cni0, the CNI bridge plugin's): the CNI delegate's
+   * `bridge`, the manual wiring's, and the daemons' --pod-bridge.
+   */
+  readonly podBridge?: string;
   /** Start the daemons all at once (default: one after the other). */
   readonly parallelStart?: boolean;
   /**
@@ -652,6 +657,7 @@ export class Cluster {
       '--healthz-ip=127.0.0.1',
       `--healthz-port=${HEALTH_PORT}`,
       ...(o.ipMasq ? ['--ip-masq'] : []),
+      ...(o.podBridge ? [`--pod-bridge=${o.podBridge}`] : []),
       ...flags,
     ];
     const env = {
@@ -740,7 +746,11 @@ export class Cluster {
       subnetFile: n.subnetFile,
       dataDir: join(n.dir, 'cni'),
       // As kube-flannel's cni-conf.json: pods get a default route via cni0.
-      delegate: { hairpinMode: true, isDefaultGateway: true },
+      delegate: {
+        hairpinMode: true,
+        isDefaultGateway: true,
+        ...(this.options.podBridge ? { bridge: this.options.podBridge } : {}),
+      },
       ipam: { dataDir: join(n.dir, 'ipam') },
     };
     const out = nsExec(n.ns, process.execPath, this.#launch('weft-cni'), {
@@ -775,23 +785,24 @@ export class Cluster {
     };
   }
 
-  /** cni0 with the subnet's first address (made with the first pod); pods behind it. */
+  /** cni0 (or podBridge) with the subnet's first address (made with the first pod); pods behind it. */
   #manualPod(node: ClusterNode): Pod {
+    const br = this.options.podBridge ?? 'cni0';
     const sub = node.env.FLANNEL_SUBNET!;
     const sub6 = node.env.FLANNEL_IPV6_SUBNET;
     const mtu = node.env.FLANNEL_MTU!;
     const j = node.pods.length;
     if (j === 0) {
-      ip(node.ns, 'link', 'add', 'cni0', 'type', 'bridge');
-      ip(node.ns, 'addr', 'add', sub, 'dev', 'cni0');
-      if (sub6) ip(node.ns, 'addr', 'add', sub6, 'dev', 'cni0', 'nodad');
-      ip(node.ns, 'link', 'set', 'cni0', 'mtu', mtu, 'up');
+      ip(node.ns, 'link', 'add', br, 'type', 'bridge');
+      ip(node.ns, 'addr', 'add', sub, 'dev', br);
+      if (sub6) ip(node.ns, 'addr', 'add', sub6, 'dev', br, 'nodad');
+      ip(node.ns, 'link', 'set', br, 'mtu', mtu, 'up');
     }
     const gw = sub.split('/')[0]!;
     const gw6 = sub6?.split('/')[0];
     const pns = this.scope.add();
     this.scope.vethBetween(node.ns, `p${j}`, pns, 'eth0');
-    ip(node.ns, 'link', 'set', `p${j}`, 'master', 'cni0', 'mtu', mtu, 'up');
+    ip(node.ns, 'link', 'set', `p${j}`, 'master', br, 'mtu', mtu, 'up');
     const podIp = nth(sub, 2 + j);
     ip(pns, 'addr', 'add', `${podIp}/${sub.split('/')[1]}`, 'dev', 'eth0');
     let podIp6: string | null = null;

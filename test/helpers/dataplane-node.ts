@@ -8,11 +8,16 @@
  *   {"cmd":"stats"}                                               → {"ok":true,"stats":{...}}
  *   {"cmd":"cycle","n":N}   close and start the dataplane N times → {"ok":true,"fds":[before,after]}
  *   {"cmd":"close"}                                               → {"ok":true} and exit
- * The first line out is {"ready":true,"tun":NAME} once the TUN is up.
+ * The first line out is {"ready":true,"tun":NAME} once the TUN is up. With `podBridge` (a name),
+ * control's follower (control/netlink/pod-bridge.ts) hands the engine that bridge, as the
+ * userspace backend does.
  */
 import { execFileSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { createInterface } from 'node:readline';
+import { logger } from '../../src/common/log.js';
+import { openNetlink } from '../../src/control/netlink/open-netlink.js';
+import { PodBridgeFollower } from '../../src/control/netlink/pod-bridge.js';
 import { startDataplane } from '../../src/dataplane/index.js';
 import type { Dataplane, DataplaneOptions } from '../../src/dataplane/index.js';
 import type { PeerEntry } from '../../src/dataplane/peer-table.js';
@@ -30,6 +35,8 @@ interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log'> {
   readonly clusterRoute: string;
   readonly tunAddr6?: string;
   readonly clusterRoute6?: string;
+  /** The pods' bridge to follow for the engine (none: not followed). */
+  readonly podBridge?: string;
 }
 
 interface PeerSpec {
@@ -55,7 +62,10 @@ async function start(): Promise<Dataplane> {
   return d;
 }
 const fds = () => readdirSync('/proc/self/fd').length;
+const nl = cfg.podBridge ? openNetlink() : null;
+const podBridge = nl ? new PodBridgeFollower(nl, cfg.podBridge!, logger('pod-bridge')) : null;
 let dp = await start();
+podBridge?.feed(dp);
 let peers: PeerEntry[] = [];
 /** The table as deltas left it (what a `cycle` hands the new engine). */
 let table: Buffer | null = null;
@@ -92,6 +102,7 @@ for await (const line of rl) {
       for (let i = 0; i < (m.n ?? 1); i++) {
         await dp.close();
         dp = await start();
+        podBridge?.feed(dp);
         if (table) dp.setPeerTable(table);
         else dp.setPeers(peers);
       }
@@ -99,6 +110,8 @@ for await (const line of rl) {
     } else if (m.cmd === 'stats') {
       out({ ok: true, stats: dp.stats() });
     } else if (m.cmd === 'close') {
+      podBridge?.close();
+      nl?.close();
       await dp.close();
       out({ ok: true });
       process.exit(0);
@@ -109,4 +122,6 @@ for await (const line of rl) {
     out({ ok: false, error: (err as Error).message });
   }
 }
+podBridge?.close();
+nl?.close();
 await dp.close();

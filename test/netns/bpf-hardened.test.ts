@@ -126,8 +126,8 @@ describe('bpf engine on hardened hosts', { skip }, () => {
 
   async function pair(format: 'udp' | 'vxlan'): Promise<[Node, Node]> {
     const nodes: [Node, Node] = [
-      startNode(scope, A, format, 'bpf', { underlay: 'va' }),
-      startNode(scope, B, format, 'bpf', { underlay: 'vb' }),
+      startNode(scope, A, format, 'bpf', { underlay: 'va', podBridge: 'cni0' }),
+      startNode(scope, B, format, 'bpf', { underlay: 'vb', podBridge: 'cni0' }),
     ];
     for (const n of nodes) assert.equal((await n.ready).engine, 'bpf');
     await nodes[0].send({ cmd: 'peers', peers: peersOf(B, format) });

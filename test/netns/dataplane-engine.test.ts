@@ -686,9 +686,21 @@ while True:
         '-e',
         `require('node:net').createServer((c) => c.resume()).listen(5201, '${B.v4}', () => console.log('listening'));`,
       ]);
+      // On A, one client process: each line on its stdin opens a new connection that writes 1 MB
+      // and closes; it answers 'closed' once the connection is gone (no process start per
+      // connection).
+      const client = scope.spawn(A.ns, process.execPath, [
+        '-e',
+        `require('node:readline').createInterface({ input: process.stdin }).on('line', () => {
+           const c = require('node:net').connect(5201, '${B.v4}', () => c.end(Buffer.alloc(1 << 20)));
+           c.on('error', (e) => console.log('error ' + e.message));
+           c.on('close', () => console.log('closed'));
+         });`,
+      ]);
       try {
         const lines = createInterface({ input: sink.stdout! })[Symbol.asyncIterator]();
         assert.equal((await lines.next()).value, 'listening');
+        const replies = createInterface({ input: client.stdout! })[Symbol.asyncIterator]();
         const first = (await nodes[0].send({ cmd: 'stats' })).stats as Stats & {
           steering: string;
         };
@@ -701,11 +713,9 @@ while True:
           ).workers.map((w) => w.counters.tx_packets!);
         for (let i = 0; i < 20; i++) {
           const before = await sent();
-          await nsExecAsync(A.ns, process.execPath, [
-            '-e',
-            `const c = require('node:net').connect(5201, '${B.v4}', () => c.end(Buffer.alloc(1 << 20)));
-             c.on('close', () => process.exit(0));`,
-          ]);
+          client.stdin!.write('connect\n');
+          const reply = await replies.next();
+          assert.equal(reply.value, 'closed', `connection ${i}`);
           const after = await sent();
           const used = after.filter((n, q) => n > before[q]!).length;
           // Without the steering program the TUN moved a new connection to the queue its first
@@ -713,6 +723,7 @@ while True:
           assert.equal(used, 1, `connection ${i} left by ${used} queues: ${before} → ${after}`);
         }
       } finally {
+        client.kill();
         sink.kill();
         await stopPair(nodes);
       }

@@ -15,10 +15,9 @@
  * No packet is sent: --iface-can-reach only connect()s a UDP socket.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import type { ExternalInterface } from '../../src/control/backend/backend.js';
 import type { IfaceSelection } from '../../src/control/iface.js';
 import { NetnsScope, ip, isRoot } from '../../src/testbed/netns.js';
@@ -26,7 +25,6 @@ import { NetnsScope, ip, isRoot } from '../../src/testbed/netns.js';
 const skip = isRoot() ? false : 'needs root (network namespaces)';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PROBE = fileURLToPath(new URL('../helpers/iface-probe.ts', import.meta.url));
-const run = promisify(execFile);
 
 type ProbeResult = { ok: ExternalInterface } | { error: { code: string; message: string } };
 const NONE: IfaceSelection = {
@@ -38,18 +36,52 @@ const NONE: IfaceSelection = {
 };
 const V4 = { ipv4: true, ipv6: false };
 
+/** One iface-probe process per namespace, started with the first request, serving the file. */
+const probes = new Map<string, (line: string) => Promise<string>>();
+
+function prober(scope: NetnsScope, ns: string): (line: string) => Promise<string> {
+  let ask = probes.get(ns);
+  if (ask) return ask;
+  const child = scope.spawn(ns, process.execPath, ['--import', 'tsx', PROBE], {
+    cwd: ROOT,
+    env: { ...process.env, WEFT_LOG_LEVEL: 'silent' },
+  });
+  const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+  let last: Promise<unknown> = Promise.resolve();
+  ask = (line: string) => {
+    const answer = last.then(async () => {
+      child.stdin!.write(line + '\n');
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`iface-probe in ${ns}: no answer in 30 s`)),
+          30_000,
+        );
+      });
+      try {
+        const next = await Promise.race([lines.next(), timeout]);
+        if (next.done) throw new Error(`iface-probe in ${ns} exited (code ${child.exitCode})`);
+        return next.value;
+      } finally {
+        clearTimeout(timer);
+      }
+    });
+    last = answer.catch(() => undefined);
+    return answer;
+  };
+  probes.set(ns, ask);
+  return ask;
+}
+
+let probeScope: NetnsScope;
+
 async function probe(
   ns: string,
   sel: Partial<IfaceSelection>,
   families = V4,
 ): Promise<ProbeResult> {
-  const arg = JSON.stringify({ sel: { ...NONE, ...sel }, families });
-  const { stdout } = await run(
-    'ip',
-    ['netns', 'exec', ns, process.execPath, '--import', 'tsx', PROBE, arg],
-    { cwd: ROOT, env: { ...process.env, WEFT_LOG_LEVEL: 'silent' }, timeout: 30_000 },
-  );
-  return JSON.parse(stdout) as ProbeResult;
+  const line = await prober(probeScope, ns)(JSON.stringify({ sel: { ...NONE, ...sel }, families }));
+  return JSON.parse(line) as ProbeResult;
 }
 
 async function selected(ns: string, sel: Partial<IfaceSelection>, families = V4) {
@@ -65,6 +97,7 @@ function ifindex(ns: string, dev: string): number {
 
 describe('selectExternalInterface in a namespace', { skip }, () => {
   const scope = new NetnsScope();
+  probeScope = scope;
   let ns = '';
   let bare = '';
 

@@ -55,6 +55,8 @@ export interface BackendOptions {
   readonly subnetFile: string | null;
   /** --iptables-forward-rules: weft accepts its traffic (and the egress TAP's) in FORWARD. */
   readonly iptablesForwardRules: boolean;
+  /** --pod-bridge: the pods' bridge the bpf engine's bridge bypass follows (netlink/pod-bridge.ts). */
+  readonly podBridge: string;
 }
 
 export const DEFAULT_BACKEND_OPTIONS: BackendOptions = Object.freeze({
@@ -67,6 +69,7 @@ export const DEFAULT_BACKEND_OPTIONS: BackendOptions = Object.freeze({
   dataplaneSchedFifo: 0,
   subnetFile: null,
   iptablesForwardRules: true,
+  podBridge: 'cni0',
 });
 
 /** The defaults with `o` applied, frozen. */

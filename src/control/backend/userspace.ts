@@ -44,6 +44,7 @@ import { secondsSince } from '../../common/metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
+import { PodBridgeFollower } from '../netlink/pod-bridge.js';
 import type { Backend, BackendContext, CloseHow, Handover, PreparedBackend } from './backend.js';
 import { DataplaneRecord } from './fast-start.js';
 import { inspectTun, staleTunOps } from './persistent-tun.js';
@@ -585,8 +586,11 @@ export class UserspaceBackend implements Backend {
       this.#skipped,
       this.#record,
     );
+    // The pods' bridge, followed through netlink for an engine with a bridge bypass (bpf).
+    const podBridge = new PodBridgeFollower(this.#nl, this.#ctx.options.podBridge, log);
+    podBridge.feed(engine());
     // The TUN's state is re-checked by the kernel backends' resync loop (no peers of its own);
-    // a new engine (the TUN deleted by hand) takes the current table whole.
+    // a new engine (the TUN deleted by hand) takes the current table whole, and the bridge.
     const recheck = new AbortController();
     const reconciler = new Reconciler({
       netlink: this.#nl,
@@ -599,6 +603,7 @@ export class UserspaceBackend implements Backend {
           () => engine().tunName,
           async () => {
             await this.#engine.restart();
+            podBridge.feed(engine());
             feed.handOverTable();
           },
         ),
@@ -622,6 +627,7 @@ export class UserspaceBackend implements Backend {
       void iter.return?.()?.catch(() => undefined);
       throw err;
     } finally {
+      podBridge.close();
       recheck.abort();
       await rechecking;
     }

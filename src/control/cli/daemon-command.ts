@@ -130,6 +130,7 @@ export async function daemonCommand(argv: readonly string[], io: Io): Promise<nu
           // vxlan keeps its VtepMAC in a file beside subnet.env (backend/vtep-mac.ts)
           subnetFile: o.subnetFile || null,
           iptablesForwardRules: o.iptablesForwardRules,
+          podBridge: o.podBridge,
         }),
         // ... and in kube mode in our node's backend-data annotation too
         storedVtepMACs: () => kube?.storedVtepMACs() ?? { v4: null, v6: null },

@@ -301,7 +301,27 @@ export const DAEMON_FLAGS = {
     'userspace dataplane TUN queues (each with its UDP socket and thread); 0: one per CPU, at most 4',
     { min: 0, max: 64 },
   ),
+  'pod-bridge': {
+    kind: 'string',
+    default: 'cni0',
+    help: 'the pods\' bridge, as the CNI config names it (flannel\'s delegate "bridge", default cni0): the bpf engine hands GSO packets for its pods straight to their ports',
+    envSplit: false,
+    valueName: 'NAME',
+    convert: (text: string) => {
+      const rule = linkNameError(text);
+      return rule ? fail(rule) : ok(text);
+    },
+  } satisfies FlagDef<string>,
 } as const satisfies FlagTable;
+
+/** Why `name` cannot name a network device (the kernel's dev_valid_name), or null. */
+export function linkNameError(name: string): string | null {
+  if (name === '') return 'must not be empty';
+  if (Buffer.byteLength(name) > 15) return 'must be at most 15 bytes (IFNAMSIZ - 1)';
+  if (name === '.' || name === '..') return 'must not be . or ..';
+  if (/[/:\s]/.test(name)) return "must not contain '/', ':' or whitespace";
+  return null;
+}
 
 export type DaemonFlagTable = typeof DAEMON_FLAGS;
 

@@ -8,13 +8,15 @@
  * `watch` reports changes on a later turn, as the kernel's notifications come: those made by
  * hand (`external`, as `ip` would: reported, not recorded in `calls`), and of the changes
  * applied, only what NativeNetlink's watch reports of its own (FDB removals, link changes);
- * `notify` and `failWatch` report what a test says.
+ * `notify` and `failWatch` report what a test says. A bridge's ports and FDB are set by hand
+ * (`enslave`, `learn`, `forget`: reported as the kernel reports them).
  */
 import { constants } from 'node:os';
 import type { WeftError } from '../../common/errors.js';
 import { type Family, familyOf } from '../../common/ip.js';
 import {
   type AddrEntry,
+  type BridgePorts,
   type ChangeBatch,
   type FdbEntry,
   type KernelChange,
@@ -40,6 +42,8 @@ interface FakeLink {
   mac: string;
   up: boolean;
   kind: string;
+  /** The bridge it is a port of (its index; 0: none). */
+  master: number;
   vxlan: LinkInfo['vxlan'];
   ipip: IpipInfo | null;
   tun: TunLinkInfo | null;
@@ -58,6 +62,8 @@ export class FakeNetlink implements Netlink {
   readonly neighs = new Map<string, NeighEntry>();
   readonly fdb = new Map<string, FdbEntry>();
   readonly addrs = new Map<string, AddrEntry>();
+  /** Bridges' FDB entries behind their ports: MAC → the port's name. */
+  readonly bridgeFdb = new Map<string, string>();
   /** Every batch passed to apply(), in order. */
   readonly calls: Op[][] = [];
   #nextIndex = 1;
@@ -77,6 +83,7 @@ export class FakeNetlink implements Netlink {
       mac: o.mac ?? '02:00:00:00:00:' + (this.#nextIndex - 1).toString(16).padStart(2, '0'),
       up: o.up ?? true,
       kind: o.kind ?? '',
+      master: o.master ?? 0,
       vxlan: o.vxlan ?? null,
       ipip: o.ipip ?? null,
       tun: o.tun ?? null,
@@ -131,9 +138,108 @@ export class FakeNetlink implements Netlink {
   #changeOf(op: Op): KernelChange[] {
     if (op.op === 'setLink' || op.op === 'delLink') {
       const l = this.links.get(op.dev);
-      return [{ kind: 'link', deleted: !l, dev: op.dev, up: l?.up ?? false }];
+      return [
+        l
+          ? {
+              kind: 'link',
+              deleted: false,
+              dev: op.dev,
+              up: l.up,
+              index: l.index,
+              master: l.master,
+            }
+          : { kind: 'link', deleted: true, dev: op.dev, up: false },
+      ];
     }
     return changeOf(op);
+  }
+
+  /**
+   * Makes `port` a port of `bridge` (null: of none), as `ip link set PORT master BRIDGE` (or
+   * `nomaster`): released, its FDB entries go (reported removed, as the kernel does).
+   */
+  enslave(port: string, bridge: string | null): void {
+    const l = this.links.get(port);
+    const b = bridge === null ? null : this.links.get(bridge);
+    if (!l || b === undefined || (b && b.kind !== 'bridge'))
+      throw new Error(`enslave ${port} to ${bridge}: no such device`);
+    const changes = l.master !== 0 ? this.#flushPort(l) : [];
+    l.master = b?.index ?? 0;
+    changes.push({
+      kind: 'link',
+      deleted: false,
+      dev: port,
+      up: l.up,
+      index: l.index,
+      master: l.master,
+    });
+    this.notify(changes);
+  }
+
+  /** The bridge learns `mac` behind `port` (moved there if it was behind another). */
+  learn(mac: string, port: string): void {
+    const l = this.links.get(port);
+    if (!l || l.master === 0) throw new Error(`learn ${mac} on ${port}: not a bridge port`);
+    this.bridgeFdb.set(mac, port);
+    this.notify([
+      {
+        kind: 'fdb',
+        deleted: false,
+        mac,
+        dst: null,
+        dev: port,
+        bridgePort: { index: l.index, state: 0x02 },
+      },
+    ]);
+  }
+
+  /** The bridge forgets `mac` (aged out). */
+  forget(mac: string): void {
+    const port = this.bridgeFdb.get(mac);
+    const l = port === undefined ? undefined : this.links.get(port);
+    if (!l) return;
+    this.bridgeFdb.delete(mac);
+    this.notify([
+      {
+        kind: 'fdb',
+        deleted: true,
+        mac,
+        dst: null,
+        dev: port!,
+        bridgePort: { index: l.index, state: 0x02 },
+      },
+    ]);
+  }
+
+  /** Removes the FDB entries behind a port, returning their removals. */
+  #flushPort(l: FakeLink): KernelChange[] {
+    const out: KernelChange[] = [];
+    for (const [mac, port] of this.bridgeFdb) {
+      if (port !== l.name) continue;
+      this.bridgeFdb.delete(mac);
+      out.push({
+        kind: 'fdb',
+        deleted: true,
+        mac,
+        dst: null,
+        dev: port,
+        bridgePort: { index: l.index, state: 0x02 },
+      });
+    }
+    return out;
+  }
+
+  async listBridgePorts(name: string): Promise<BridgePorts | null> {
+    const b = this.links.get(name);
+    if (!b || b.kind !== 'bridge') return null;
+    const ports = [...this.links.values()]
+      .filter((l) => l.master === b.index)
+      .map((l) => ({
+        index: l.index,
+        name: l.name,
+        macs: [...this.bridgeFdb].filter(([, p]) => p === l.name).map(([mac]) => mac),
+      }));
+    return { index: b.index, ports };
   }
 
   /** Watchers active now (tests: a closed reconciler leaves none). */
@@ -291,8 +397,20 @@ export class FakeNetlink implements Netlink {
 
   /** Removes a device behind the backend's back (tests of device recreation). */
   removeLink(name: string): void {
+    const l = this.links.get(name);
+    const changes = l ? this.#flushPort(l) : [];
     this.#dropDevice(name);
-    this.notify([{ kind: 'link', deleted: true, dev: name, up: false }]);
+    // a bridge removed releases its ports
+    if (l?.kind === 'bridge')
+      for (const p of this.links.values()) if (p.master === l.index) p.master = 0;
+    changes.push({
+      kind: 'link',
+      deleted: true,
+      dev: name,
+      up: false,
+      ...(l ? { index: l.index } : {}),
+    });
+    this.notify(changes);
   }
 
   async listRoutes(filter: RouteFilter): Promise<RouteEntry[]> {

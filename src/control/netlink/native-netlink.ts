@@ -21,6 +21,7 @@ import type {
 } from '../../common/native-addon.js';
 import {
   type AddrEntry,
+  type BridgePorts,
   type ChangeBatch,
   type FdbEntry,
   type KernelChange,
@@ -31,6 +32,7 @@ import {
   type Op,
   type RouteEntry,
   type RouteFilter,
+  NUD_PERMANENT,
   RT_TABLE_MAIN,
   errnoName,
   isAlreadyDone,
@@ -74,6 +76,7 @@ function toLinkInfo(l: RawLink): LinkInfo {
     mtu: l.mtu,
     mac: l.mac,
     up: (l.flags & IFF_UP) !== 0,
+    master: l.master ?? 0,
     kind: l.kind,
     vxlan: l.vxlan,
     ipip: l.ipip ?? null,
@@ -359,6 +362,20 @@ export class NativeNetlink implements Netlink {
     }
   }
 
+  async listBridgePorts(name: string): Promise<BridgePorts | null> {
+    const links = this.#list('link', 4, 0);
+    const bridge = links.find((l) => l.name === name && l.kind === 'bridge');
+    if (!bridge) return null;
+    const ports = new Map<number, { index: number; name: string; macs: string[] }>();
+    for (const l of links)
+      if (l.master === bridge.index) ports.set(l.index, { index: l.index, name: l.name, macs: [] });
+    for (const n of this.#list('fdb', 4, 0)) {
+      if (n.mac === null || (n.flags & NTF_SELF) !== 0 || (n.state & NUD_PERMANENT) !== 0) continue;
+      ports.get(n.ifindex)?.macs.push(n.mac);
+    }
+    return { index: bridge.index, ports: [...ports.values()] };
+  }
+
   /**
    * A monitor socket in this Netlink's namespace, polled by the event loop. Changes made through
    * this Netlink are left out where the kernel stamps them with its socket's port id (routes,
@@ -471,11 +488,20 @@ function toChange(
             mac: c.mac,
             state: c.state,
           };
-    case 'fdb':
-      // The device's own entries (NTF_SELF unset: the bridge's) are not the FDB weft writes.
-      return c.mac === null || (c.flags & NTF_SELF) === 0
-        ? null
-        : { kind: 'fdb', deleted: c.deleted, mac: c.mac, dst: c.dst, dev: name(c.ifindex) };
+    case 'fdb': {
+      if (c.mac === null) return null;
+      const change = {
+        kind: 'fdb',
+        deleted: c.deleted,
+        mac: c.mac,
+        dst: c.dst,
+        dev: name(c.ifindex),
+      } as const;
+      // NTF_SELF set: the device's own entry (the FDB weft writes); else a bridge's, behind a port
+      return (c.flags & NTF_SELF) !== 0
+        ? change
+        : { ...change, dst: null, bridgePort: { index: c.ifindex, state: c.state } };
+    }
     case 'link': {
       if (c.deleted) names.delete(c.ifindex);
       else names.set(c.ifindex, c.name);
@@ -484,6 +510,8 @@ function toChange(
         deleted: c.deleted,
         dev: c.name,
         up: !c.deleted && (c.flags & IFF_UP) !== 0,
+        index: c.ifindex,
+        master: c.master ?? 0,
       };
     }
     case 'addr':

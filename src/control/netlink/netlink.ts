@@ -159,6 +159,8 @@ export interface LinkInfo {
   readonly up: boolean;
   /** `vxlan`, `veth`, `bridge`, ... ("" for plain devices such as lo). */
   readonly kind: string;
+  /** The index of the bridge it is a port of (0: none; absent where not known). */
+  readonly master?: number;
   readonly vxlan: {
     readonly vni: number;
     readonly port: number;
@@ -182,6 +184,17 @@ export interface RouteFilter {
   readonly dev?: string;
   /** Default: main (254). */
   readonly table?: number;
+}
+
+/** A bridge's ports (listBridgePorts). */
+export interface BridgePorts {
+  readonly index: number;
+  readonly ports: ReadonlyArray<{
+    readonly index: number;
+    readonly name: string;
+    /** MACs the bridge's FDB puts behind this port. */
+    readonly macs: readonly string[];
+  }>;
 }
 
 /**
@@ -217,6 +230,12 @@ export type KernelChange =
       readonly mac: string;
       readonly dst: string | null;
       readonly dev: string | null;
+      /**
+       * Present for a bridge's entry (learnt or added behind one of its ports: NTF_SELF unset,
+       * `dev` the port, `dst` null): the port's index, and the entry's NUD_* bits (PERMANENT:
+       * the bridge's or a port's own address). Absent for a device's own entry (VXLAN).
+       */
+      readonly bridgePort?: { readonly index: number; readonly state: number };
     }
   | {
       readonly kind: 'link';
@@ -225,6 +244,10 @@ export type KernelChange =
       readonly dev: string;
       /** Set up (IFF_UP). */
       readonly up: boolean;
+      /** The device's index (absent where the watcher does not know it). */
+      readonly index?: number;
+      /** The index of the bridge it is a port of (0: none; absent: unknown). */
+      readonly master?: number;
     }
   | {
       readonly kind: 'addr';
@@ -253,6 +276,12 @@ export interface Netlink {
   listFdb(dev: string): Promise<FdbEntry[]>;
   listAddrs(family: Family, dev: string): Promise<AddrEntry[]>;
   getLink(name: string): Promise<LinkInfo | null>;
+  /**
+   * The bridge `name`'s ports and the MACs its FDB holds behind each (learnt or static; not the
+   * bridge's or the ports' own addresses); null when there is no such bridge. Optional, as
+   * `watch`: together they let a follower keep a bridge's port table (pod-bridge.ts).
+   */
+  listBridgePorts?(name: string): Promise<BridgePorts | null>;
   /**
    * Kernel changes (links, addresses, routes, neighbours, FDB) as they happen, in the namespace
    * this Netlink acts in; changes this Netlink made may be left out (not all of them can be

@@ -1,77 +1,21 @@
 /**
- * bridgePortRecords: the pods' bridge's FDB (sysfs `brforward`, `brif/<port>/port_no`) turned
- * into the bpf engine's port-map records, on a sysfs tree written here in the kernel's format.
+ * BridgeBypass: weft_bridge on the pods' bridge as control reports it (name, index, the MACs
+ * behind each port), turned into the addon's calls: attach by name, the port map written whole.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, before, test } from 'node:test';
-import { bridgePortRecords, watchPodBridge } from '../../../src/dataplane/bpf-engine.js';
+import { test } from 'node:test';
+import { BridgeBypass, portRecords } from '../../../src/dataplane/bpf-engine.js';
+import type { PodBridge } from '../../../src/dataplane/index.js';
 
-const root = mkdtempSync(join(tmpdir(), 'weft-sysnet-'));
-after(() => rmSync(root, { recursive: true, force: true }));
-
-/** One `struct __fdb_entry` (16 bytes: mac, port_no, is_local, ageing, port_hi, pad, unused). */
-function fdbEntry(mac: string, port: number, local = false): Buffer {
-  const e = Buffer.alloc(16);
-  Buffer.from(mac.replace(/:/g, ''), 'hex').copy(e, 0);
-  e[6] = port & 0xff;
-  e[7] = local ? 1 : 0;
-  e.writeUInt32LE(1234, 8);
-  e[12] = port >> 8;
-  return e;
-}
-
-function device(name: string, ifindex: number): void {
-  mkdirSync(join(root, name), { recursive: true });
-  writeFileSync(join(root, name, 'ifindex'), `${ifindex}\n`);
-}
-
-/** cni0 (ifindex 4) with ports veth1 (7, port 1) and veth2 (9, port 0x102). */
-before(() => {
-  device('cni0', 4);
-  device('veth1', 7);
-  device('veth2', 9);
-  mkdirSync(join(root, 'cni0', 'brif', 'veth1'), { recursive: true });
-  mkdirSync(join(root, 'cni0', 'brif', 'veth2'), { recursive: true });
-  writeFileSync(join(root, 'cni0', 'brif', 'veth1', 'port_no'), '0x1\n');
-  // A port number above 255 (port_hi) is read whole.
-  writeFileSync(join(root, 'cni0', 'brif', 'veth2', 'port_no'), '0x102\n');
-  writeFileSync(
-    join(root, 'cni0', 'brforward'),
-    Buffer.concat([
-      fdbEntry('0a:58:0a:05:01:02', 1),
-      fdbEntry('ee:26:4a:62:2f:9c', 1, true), // the port's own MAC
-      fdbEntry('0a:58:0a:05:01:03', 0x102),
-      fdbEntry('0a:58:0a:05:01:04', 5), // no such port any more
-    ]),
-  );
-});
-
-test('learnt entries map to their port ifindex; local entries and unknown ports are left out', () => {
-  const got = bridgePortRecords('cni0', root);
-  assert.ok(got);
-  assert.equal(got.ifindex, 4);
-  assert.equal(got.records.length, 24);
-  assert.equal(got.records.subarray(0, 6).toString('hex'), '0a580a050102');
-  assert.equal(got.records.readUInt32LE(8), 7);
-  assert.equal(got.records.subarray(12, 18).toString('hex'), '0a580a050103');
-  assert.equal(got.records.readUInt32LE(20), 9);
-});
-
-test('no bridge: null', () => {
-  assert.equal(bridgePortRecords('nosuchbr', root), null);
-});
-
-/** A stand-in for the addon's two calls, recording them; `here` is cni0's ifindex "here". */
+/** A stand-in for the addon's two calls, recording them; `here`: the bridge's ifindex "here". */
 function fakeBpf(here: number) {
   const calls: string[] = [];
   return {
     calls,
+    here,
     bpfAttachBridge(_id: number, bridge: string | number): number {
       calls.push(`attach ${bridge}`);
-      return bridge === 0 ? 0 : here;
+      return bridge === 0 ? 0 : this.here;
     },
     bpfSetPorts(_id: number, records: Buffer): void {
       calls.push(`ports ${records.length / 12}`);
@@ -82,22 +26,83 @@ function fakeBpf(here: number) {
 function capturingLog() {
   const warned: string[] = [];
   const log = { info() {}, warn: (o: { err: string }) => warned.push(o.err) };
-  return { warned, log: log as unknown as Parameters<typeof watchPodBridge>[2] };
+  return { warned, log: log as unknown as ConstructorParameters<typeof BridgeBypass>[2] };
 }
 
-test('watchPodBridge: attaches to cni0 by name and writes its ports', () => {
-  const bpf = fakeBpf(4); // the same ifindex as sysfs says
+const pods0: PodBridge = {
+  name: 'pods0',
+  index: 4,
+  ports: [
+    { index: 7, name: 'veth1', macs: ['0a:58:0a:05:01:02'] },
+    { index: 9, name: 'veth2', macs: ['0a:58:0a:05:01:03', '0a:58:0a:05:01:04'] },
+    { index: 12, name: 'veth3', macs: [] },
+  ],
+};
+
+test('portRecords: per MAC, the MAC, 2 pad bytes and the port ifindex (LE)', () => {
+  const r = portRecords(
+    new Map([
+      ['0a:58:0a:05:01:02', 7],
+      ['0a:58:0a:05:01:03', 0x0102],
+    ]),
+  );
+  assert.equal(r.length, 24);
+  assert.equal(r.subarray(0, 6).toString('hex'), '0a580a050102');
+  assert.equal(r.readUInt16LE(6), 0);
+  assert.equal(r.readUInt32LE(8), 7);
+  assert.equal(r.subarray(12, 18).toString('hex'), '0a580a050103');
+  assert.equal(r.readUInt32LE(20), 0x0102);
+});
+
+test('attaches to the bridge by the name reported and writes the MACs behind its ports', () => {
+  const bpf = fakeBpf(4);
   const { warned, log } = capturingLog();
-  watchPodBridge(bpf, 1, log, root).stop();
-  assert.deepEqual(bpf.calls, ['attach cni0', 'ports 2']);
+  const b = new BridgeBypass(bpf, 1, log);
+  b.set(pods0);
+  assert.deepEqual(bpf.calls, ['attach pods0', 'ports 3']);
+  assert.deepEqual(b.bridge, { name: 'pods0', index: 4 });
+  assert.deepEqual(
+    [...b.ports],
+    [
+      ['0a:58:0a:05:01:02', 7],
+      ['0a:58:0a:05:01:03', 9],
+      ['0a:58:0a:05:01:04', 9],
+    ],
+  );
   assert.deepEqual(warned, []);
 });
 
-test('watchPodBridge: a sysfs of another namespace (other ifindex) detaches and writes no port', () => {
+test('a later report rewrites the map without attaching again; the bridge gone detaches', () => {
+  const bpf = fakeBpf(4);
+  const { log } = capturingLog();
+  const b = new BridgeBypass(bpf, 1, log);
+  b.set(pods0);
+  b.set({ ...pods0, ports: pods0.ports.slice(0, 1) });
+  b.set(null);
+  assert.deepEqual(bpf.calls, ['attach pods0', 'ports 3', 'ports 1', 'attach 0', 'ports 0']);
+  assert.equal(b.bridge, null);
+  assert.equal(b.ports.size, 0);
+});
+
+test('a bridge made again (new index) is attached again', () => {
+  const bpf = fakeBpf(4);
+  const { log } = capturingLog();
+  const b = new BridgeBypass(bpf, 1, log);
+  b.set(pods0);
+  bpf.here = 5;
+  b.set({ ...pods0, index: 5 });
+  assert.deepEqual(bpf.calls, ['attach pods0', 'ports 3', 'attach pods0', 'ports 3']);
+  assert.deepEqual(b.bridge, { name: 'pods0', index: 5 });
+});
+
+test('an index other than the one reported (another namespace) detaches, writes no port, warns once', () => {
   const bpf = fakeBpf(11);
   const { warned, log } = capturingLog();
-  watchPodBridge(bpf, 1, log, root).stop();
-  assert.deepEqual(bpf.calls, ['attach cni0', 'attach 0']);
+  const b = new BridgeBypass(bpf, 1, log);
+  b.set(pods0);
+  b.set(pods0);
+  assert.deepEqual(bpf.calls, ['attach pods0', 'attach 0', 'attach pods0', 'attach 0']);
+  assert.equal(b.bridge, null);
   assert.equal(warned.length, 1);
-  assert.match(warned[0]!, /another network namespace/);
+  assert.match(warned[0]!, /pods0 is ifindex 11 here, 4 in the namespace/);
 });

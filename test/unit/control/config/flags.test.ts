@@ -74,6 +74,7 @@ describe('daemon flags: defaults (flannel names and values)', () => {
     dataplaneCpuAffine: true,
     dataplaneSchedFifo: 0,
     dataplaneQueueThreads: 1,
+    podBridge: 'cni0',
   };
   for (const [key, value] of Object.entries(expected)) {
     it(`${key} defaults to ${JSON.stringify(value)}`, () => {
@@ -260,6 +261,16 @@ describe('parseFlags: errors', () => {
       ['--dataplane-sched-fifo=100'],
       '--dataplane-sched-fifo: must be between 0 and 99, got 100',
     ));
+  it('rejects a --pod-bridge that cannot name a device', () => {
+    usageFails(['--pod-bridge='], '--pod-bridge: must not be empty');
+    usageFails(
+      ['--pod-bridge=a-bridge-name-too-long'],
+      '--pod-bridge: must be at most 15 bytes (IFNAMSIZ - 1)',
+    );
+    usageFails(['--pod-bridge=br/0'], "--pod-bridge: must not contain '/', ':' or whitespace");
+  });
+  it('takes any --pod-bridge a device may be named', () =>
+    assert.equal(parse(['--pod-bridge=pods0']).values.podBridge, 'pods0'));
   it('rejects a bad boolean', () =>
     usageFails(['--ip-masq=yes'], '--ip-masq: must be true or false, got "yes"'));
   it('rejects a bad --log-level', () =>
