@@ -21,14 +21,7 @@ import { dirname, join, resolve } from 'node:path';
 import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
 import { type KubeConnection, KubeCredentials } from './kube-credentials.js';
-import {
-  LineSplitter,
-  ListScanner,
-  MAX_OBJECT_BYTES,
-  parseJson,
-  tooLarge,
-  type Projection,
-} from './kube-stream.js';
+import { LineSplitter, ListScanner, MAX_OBJECT_BYTES, parseJson, tooLarge } from './kube-stream.js';
 
 /** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
 export interface KubeNode {
@@ -215,16 +208,6 @@ interface RequestOptions {
 /** A plain request that sends or receives nothing for this long has failed. */
 export const REQUEST_IDLE_MS = 30_000;
 
-/**
- * What listNodes keeps of a Node: its name and resourceVersion (kept as every primitive is),
- * annotations, and podCIDR / podCIDRs — what slimNode (kube-informer.ts) keeps, and all weft
- * reads of a listed Node.
- */
-export const LISTED_NODE: Projection = {
-  metadata: { annotations: true },
-  spec: { podCIDRs: true },
-};
-
 /** How a list is asked for (see listNodes). */
 export interface ListOptions {
   /** "0": any version (the watch cache); "": the latest (a quorum read). */
@@ -269,9 +252,7 @@ export class KubeApi {
   /**
    * Lists nodes in pages of `limit`, following `continue`, handing each node to `each` as soon
    * as its bytes have arrived (a page is read as a stream, never held whole: see kube-stream.ts),
-   * so the caller can cut it down before the next one is parsed. Each node comes cut down to
-   * LISTED_NODE while it is scanned: its status, labels and managedFields (most of a real Node's
-   * bytes) arrive as null and are never parsed. The continued pages carry no
+   * so the caller can cut it down before the next one is parsed. The continued pages carry no
    * resourceVersion (the token holds it; the server refuses both). Resolves with the list's
    * resourceVersion (where a watch starts) and the number of pages. A continue token the server
    * has expired is a 410 → WEFT_ERR_STORE_COMPACTED (the caller lists again from the start).
@@ -312,7 +293,6 @@ export class KubeApi {
         (item) => each(parseJson(item.toString('utf8'), `${what}: an item`) as KubeNode),
         this.#maxObject,
         what,
-        LISTED_NODE,
       );
       for await (const chunk of res as AsyncIterable<Buffer>) scanner.push(chunk);
       scanner.end();

@@ -34,30 +34,14 @@ const OPEN_ARR = 0x5b;
 const CLOSE_ARR = 0x5d;
 
 /**
- * What of each list item to keep: a member named here is kept (`true`: whole; an object: its
- * own members by the same rule); the object or array value of a member not named is replaced by
- * `null` before the item is handed over. Primitive values (names, versions, a CIDR) are always
- * kept: only nested values are big. A real Node's status (images, conditions, node info), labels
- * and managedFields are ~95 % of its 10-50 KB: dropped while scanning, they are never parsed.
- */
-export interface Projection {
-  readonly [member: string]: Projection | true;
-}
-
-const NULL = Buffer.from('null');
-
-/**
  * Splits a JSON list's bytes into its `items` (handed to `onItem` as raw UTF-8, one complete
- * JSON value each, cut down to `projection` when one is given) and its other top-level members
- * (`top`, parsed). A byte scanner: it tracks nesting and strings (and their escapes), keeping
- * only the bytes of the value it is in. Guarded state: written only by push()/end(), called in
- * order by one reader.
+ * JSON value each) and its other top-level members (`top`, parsed). A byte scanner: it tracks
+ * nesting and strings (and their escapes), keeping only the bytes of the value it is in. Guarded state: written only by push()/end(), called in order by one reader.
  */
 export class ListScanner {
   readonly #onItem: (item: Buffer) => void;
   readonly #max: number;
   readonly #what: string;
-  readonly #projection: Projection | null;
   /** The members of the top-level object other than `items`. */
   readonly top: Record<string, unknown> = {};
   #buf: Buffer = Buffer.alloc(0);
@@ -72,31 +56,11 @@ export class ListScanner {
   #key = '';
   #inItems = false;
   #done = false;
-  // Projecting an item. Positions are offsets from #capStart (the item's first byte), which stay
-  // valid when push() moves the item to the front of a new buffer.
-  /** One per open object/array of the item (index: depth - 3): what of it is kept. */
-  #frames: (Projection | true)[] = [];
-  /** The string being read is a key of a projected object (from #keyFrom). */
-  #inKey = false;
-  /** The last key read in a projected object: [#keyFrom, #keyTo), quotes excluded. */
-  #keyFrom = 0;
-  #keyTo = 0;
-  /** The value being dropped starts here; -1: none. Its end brings depth back to #dropDepth. */
-  #dropFrom = -1;
-  #dropDepth = 0;
-  /** The current item's dropped values, as start, end pairs. */
-  #dropped: number[] = [];
 
-  constructor(
-    onItem: (item: Buffer) => void,
-    maxBytes: number,
-    what = 'list',
-    projection: Projection | null = null,
-  ) {
+  constructor(onItem: (item: Buffer) => void, maxBytes: number, what = 'list') {
     this.#onItem = onItem;
     this.#max = maxBytes;
     this.#what = what;
-    this.#projection = projection;
   }
 
   push(chunk: Buffer): void {
@@ -136,10 +100,7 @@ export class ListScanner {
           i = q;
           if (bs % 2 === 1) continue;
           inStr = false;
-          if (this.#inKey) {
-            this.#inKey = false;
-            this.#keyTo = i - this.#capStart;
-          } else if (this.#capStart >= 0 && this.#capKind === 'string') {
+          if (this.#capStart >= 0 && this.#capKind === 'string') {
             this.#key = JSON.parse(b.toString('utf8', this.#capStart, i + 1)) as string;
             this.#capStart = -1;
           }
@@ -150,23 +111,13 @@ export class ListScanner {
           if (depth === 1) {
             this.#capStart = i;
             this.#capKind = 'string';
-          } else if (depth >= 3 && this.#dropFrom < 0 && this.#frames.length > 0) {
-            // In an object the projection names members of: a key, or a string value (which
-            // is never followed by a bracket, so it is never taken for the key of one).
-            if (this.#frames[depth - 3] !== true) {
-              this.#inKey = true;
-              this.#keyFrom = i + 1 - this.#capStart;
-            }
           }
         } else if (c === OPEN_OBJ || c === OPEN_ARR) {
           depth++;
-          if (depth > 3 && this.#frames.length > 0) {
-            if (this.#dropFrom < 0) this.#enter(b, i, depth);
-          } else if (depth === 3) {
+          if (depth === 3) {
             if (this.#inItems) {
               this.#capStart = i;
               this.#capKind = 'item';
-              if (this.#projection !== null) this.#frames = [this.#projection];
             }
           } else if (depth === 2) {
             if (this.#key === 'items' && c === OPEN_ARR) {
@@ -180,15 +131,9 @@ export class ListScanner {
           }
         } else if (c === CLOSE_OBJ || c === CLOSE_ARR) {
           depth--;
-          if (depth >= 3 && this.#frames.length > 0) {
-            if (this.#dropFrom < 0) this.#frames.pop();
-            else if (depth === this.#dropDepth) {
-              this.#dropped.push(this.#dropFrom, i + 1 - this.#capStart);
-              this.#dropFrom = -1;
-            }
-          } else if (depth === 2) {
+          if (depth === 2) {
             if (this.#inItems && this.#capStart >= 0) {
-              const item = this.#item(b, i + 1);
+              const item = b.subarray(this.#capStart, i + 1);
               this.#capStart = -1;
               this.#onItem(item);
             }
@@ -223,52 +168,6 @@ export class ListScanner {
     if (this.#capStart >= 0 && this.#pos - this.#capStart > this.#max) {
       throw tooLarge(`${this.#what}: one ${this.#capKind}`, this.#max);
     }
-  }
-
-  /**
-   * An object or array opens at `i` inside a projected item, `depth` its own depth. In an object
-   * the projection names members of, it is kept when its member is named (with what of it is
-   * kept), else dropped whole; anywhere else (an array, an object kept whole) it is kept whole.
-   */
-  #enter(b: Buffer, i: number, depth: number): void {
-    const parent = this.#frames[depth - 4]!;
-    let keep: Projection | true = true;
-    if (parent !== true) {
-      const from = this.#capStart + this.#keyFrom;
-      const to = this.#capStart + this.#keyTo;
-      let escaped = false;
-      for (let k = from; k < to; k++) if (b[k] === BACKSLASH) escaped = true;
-      // An escaped key is read as JSON (no API server writes one; any could).
-      const key = escaped
-        ? (JSON.parse(b.toString('utf8', from - 1, to + 1)) as string)
-        : b.toString('utf8', from, to);
-      const named = Object.hasOwn(parent, key) ? parent[key] : undefined;
-      if (named === undefined) {
-        this.#dropFrom = i - this.#capStart;
-        this.#dropDepth = depth - 1;
-        return;
-      }
-      keep = named;
-    }
-    // An array's elements are kept whole.
-    this.#frames.push(b[i] === OPEN_ARR ? true : keep);
-  }
-
-  /** The item that ends before `end`, its dropped values replaced by null. */
-  #item(b: Buffer, end: number): Buffer {
-    const start = this.#capStart;
-    const dropped = this.#dropped;
-    this.#frames = [];
-    if (dropped.length === 0) return b.subarray(start, end);
-    const parts: Buffer[] = [];
-    let at = start;
-    for (let k = 0; k < dropped.length; k += 2) {
-      parts.push(b.subarray(at, start + dropped[k]!), NULL);
-      at = start + dropped[k + 1]!;
-    }
-    parts.push(b.subarray(at, end));
-    this.#dropped = [];
-    return Buffer.concat(parts);
   }
 }
 

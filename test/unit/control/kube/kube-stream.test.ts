@@ -5,14 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
-import { LISTED_NODE } from '../../../../src/control/kube/kube-api.js';
-import { slimNode } from '../../../../src/control/kube/kube-informer.js';
-import {
-  LineSplitter,
-  ListScanner,
-  type Projection,
-} from '../../../../src/control/kube/kube-stream.js';
-import { realSizedNode } from '../../../../src/testbed/kube-apiserver.js';
+import { LineSplitter, ListScanner } from '../../../../src/control/kube/kube-stream.js';
 
 const ITEMS = [
   { metadata: { name: 'a', annotations: { q: 'say "hi" \\ {not a [bracket' } } },
@@ -24,14 +17,9 @@ const LIST =
   ` {"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"t\\"k"},` +
   `"items":[ ${ITEMS.map((i) => JSON.stringify(i)).join(' ,\n')} ],"extra":[1,{"x":"]"}]} `;
 
-function scan(bytes: Buffer, cut: number[], max = 1 << 20, projection: Projection | null = null) {
+function scan(bytes: Buffer, cut: number[], max = 1 << 20) {
   const items: unknown[] = [];
-  const s = new ListScanner(
-    (b) => items.push(JSON.parse(b.toString('utf8'))),
-    max,
-    'list',
-    projection,
-  );
+  const s = new ListScanner((b) => items.push(JSON.parse(b.toString('utf8'))), max);
   let at = 0;
   for (const c of [...cut, bytes.length]) {
     s.push(bytes.subarray(at, c));
@@ -51,73 +39,6 @@ test('every item and the list metadata, whatever the chunk boundaries', () => {
   for (let i = 1; i < bytes.length; i++) assert.deepEqual(scan(bytes, [i]), whole, `cut at ${i}`);
   const singles = Array.from({ length: bytes.length - 1 }, (_, i) => i + 1);
   assert.deepEqual(scan(bytes, singles), whole);
-});
-
-test('a projection replaces the nested values of unnamed members by null, whatever the chunks', () => {
-  const items = [
-    {
-      kind: 'Node',
-      metadata: {
-        name: 'a',
-        labels: { x: '{' },
-        annotations: { k: 'v', nested: '[' },
-        managedFields: [{ f: { '.': {} } }],
-      },
-      spec: { podCIDR: '10.0.0.0/24', podCIDRs: ['10.0.0.0/24', { odd: [1] }], taints: [{}] },
-      status: { images: [{ names: ['"}'] }] },
-      empty: {},
-    },
-    // a key written with an escape is still the member it names; a string value that reads
-    // like a member name is not a key
-    { metadata: { name: 'b', ANNOTATIONS: { a: '1' } }, 'me\"ta': { spec: {} } },
-    { spec: 'not an object', metadata: [{ labels: {} }] },
-  ];
-  const text =
-    '{"metadata":{},"items":[' +
-    items
-      .map((i) => JSON.stringify(i))
-      .join(',')
-      .replace('"ANNOTATIONS"', '"annot\\u0061tions"') +
-    ']}';
-  const bytes = Buffer.from(text, 'utf8');
-  const projection: Projection = { metadata: { annotations: true }, spec: { podCIDRs: true } };
-  const want = [
-    {
-      kind: 'Node',
-      metadata: {
-        name: 'a',
-        labels: null,
-        annotations: { k: 'v', nested: '[' },
-        managedFields: null,
-      },
-      spec: { podCIDR: '10.0.0.0/24', podCIDRs: ['10.0.0.0/24', { odd: [1] }], taints: null },
-      status: null,
-      empty: null,
-    },
-    { metadata: { name: 'b', annotations: { a: '1' } }, 'me"ta': null },
-    { spec: 'not an object', metadata: [{ labels: {} }] },
-  ];
-  const whole = scan(bytes, [], 1 << 20, projection);
-  assert.deepEqual(whole.items, want);
-  for (let i = 1; i < bytes.length; i++) {
-    assert.deepEqual(scan(bytes, [i], 1 << 20, projection), whole, `cut at ${i}`);
-  }
-});
-
-test("listNodes' projection keeps every field slimNode keeps of a real-sized Node", () => {
-  const node = realSizedNode({
-    name: 'node-0042',
-    podCIDR: '10.5.42.0/24',
-    podCIDRs: ['10.5.42.0/24', 'fd00:5:0:2a::/64'],
-    annotations: { 'flannel.alpha.coreos.com/public-ip': '192.0.2.42' },
-  });
-  const bytes = Buffer.from(`{"metadata":{},"items":[${JSON.stringify(node)}]}`, 'utf8');
-  const { items } = scan(bytes, [], 1 << 20, LISTED_NODE);
-  assert.equal(items.length, 1);
-  assert.deepEqual(slimNode(items[0] as never), slimNode(node as never));
-  // and most of the Node was never parsed
-  const projected = JSON.stringify(items[0]);
-  assert.ok(projected.length * 4 < bytes.length, `${projected.length} of ${bytes.length} bytes`);
 });
 
 test('one item over the cap is refused before the rest of it has arrived', () => {
