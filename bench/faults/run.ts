@@ -156,8 +156,23 @@ export async function main(argv: readonly string[]): Promise<number> {
       .then(sweep, sweep)
       .finally(() => process.exit(130));
   };
+  // An error nothing caught (a harness bug) removes the testbed too, then ends the run with 1:
+  // an EPIPE from a dead helper once left four node namespaces behind.
+  const onCrash = (err: unknown) => {
+    process.stderr.write(
+      `\nweft faults: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n` +
+        'weft faults: removing the testbed\n',
+    );
+    if (stopping) return;
+    stopping = true;
+    void (now.bed?.destroy() ?? Promise.resolve())
+      .then(sweep, sweep)
+      .finally(() => process.exit(1));
+  };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  process.on('uncaughtException', onCrash);
+  process.on('unhandledRejection', onCrash);
   const started = new Date();
   try {
     for (const b of backends) {
@@ -196,6 +211,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     await now.bed?.destroy();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    process.off('uncaughtException', onCrash);
+    process.off('unhandledRejection', onCrash);
   }
   const table = faultTable(results);
   const meta = {
