@@ -19,6 +19,7 @@
 import { constants } from 'node:os';
 import { WeftError } from '../../common/errors.js';
 import type { Family } from '../../common/ip.js';
+import type { PodBridge } from '../../dataplane/index.js';
 
 export interface RouteSpec {
   /** Destination prefix, e.g. `10.5.34.0/24` or `fc00:0:0:5d::/64`. */
@@ -186,16 +187,8 @@ export interface RouteFilter {
   readonly table?: number;
 }
 
-/** A bridge's ports (listBridgePorts). */
-export interface BridgePorts {
-  readonly index: number;
-  readonly ports: ReadonlyArray<{
-    readonly index: number;
-    readonly name: string;
-    /** MACs the bridge's FDB puts behind this port. */
-    readonly macs: readonly string[];
-  }>;
-}
+/** A bridge's ports (listBridgePorts): the dataplane's PodBridge without the bridge's name. */
+export type BridgePorts = Omit<PodBridge, 'name'>;
 
 /**
  * A change the kernel announced (rtnetlink multicast), device names resolved (null: a device
