@@ -238,6 +238,8 @@ interface IpLink {
   ifindex: number;
   ifname: string;
   mtu: number;
+  /** The bridge (or bond) it is a port of, by name. */
+  master?: string;
   address?: string;
   flags?: string[];
   linkinfo?: {
@@ -488,6 +490,11 @@ export class Iproute2Netlink implements Netlink {
             pmtudisc: data.pmtudisc ?? true,
           }
         : null;
+    let master = 0;
+    if (l.master !== undefined) {
+      const m = await this.#json<IpLink>('ip', ['link', 'show', 'dev', l.master], 'link');
+      master = m?.[0]?.ifindex ?? 0;
+    }
     const tun: LinkInfo['tun'] =
       kind === 'tun' && data
         ? {
@@ -505,6 +512,7 @@ export class Iproute2Netlink implements Netlink {
       mtu: l.mtu,
       mac: l.address ?? null,
       up: l.flags?.includes('UP') ?? false,
+      master,
       kind,
       vxlan,
       ipip,
