@@ -47,6 +47,14 @@ const KEPT = (name: string, rv: string, podCIDR: string) => ({
   spec: { podCIDR },
 });
 
+/** An informer on the fake API server with the tests' watch timeout. */
+function plainInformer(): NodeInformer {
+  return new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
+    log: logger('test'),
+    watchTimeoutSeconds: 30,
+  });
+}
+
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
@@ -129,10 +137,7 @@ test(
   async () => {
     server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
     server.updateNode('a', (n) => fatten(n));
-    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
-      log: logger('test'),
-      watchTimeoutSeconds: 30,
-    });
+    const informer = plainInformer();
     try {
       const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
       const sync = await nextBatch(it);
@@ -165,10 +170,7 @@ test(
   async () => {
     server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
     const listedAt = String(server.resourceVersion);
-    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
-      log: logger('test'),
-      watchTimeoutSeconds: 30,
-    });
+    const informer = plainInformer();
     try {
       const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
       assert.equal((await nextBatch(it)).kind, 'sync');
@@ -193,10 +195,7 @@ test(
   async () => {
     server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
     const listedAt = String(server.resourceVersion);
-    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
-      log: logger('test'),
-      watchTimeoutSeconds: 30,
-    });
+    const informer = plainInformer();
     try {
       const nodes = await informer.latest(ac.signal);
       assert.deepEqual([...nodes.keys()], ['a']);
@@ -221,10 +220,7 @@ test(
   { timeout: 20_000 },
   async () => {
     server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
-    const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
-      log: logger('test'),
-      watchTimeoutSeconds: 30,
-    });
+    const informer = plainInformer();
     try {
       const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
       assert.equal((await nextBatch(it)).kind, 'sync');
@@ -322,10 +318,7 @@ test(
 
 test('a BOOKMARK moves the resourceVersion on and emits nothing', { timeout: 20_000 }, async () => {
   server.addNode({ name: 'a', podCIDR: '10.5.1.0/24', annotations: ANN });
-  const informer = new NodeInformer(new KubeApi(loadKubeConfig({ apiUrl: server.url })), {
-    log: logger('test'),
-    watchTimeoutSeconds: 30,
-  });
+  const informer = plainInformer();
   const watches = () => server.requestsTo('GET', '/api/v1/nodes').filter((r) => !isList(r));
   try {
     const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
