@@ -38,7 +38,9 @@
  * fills a node in as a kubelet does (see there for its size).
  *
  * Stored objects are never changed in place (every write stores a new object), so the history
- * and list snapshots share them.
+ * and list snapshots share them, and each is encoded to JSON once, when it is stored (as
+ * kube-apiserver's watch cache keeps each object's serialization): lists and watches send those
+ * bytes, so what a scale bench measures is the client, not this server's encoder.
  */
 import http from 'node:http';
 import https from 'node:https';
@@ -286,6 +288,7 @@ export class FakeKubeApiServer {
   #write(type: 'ADDED' | 'MODIFIED', obj: Obj): Obj {
     const stored = clone(obj);
     (stored.metadata as Obj).resourceVersion = String(++this.#rv);
+    ENCODED.set(stored, JSON.stringify(stored));
     this.#nodes.set((stored.metadata as Obj).name as string, stored);
     this.#record(type, stored);
     return clone(stored);
@@ -300,7 +303,7 @@ export class FakeKubeApiServer {
   #record(type: HistoryEntry['type'], object: Obj): void {
     const e: HistoryEntry = { rv: this.#rv, type, object };
     this.#history.push(e);
-    const line = JSON.stringify({ type, object }) + '\n';
+    const line = eventLine(type, object);
     for (const w of this.#watchers) w.res.write(line);
   }
 
@@ -538,8 +541,7 @@ export class FakeKubeApiServer {
     const timeout = Number(url.searchParams.get('timeoutSeconds') ?? '0');
     const bookmarks = url.searchParams.get('allowWatchBookmarks') === 'true';
     res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
-    const out = (type: string, object: unknown) =>
-      res.write(JSON.stringify({ type, object }) + '\n');
+    const out = (type: string, object: Obj) => res.write(eventLine(type, object));
     if (rvText === '' || rvText === '0') {
       for (const n of this.#nodes.values()) out('ADDED', n);
     } else {
@@ -565,6 +567,23 @@ export class FakeKubeApiServer {
   }
 }
 
+/** Each stored object's JSON, made when it is stored (see the file's comment). */
+const ENCODED = new WeakMap<Obj, string>();
+
+function encoded(obj: Obj): string {
+  let text = ENCODED.get(obj);
+  if (text === undefined) {
+    text = JSON.stringify(obj);
+    ENCODED.set(obj, text);
+  }
+  return text;
+}
+
+/** One watch event line, `{"type":…,"object":…}` (the same key order as JSON.stringify's). */
+function eventLine(type: string, object: Obj): string {
+  return `{"type":${JSON.stringify(type)},"object":${encoded(object)}}\n`;
+}
+
 /** Writes a NodeList item by item (as the real server encodes it), waiting when the client is slow. */
 async function streamList(
   res: http.ServerResponse,
@@ -576,7 +595,7 @@ async function streamList(
   res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
   let part = `{"kind":"NodeList","apiVersion":"v1","metadata":${JSON.stringify(metadata)},"items":[`;
   for (let i = start; i < end; i++) {
-    part += (i > start ? ',' : '') + JSON.stringify(items[i]);
+    part += (i > start ? ',' : '') + encoded(items[i]!);
     if (part.length < 65_536) continue;
     const ok = res.write(part);
     part = '';
