@@ -45,7 +45,21 @@ export const WEFT_CNI_BIN = join(PACKAGE_ROOT, 'bin', 'weft-cni');
 /** Entry points from the sources (a checkout only; launcher 'source'). */
 const WEFT_SRC = join(PACKAGE_ROOT, 'test', 'helpers', 'weft-src.ts');
 const WEFT_CNI_SRC = join(PACKAGE_ROOT, 'test', 'helpers', 'cni-plugin.ts');
-const DEFAULT_LAUNCHER = import.meta.url.endsWith('.ts') ? 'source' : 'dist';
+/**
+ * As this module runs (through tsx → source, from dist/ → dist), unless WEFT_TEST_LAUNCHER says
+ * `dist` or `source`: the suite's runner (scripts/run-tests.mjs) builds dist/ from the sources
+ * first and sets `dist`, so each daemon starts as it ships (bin/weft) without compiling the
+ * TypeScript again at every start.
+ */
+const DEFAULT_LAUNCHER = launcherFrom(process.env.WEFT_TEST_LAUNCHER);
+
+function launcherFrom(env: string | undefined): 'dist' | 'source' {
+  if (env === 'dist' || env === 'source') return env;
+  if (env !== undefined && env !== '') {
+    throw new Error(`WEFT_TEST_LAUNCHER must be dist or source, not ${JSON.stringify(env)}`);
+  }
+  return import.meta.url.endsWith('.ts') ? 'source' : 'dist';
+}
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 
 export const UNDERLAY_V4 = '10.250.0';
