@@ -70,8 +70,20 @@ export interface ParsedFlags<T extends FlagTable> {
 const ok = (value: unknown) => ({ ok: true as const, value });
 const fail = (rule: string) => ({ ok: false as const, rule });
 
-export function str(dflt: string, help: string, valueName = 'STRING'): FlagDef<string> {
-  return { kind: 'string', default: dflt, help, envSplit: false, valueName, convert: ok };
+/** A string flag; `ruleBroken` (when given) names the rule a value breaks, or returns null. */
+export function str(
+  dflt: string,
+  help: string,
+  valueName = 'STRING',
+  ruleBroken?: (text: string) => string | null,
+): FlagDef<string> {
+  const convert = ruleBroken
+    ? (text: string) => {
+        const rule = ruleBroken(text);
+        return rule ? fail(rule) : ok(text);
+      }
+    : ok;
+  return { kind: 'string', default: dflt, help, envSplit: false, valueName, convert };
 }
 
 const TRUE_WORDS = new Set(['1', 't', 'T', 'true', 'TRUE', 'True']);
@@ -266,17 +278,12 @@ export const DAEMON_FLAGS = {
     'auto',
     'userspace packet engine: native (the C++ addon), bpf (TC-BPF encap/decap in the kernel, native as slow path; falls back to native), js (the reference engine), auto (native; bpf for vxlan "auto" on a kernel without vxlan)',
   ),
-  'dataplane-offloads': {
-    kind: 'string',
-    default: '',
-    help: 'userspace dataplane offloads: all, none, or a comma list of csum,tso4,tso6,uso4,uso6,gro,udp_gso,udp_gro,tap_gso (default: $WEFT_DATAPLANE_OFFLOADS, else all)',
-    envSplit: false,
-    valueName: 'LIST',
-    convert: (text: string) => {
-      const rule = offloadListError(text);
-      return rule ? fail(rule) : ok(text);
-    },
-  } satisfies FlagDef<string>,
+  'dataplane-offloads': str(
+    '',
+    'userspace dataplane offloads: all, none, or a comma list of csum,tso4,tso6,uso4,uso6,gro,udp_gso,udp_gro,tap_gso (default: $WEFT_DATAPLANE_OFFLOADS, else all)',
+    'LIST',
+    offloadListError,
+  ),
   'dataplane-busy-poll': int(
     0,
     'µs a userspace dataplane worker polls for more packets after a light burst before sleeping (0: never)',
@@ -301,17 +308,12 @@ export const DAEMON_FLAGS = {
     'userspace dataplane TUN queues (each with its UDP socket and thread); 0: one per CPU, at most 4',
     { min: 0, max: 64 },
   ),
-  'pod-bridge': {
-    kind: 'string',
-    default: 'cni0',
-    help: 'the pods\' bridge, as the CNI config names it (flannel\'s delegate "bridge", default cni0): the bpf engine hands GSO packets for its pods straight to their ports',
-    envSplit: false,
-    valueName: 'NAME',
-    convert: (text: string) => {
-      const rule = linkNameError(text);
-      return rule ? fail(rule) : ok(text);
-    },
-  } satisfies FlagDef<string>,
+  'pod-bridge': str(
+    'cni0',
+    'the pods\' bridge, as the CNI config names it (flannel\'s delegate "bridge", default cni0): the bpf engine hands GSO packets for its pods straight to their ports',
+    'NAME',
+    linkNameError,
+  ),
 } as const satisfies FlagTable;
 
 /** Why `name` cannot name a network device (the kernel's dev_valid_name), or null. */
