@@ -54,6 +54,15 @@ function isV4(addrOrCIDR: string): boolean {
   return familyOf(slash < 0 ? addrOrCIDR : addrOrCIDR.slice(0, slash)) === 4;
 }
 
+/** The NUD_* state of an FDB entry a bridge learnt (the kernel's NUD_REACHABLE). */
+const NUD_REACHABLE = 0x02;
+
+/** A bridge's FDB entry for `mac` behind `port`, learnt or aged out, as the kernel reports it. */
+function learnt(deleted: boolean, mac: string, port: FakeLink): KernelChange {
+  const bridgePort = { index: port.index, state: NUD_REACHABLE };
+  return { kind: 'fdb', deleted, mac, dst: null, dev: port.name, bridgePort };
+}
+
 export class FakeNetlink implements Netlink {
   readonly links = new Map<string, FakeLink>();
   readonly routes = new Map<string, RouteEntry>();
@@ -181,16 +190,7 @@ export class FakeNetlink implements Netlink {
     const l = this.links.get(port);
     if (!l || l.master === 0) throw new Error(`learn ${mac} on ${port}: not a bridge port`);
     this.bridgeFdb.set(mac, port);
-    this.notify([
-      {
-        kind: 'fdb',
-        deleted: false,
-        mac,
-        dst: null,
-        dev: port,
-        bridgePort: { index: l.index, state: 0x02 },
-      },
-    ]);
+    this.notify([learnt(false, mac, l)]);
   }
 
   /** The bridge forgets `mac` (aged out). */
@@ -199,16 +199,7 @@ export class FakeNetlink implements Netlink {
     const l = port === undefined ? undefined : this.links.get(port);
     if (!l) return;
     this.bridgeFdb.delete(mac);
-    this.notify([
-      {
-        kind: 'fdb',
-        deleted: true,
-        mac,
-        dst: null,
-        dev: port!,
-        bridgePort: { index: l.index, state: 0x02 },
-      },
-    ]);
+    this.notify([learnt(true, mac, l)]);
   }
 
   /** Removes the FDB entries behind a port, returning their removals. */
@@ -217,14 +208,7 @@ export class FakeNetlink implements Netlink {
     for (const [mac, port] of this.bridgeFdb) {
       if (port !== l.name) continue;
       this.bridgeFdb.delete(mac);
-      out.push({
-        kind: 'fdb',
-        deleted: true,
-        mac,
-        dst: null,
-        dev: port,
-        bridgePort: { index: l.index, state: 0x02 },
-      });
+      out.push(learnt(true, mac, l));
     }
     return out;
   }
