@@ -362,10 +362,11 @@ export function portRecords(table: ReadonlyMap<string, number>): Buffer {
 
 /**
  * weft_bridge on the pods' bridge and its port map, as control reports the bridge (its name, and
- * the ports with the MACs its FDB holds behind them: control/netlink/pod-bridge.ts follows them through
- * rtnetlink): attached when the bridge appears, moved when it is recreated, detached when it
- * goes; the map written whole on every report. Until both are there, GSO packets take the bridge
- * (segmented in software: slower, never lost). A failure (no tcx) is logged once per reason.
+ * the ports with the MACs its FDB holds behind them: control/netlink/pod-bridge.ts follows them
+ * through rtnetlink): attached when the bridge appears, moved when it is recreated, detached
+ * when it goes; the map written whole on every report. Until both are there, GSO packets take
+ * the bridge (segmented in software: slower, never lost). A failure (no tcx) is logged once per
+ * reason.
  */
 export class BridgeBypass {
   readonly #bpf: Pick<NativeBpf, 'bpfAttachBridge' | 'bpfSetPorts'>;

@@ -103,10 +103,10 @@ export interface Dataplane {
    */
   readonly threadIds?: readonly number[];
   /**
-   * bpf: the pods' bridge as control sees it (control/netlink/pod-bridge.ts, from rtnetlink; null: there
-   * is none). weft_bridge attaches to it and hands GSO packets for a MAC behind one of its ports
-   * straight to that port (bpf-engine.ts BridgeBypass). Engines without a bridge bypass leave
-   * both methods out.
+   * bpf: the pods' bridge as control sees it (control/netlink/pod-bridge.ts, from rtnetlink;
+   * null: there is none). weft_bridge attaches to it and hands GSO packets for a MAC behind one
+   * of its ports straight to that port (bpf-engine.ts BridgeBypass). Engines without a bridge
+   * bypass leave both methods out.
    */
   setPodBridge?(bridge: PodBridge | null): void;
   /** bpf: the bridge weft_bridge is on and its port map (MAC → the port's ifindex); null: none. */

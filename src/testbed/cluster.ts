@@ -799,7 +799,7 @@ export class Cluster {
     };
   }
 
-  /** cni0 (or podBridge) with the subnet's first address (made with the first pod); pods behind it. */
+  /** cni0 (or podBridge) with the subnet's first address (made with the first pod), pods behind. */
   #manualPod(node: ClusterNode): Pod {
     const br = this.options.podBridge ?? 'cni0';
     const sub = node.env.FLANNEL_SUBNET!;

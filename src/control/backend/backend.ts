@@ -55,7 +55,7 @@ export interface BackendOptions {
   readonly subnetFile: string | null;
   /** --iptables-forward-rules: weft accepts its traffic (and the egress TAP's) in FORWARD. */
   readonly iptablesForwardRules: boolean;
-  /** --pod-bridge: the pods' bridge the bpf engine's bridge bypass follows (netlink/pod-bridge.ts). */
+  /** --pod-bridge: the pods' bridge the bpf engine's bypass follows (netlink/pod-bridge.ts). */
   readonly podBridge: string;
 }
 

@@ -36,7 +36,8 @@ const CLOSE_ARR = 0x5d;
 /**
  * Splits a JSON list's bytes into its `items` (handed to `onItem` as raw UTF-8, one complete
  * JSON value each) and its other top-level members (`top`, parsed). A byte scanner: it tracks
- * nesting and strings (and their escapes), keeping only the bytes of the value it is in. Guarded state: written only by push()/end(), called in order by one reader.
+ * nesting and strings (and their escapes), keeping only the bytes of the value it is in.
+ * Guarded state: written only by push()/end(), called in order by one reader.
  */
 export class ListScanner {
   readonly #onItem: (item: Buffer) => void;
