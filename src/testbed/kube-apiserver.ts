@@ -288,7 +288,7 @@ export class FakeKubeApiServer {
   #write(type: 'ADDED' | 'MODIFIED', obj: Obj): Obj {
     const stored = clone(obj);
     (stored.metadata as Obj).resourceVersion = String(++this.#rv);
-    ENCODED.set(stored, JSON.stringify(stored));
+    encoded(stored); // now, not at the first list
     this.#nodes.set((stored.metadata as Obj).name as string, stored);
     this.#record(type, stored);
     return clone(stored);
