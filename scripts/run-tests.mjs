@@ -3,10 +3,17 @@
 // found here. Arguments narrow the run to directories or files (default: all of test/); the
 // flag --source starts the testbed's weft from the sources instead of a fresh dist/ build.
 //
+// Two lanes run side by side, each one file at a time: the namespace lane (test/netns,
+// test/integration: namespaces, daemons, etcd, traffic) and the process lane (test/unit,
+// test/native: no namespace, no device, no daemon). The namespace tests spend most of their time
+// waiting on daemons and handshakes, so the process lane's ~3 minutes fit beside them. The
+// namespace lane prints as it runs; the process lane's report follows it. --serial runs every
+// file in one lane, one at a time.
+//
 // The run is guarded: the root network namespace (links, addresses, routes, rules, iptables,
 // nftables, /var/lib/cni, /sys/fs/bpf) is snapshotted before and after, and any difference fails
 // the run naming what changed (scripts/root-guard.mjs). Tests only touch namespaces they create.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { diffSnapshots, formatDiff, snapshot } from './root-guard.mjs';
@@ -28,21 +35,30 @@ function collect(p, out) {
 const targets = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 // --source: the testbed starts weft from the TypeScript sources through tsx (no build).
 const fromSource = process.argv.includes('--source');
-const flags = process.argv.slice(2).filter((a) => a.startsWith('-') && a !== '--source');
+const serial = process.argv.includes('--serial');
+const flags = process.argv
+  .slice(2)
+  .filter((a) => a.startsWith('-') && a !== '--source' && a !== '--serial');
 const files = [];
 for (const t of targets.length ? targets : ['test']) collect(join(root, t), files);
 if (files.length === 0) {
   console.error('run-tests: no test files found');
   process.exit(1);
 }
-const args = [
+/** Files that create namespaces, daemons or etcd: they run one at a time in their own lane. */
+const NAMESPACE_DIRS = ['test/netns/', 'test/integration/'];
+const inNamespaceLane = (f) => NAMESPACE_DIRS.some((d) => relative(root, f).startsWith(d));
+const lanes = (
+  serial ? [files] : [files.filter(inNamespaceLane), files.filter((f) => !inNamespaceLane(f))]
+).filter((l) => l.length > 0);
+const argsFor = (lane) => [
   '--import',
   'tsx',
   '--test',
   '--test-concurrency=1',
   '--test-reporter=spec',
   ...flags,
-  ...files.map((f) => relative(process.cwd(), f)),
+  ...lane.map((f) => relative(process.cwd(), f)),
 ];
 // The testbed's daemons and CLI calls run from dist/ (bin/weft, as weft ships), built here from
 // the sources first so they are never stale: a start from dist/ skips compiling the TypeScript
@@ -61,17 +77,53 @@ if (!fromSource) {
     }
   }
 }
+const env = { ...process.env, WEFT_TEST_LAUNCHER: fromSource ? 'source' : 'dist' };
+
+/**
+ * Runs one lane: the first prints as it goes, the others are collected and printed after it
+ * (two spec reports interleaved line by line could not be read). Resolves to the exit status
+ * and what a collected lane printed.
+ */
+function runLane(lane, live) {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, argsFor(lane), {
+      env,
+      stdio: live ? 'inherit' : ['ignore', 'pipe', 'pipe'],
+    });
+    const out = [];
+    child.stdout?.on('data', (d) => out.push(d));
+    child.stderr?.on('data', (d) => out.push(d));
+    child.on('close', (code, signal) =>
+      resolve({ status: code ?? (signal ? 1 : 0), out: Buffer.concat(out) }),
+    );
+  });
+}
+
 const before = snapshot();
-const r = spawnSync(process.execPath, args, {
-  stdio: 'inherit',
-  env: { ...process.env, WEFT_TEST_LAUNCHER: fromSource ? 'source' : 'dist' },
-});
+const running = lanes.map((lane, i) => runLane(lane, i === 0));
+const statuses = [];
+// In lane order: the live lane's report first, then each collected one.
+for (const [i, r] of running.entries()) {
+  const { status, out } = await r;
+  if (i > 0) {
+    const dirs = new Set(lanes[i].map((f) => relative(root, f).split('/').slice(0, 2).join('/')));
+    process.stdout.write(
+      `\n── run-tests: ${[...dirs].join(', ')} (ran beside the lane above) ──\n`,
+    );
+    process.stdout.write(out);
+  }
+  statuses.push(status);
+}
 const changed = diffSnapshots(before, snapshot());
+const failed = statuses.find((s) => s !== 0) ?? 0;
 if (changed.length > 0) {
   console.error(
     `\nrun-tests: the run changed the root network namespace (tests must only touch namespaces ` +
       `and temp dirs they create):\n${formatDiff(changed)}`,
   );
-  process.exit(r.status || 1);
+  process.exit(failed || 1);
 }
-process.exit(r.status ?? 1);
+if (lanes.length > 1) {
+  console.log(`\nrun-tests: lanes exited ${statuses.join(', ')}`);
+}
+process.exit(failed);

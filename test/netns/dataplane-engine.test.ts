@@ -204,10 +204,13 @@ while True:
         test(`${format} / ${variant}${when}: IPv4 and IPv6 ping both ways, TCP through iperf3`, async () => {
           const nodes = await startPair(scope, [A, B], format, engine, extra);
           try {
-            await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
-            await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.v4]);
-            await nsExecAsync(A.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', B.v6]);
-            await nsExecAsync(B.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', A.v6]);
+            // The four pings at once: each must be answered, none depends on another.
+            await Promise.all([
+              nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]),
+              nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.v4]),
+              nsExecAsync(A.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', B.v6]),
+              nsExecAsync(B.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', A.v6]),
+            ]);
             // A fixed amount, however long it takes (a rate floor is the machine's load): it
             // arrived, through B's engine.
             const tcp = await iperf(scope, B.ns, B.v4, A.ns, ['-B', A.v4, ...TCP_FIXED]);
