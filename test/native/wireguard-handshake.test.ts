@@ -154,7 +154,7 @@ describe('WireGuard handshake', () => {
     forged[40] ^= 1;
     assert.equal(a.receive(forged, SRC_B).verdict, 'drop_cookie');
     const unknown = Buffer.from(reply);
-    unknown.writeUInt32LE(unknown.readUInt32LE(4) ^ 1, 4);
+    unknown.writeUInt32LE((unknown.readUInt32LE(4) ^ 1) >>> 0, 4);
     assert.equal(a.receive(unknown, SRC_B).verdict, 'drop_cookie');
   });
 
