@@ -49,7 +49,7 @@ TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const
   size_t total = kTransportHeaderSize + body + kTagLen;
   if (total > cap) return TransportStatus::kTooShort;
   uint8_t* data = out + kTransportHeaderSize;
-  if (payload != data) std::memmove(data, payload, len);
+  if (len && payload != data) std::memmove(data, payload, len);
   std::memset(data + len, 0, body - len);
   uint64_t counter = kp.send_counter++;
   PutLe32(out, kMessageTransport);
