@@ -87,11 +87,11 @@ describe('ChaCha20-Poly1305 (RFC 8439 §2.8.2)', () => {
     assert.deepEqual(native.wgCrypto('open', key, nonce, AAD, hex(sealed)), SUNSCREEN);
     for (const at of [0, 60, hex(sealed).length - 1]) {
       const bad = hex(sealed);
-      bad[at] ^= 1;
+      bad[at] = bad[at]! ^ 1;
       assert.equal(native.wgCrypto('open', key, nonce, AAD, bad), null, `bit at ${at}`);
     }
     const badAad = Buffer.from(AAD);
-    badAad[0] ^= 1;
+    badAad[0] = badAad[0]! ^ 1;
     assert.equal(native.wgCrypto('open', key, nonce, badAad, hex(sealed)), null);
   });
 });
@@ -113,7 +113,7 @@ describe('XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha-03)', () => {
     assert.equal(crypto('xseal', key, nonce, AAD, SUNSCREEN), sealed);
     assert.deepEqual(native.wgCrypto('xopen', key, nonce, AAD, hex(sealed)), SUNSCREEN);
     const bad = hex(sealed);
-    bad[bad.length - 1] ^= 0x80;
+    bad[bad.length - 1] = bad[bad.length - 1]! ^ 0x80;
     assert.equal(native.wgCrypto('xopen', key, nonce, AAD, bad), null);
   });
 });

@@ -74,7 +74,7 @@ describe('transport messages', () => {
     assert.equal(b.receive(msg).verdict, 'data');
     assert.equal(b.receive(msg).verdict, 'drop_replayed');
     const forged = a.send(ipv4Packet(40)).packet!;
-    forged[30] ^= 1;
+    forged[30] = forged[30]! ^ 1;
     assert.equal(b.receive(forged).verdict, 'drop_forged');
     const unknown = a.send(ipv4Packet(40)).packet!;
     unknown.writeUInt32LE((unknown.readUInt32LE(4) ^ 0xffff) >>> 0, 4);
@@ -87,7 +87,7 @@ describe('transport messages', () => {
     handshake(a, b);
     const msg = a.send(ipv4Packet(40)).packet!;
     const forged = Buffer.from(msg);
-    forged[20] ^= 1;
+    forged[20] = forged[20]! ^ 1;
     assert.equal(b.receive(forged).verdict, 'drop_forged');
     assert.equal(b.receive(msg).verdict, 'data');
   });
