@@ -152,7 +152,7 @@ size_t Device::CreateInitiation(Peer* peer, uint8_t* out) {
   uint64_t now = clock_->MonotonicNs();
   Handshake& hs = peer->hs_;
   if (!has_key_ || !peer->static_static_ok_) return 0;
-  if (hs.sent_any && now - hs.last_sent_initiation < kRekeyTimeout) return 0;
+  if (hs.sent_any && now - hs.last_sent_handshake < kRekeyTimeout) return 0;
   CryptoContext& c = crypto_;
 
   if (hs.state != Handshake::State::kZeroed) DropIndex(hs.local_index);
@@ -188,7 +188,7 @@ size_t Device::CreateInitiation(Peer* peer, uint8_t* out) {
   PutLe32(out + kInitSender, hs.local_index);
   hs.state = Handshake::State::kInitiationCreated;
   peer->cookies_.AddMacs(c, out, kInitiationSize, now);
-  hs.last_sent_initiation = now;
+  hs.last_sent_handshake = now;
   hs.sent_any = true;
   peer->handshake_wanted_ = false;
   peer->timers_.HandshakeInitiated(now, Jitter());
@@ -277,6 +277,8 @@ Received Device::HandleInitiation(const uint8_t* msg, uint8_t* out) {
   PutLe32(out + kRespSender, hs.local_index);
   hs.state = Handshake::State::kResponseCreated;
   peer->cookies_.AddMacs(c, out, kResponseSize, now);
+  hs.last_sent_handshake = now;
+  hs.sent_any = true;
   if (!BeginSession(peer)) return r;
   peer->timers_.SessionDerived(now);
   peer->timers_.AnyAuthenticatedPacketTraversal(now);
@@ -389,7 +391,7 @@ TransportStatus Device::Send(Peer* peer, const uint8_t* payload, size_t len, uin
   peer->timers_.AnyAuthenticatedPacketSent(now);
   if (len) peer->timers_.DataSent(now, Jitter());
   // Keep the key fresh (initiator side): rekey after REKEY_AFTER_MESSAGES or REKEY_AFTER_TIME.
-  if (kp->send_counter > kRekeyAfterMessages ||
+  if (kp->send_counter.load(std::memory_order_relaxed) > kRekeyAfterMessages ||
       (kp->is_initiator && now - kp->created > kRekeyAfterTime)) {
     peer->handshake_wanted_ = true;
   }
@@ -431,9 +433,10 @@ Received Device::HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, s
     peer->current_ = std::move(peer->next_);
     peer->timers_.HandshakeComplete(now);
   }
-  // Keep the key fresh (initiator side): a handshake before the key's last minute.
-  if (kp->is_initiator && !peer->sent_last_minute_handshake_ &&
-      now - kp->created > kRejectAfterTime - kKeepaliveTimeout - kRekeyTimeout) {
+  // Keep the key fresh (initiator side): a handshake before the current key's last minute.
+  const Keypair* cur = peer->current_.get();
+  if (cur && cur->is_initiator && !peer->sent_last_minute_handshake_ &&
+      now - cur->created > kRejectAfterTime - kKeepaliveTimeout - kRekeyTimeout) {
     peer->sent_last_minute_handshake_ = true;
     peer->handshake_wanted_ = true;
   }
@@ -496,8 +499,8 @@ uint32_t Device::Tick(Peer* peer) {
   for (auto* slot : {&peer->previous_, &peer->current_, &peer->next_}) {
     if (*slot && now - (*slot)->created >= kRejectAfterTime) DropKeypair(*slot);
   }
+  // Wanted until one is made (CreateInitiation may refuse within REKEY_TIMEOUT of the last).
   if (peer->handshake_wanted_) {
-    peer->handshake_wanted_ = false;
     peer->timers_.ResetAttempts();
     due |= PeerTimers::kSendInitiation;
   }

@@ -45,7 +45,8 @@ struct Handshake {
   uint8_t latest_timestamp[kTimestampLen] = {};
   uint64_t last_initiation_consumed = 0;
   bool consumed_any = false;
-  uint64_t last_sent_initiation = 0;
+  // The last initiation or response we sent: no new initiation within REKEY_TIMEOUT of it.
+  uint64_t last_sent_handshake = 0;
   bool sent_any = false;
   void ZeroSecrets();
   ~Handshake() { ZeroSecrets(); }

@@ -311,7 +311,7 @@ bool TestDevicePeerState(int id, int peer, TestPeerState* s) {
   s->has_current = p->current() != nullptr;
   s->has_next = p->next() != nullptr;
   s->current_initiator = p->current() && p->current()->is_initiator;
-  s->current_send_counter = p->current() ? p->current()->send_counter : 0;
+  s->current_send_counter = p->current() ? p->current()->send_counter.load() : 0;
   s->attempts = p->timers().handshake_attempts();
   s->next_deadline = p->timers().NextDeadline();
   s->indices = d->device.index_count();
@@ -323,7 +323,7 @@ bool TestDeviceSetSendCounter(int id, int peer, uint64_t counter) {
   TestDevice* d = Find(id);
   Peer* p = FindPeer(d, peer);
   if (!p || !p->current()) return false;
-  const_cast<Keypair*>(p->current())->send_counter = counter;
+  const_cast<Keypair*>(p->current())->send_counter.store(counter);
   return true;
 }
 

@@ -37,7 +37,8 @@ void ReplayWindow::Reset() {
 TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* payload,
                               size_t len, size_t pad_limit, uint8_t* out, size_t cap,
                               size_t* out_len) {
-  if (kp.send_counter >= kRejectAfterMessages || now - kp.created >= kRejectAfterTime) {
+  if (kp.send_counter.load(std::memory_order_relaxed) >= kRejectAfterMessages ||
+      now - kp.created >= kRejectAfterTime) {
     return TransportStatus::kExpired;
   }
   // wireguard-go's calculatePaddingSize: up to a multiple of 16, but never past the MTU.
@@ -51,7 +52,11 @@ TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const
   uint8_t* data = out + kTransportHeaderSize;
   if (len && payload != data) std::memmove(data, payload, len);
   std::memset(data + len, 0, body - len);
-  uint64_t counter = kp.send_counter++;
+  uint64_t counter = kp.send_counter.fetch_add(1, std::memory_order_relaxed);
+  if (counter >= kRejectAfterMessages) {  // another worker took the last one meanwhile
+    kp.send_counter.store(kRejectAfterMessages, std::memory_order_relaxed);
+    return TransportStatus::kExpired;
+  }
   PutLe32(out, kMessageTransport);
   PutLe32(out + kTransportReceiver, kp.remote_index);
   PutLe64(out + kTransportCounter, counter);

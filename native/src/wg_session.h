@@ -5,6 +5,7 @@
 #ifndef WEFT_NATIVE_WG_SESSION_H_
 #define WEFT_NATIVE_WG_SESSION_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,7 +37,8 @@ class ReplayWindow {
 struct Keypair {
   uint8_t send_key[kKeyLen] = {};
   uint8_t recv_key[kKeyLen] = {};
-  uint64_t send_counter = 0;  // the next nonce to use
+  // The next nonce to use: workers sealing with one key pair in parallel each take their own.
+  std::atomic<uint64_t> send_counter{0};
   ReplayWindow replay;
   uint64_t created = 0;  // monotonic ns
   bool is_initiator = false;
@@ -59,7 +61,9 @@ enum class TransportStatus : uint8_t {
 
 // Seals `len` payload bytes into a transport message in `out` (capacity `cap`): header, the
 // payload zero-padded to 16 (but not past `pad_limit`, the MTU) and the tag. `payload` may be
-// `out + kTransportHeaderSize` (in place). `*out_len` = the datagram's size.
+// `out + kTransportHeaderSize` (in place). `*out_len` = the datagram's size. Workers may seal
+// with one key pair in parallel (the counter is taken atomically); OpenTransport's replay window
+// wants one receiver per key pair at a time.
 TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* payload,
                               size_t len, size_t pad_limit, uint8_t* out, size_t cap,
                               size_t* out_len);

@@ -206,6 +206,19 @@ describe('WireGuard handshake', () => {
     assert.ok(a.initiate());
   });
 
+  it('a responder waits REKEY_TIMEOUT after its response before it initiates itself', () => {
+    const { a, b } = track(pair());
+    assert.equal(b.receive(a.initiate()!).verdict, 'response');
+    // unconfirmed ("next") keys cannot send: a handshake is wanted, but not yet allowed
+    assert.equal(b.send(ipv4Packet(8)).status, 'expired');
+    assert.deepEqual(b.tick(), ['send_initiation']);
+    assert.equal(b.initiate(), null);
+    b.advance(5 * SECOND);
+    assert.deepEqual(b.tick(), ['send_initiation'], 'still wanted');
+    assert.ok(b.initiate());
+    assert.deepEqual(b.tick(), [], 'made');
+  });
+
   it('a response to an initiation replaced by a newer one is dropped', () => {
     const { a, b } = track(pair());
     const first = a.initiate()!;
