@@ -1,6 +1,7 @@
 #include "wg_device.h"
 
 #include <cstring>
+#include <iterator>
 
 namespace weft {
 namespace wg {
@@ -56,8 +57,35 @@ const char* VerdictName(Verdict v) {
       return "drop_not_ip";
     case Verdict::kDropCookie:
       return "drop_cookie";
+    case Verdict::kDropRateLimit:
+      return "drop_ratelimit";
   }
   return "unknown";
+}
+
+bool HandshakeRateLimiter::Allow(const uint8_t* addr, size_t len, uint64_t now) {
+  if (now - last_collect_ >= kGarbageCollectTime) {
+    for (auto it = table_.begin(); it != table_.end();) {
+      it = now - it->second.last > kGarbageCollectTime ? table_.erase(it) : std::next(it);
+    }
+    last_collect_ = now;
+  }
+  std::array<uint8_t, 16> key{};
+  std::memcpy(key.data(), addr, len < key.size() ? len : key.size());
+  auto found = table_.find(key);
+  if (found == table_.end()) {
+    table_[key] = Entry{now, kMaxTokens - kPacketCost};
+    return true;
+  }
+  Entry& e = found->second;
+  e.tokens += now - e.last;
+  e.last = now;
+  if (e.tokens > kMaxTokens) e.tokens = kMaxTokens;
+  if (e.tokens > kPacketCost) {
+    e.tokens -= kPacketCost;
+    return true;
+  }
+  return false;
 }
 
 void Handshake::ZeroSecrets() {
@@ -483,6 +511,10 @@ Received Device::Receive(const uint8_t* msg, size_t len, const uint8_t* src, siz
     if (!cookie_checker_.CreateReply(crypto_, out, msg, len, sender, src, src_len, now)) return r;
     r.verdict = Verdict::kCookieReply;
     r.len = kCookieReplySize;
+    return r;
+  }
+  if (under_load_ && !rate_limiter_.Allow(src, src_len > 2 ? src_len - 2 : src_len, now)) {
+    r.verdict = Verdict::kDropRateLimit;
     return r;
   }
   return type == kMessageInitiation ? HandleInitiation(msg, out) : HandleResponse(msg, out, cap);

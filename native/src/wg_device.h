@@ -54,6 +54,27 @@ struct Handshake {
 
 class Device;
 
+// Handshakes per source address while under load (wireguard-go ratelimiter.go): a token bucket
+// of 20 a second, 5 deep; entries idle for a second are forgotten.
+class HandshakeRateLimiter {
+ public:
+  static constexpr uint64_t kPacketsPerSecond = 20;
+  static constexpr uint64_t kBurstable = 5;
+  static constexpr uint64_t kPacketCost = kSecond / kPacketsPerSecond;
+  static constexpr uint64_t kMaxTokens = kPacketCost * kBurstable;
+  static constexpr uint64_t kGarbageCollectTime = kSecond;
+  bool Allow(const uint8_t* addr, size_t len, uint64_t now);
+  size_t size() const { return table_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t last = 0;
+    uint64_t tokens = 0;
+  };
+  std::map<std::array<uint8_t, 16>, Entry> table_;
+  uint64_t last_collect_ = 0;
+};
+
 class Peer {
  public:
   const uint8_t* public_key() const { return public_key_.data(); }
@@ -68,6 +89,27 @@ class Peer {
 
  private:
   friend class Device;
+
+  // Handshakes per source address while under load (wireguard-go ratelimiter.go): a token bucket
+  // of 20 a second, 5 deep; entries idle for a second are forgotten.
+  class HandshakeRateLimiter {
+   public:
+    static constexpr uint64_t kPacketsPerSecond = 20;
+    static constexpr uint64_t kBurstable = 5;
+    static constexpr uint64_t kPacketCost = kSecond / kPacketsPerSecond;
+    static constexpr uint64_t kMaxTokens = kPacketCost * kBurstable;
+    static constexpr uint64_t kGarbageCollectTime = kSecond;
+    bool Allow(const uint8_t* addr, size_t len, uint64_t now);
+    size_t size() const { return table_.size(); }
+
+   private:
+    struct Entry {
+      uint64_t last = 0;
+      uint64_t tokens = 0;
+    };
+    std::map<std::array<uint8_t, 16>, Entry> table_;
+    uint64_t last_collect_ = 0;
+  };
   std::array<uint8_t, kKeyLen> public_key_{};
   uint8_t psk_[kKeyLen] = {};
   uint8_t static_static_[kKeyLen] = {};  // DH(our static, its static), precomputed
@@ -99,6 +141,7 @@ enum class Verdict : uint8_t {
   kDropReplayed,   // its counter was seen or is behind the replay window
   kDropNotIp,      // decrypted but not an IPv4/IPv6 packet
   kDropCookie,     // a cookie reply that does not open
+  kDropRateLimit,  // under load, a valid mac2, but its source address is over its handshake rate
 };
 const char* VerdictName(Verdict v);
 
@@ -134,8 +177,9 @@ class Device {
   // is no usable key pair: a handshake is then wanted (Tick says so).
   TransportStatus Send(Peer* peer, const uint8_t* payload, size_t len, uint8_t* out, size_t cap,
                        size_t* out_len, size_t mtu = 0);
-  // One datagram from `src` (the opaque source address bytes the cookie binds to). `out` needs
-  // room for kInitiationSize or the datagram's payload (len − 32), whichever is larger.
+  // One datagram from `src`: the source address (4 or 16 bytes) then its port (2 bytes); the
+  // cookie binds to all of it, the rate limit to the address. `out` needs room for
+  // kInitiationSize or the datagram's payload (len − 32), whichever is larger.
   Received Receive(const uint8_t* msg, size_t len, const uint8_t* src, size_t src_len, uint8_t* out,
                    size_t cap);
   // Runs `peer`'s timers at the clock's now: zeroes expired key material and returns what to
@@ -167,6 +211,7 @@ class Device {
   bool has_key_ = false;
   bool under_load_ = false;
   CookieChecker cookie_checker_;
+  HandshakeRateLimiter rate_limiter_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::map<std::array<uint8_t, kKeyLen>, Peer*> by_key_;
   std::unordered_map<uint32_t, IndexEntry> indices_;

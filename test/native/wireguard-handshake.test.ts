@@ -146,6 +146,29 @@ describe('WireGuard handshake', () => {
     assert.equal(b.receive(init2, SRC_A).verdict, 'response');
   });
 
+  it('under load, handshakes past 20/s (burst 5) from one address are dropped before any work', () => {
+    const { a, b } = track(pair());
+    b.underLoad(true);
+    assert.equal(a.receive(b.receive(a.initiate()!).packet!, SRC_B).verdict, 'cookie_taken');
+    a.advance(5 * SECOND);
+    const init = a.initiate()!; // carries mac2 now
+    // wireguard-go's bucket: a new address starts with 4 packet costs, each message takes one
+    // while more than one is left; the same message again is a replay once it passes
+    const verdicts = [1, 2, 3, 4, 5].map(() => b.receive(init, SRC_A).verdict);
+    assert.deepEqual(verdicts, [
+      'response',
+      'drop_timestamp',
+      'drop_timestamp',
+      'drop_timestamp',
+      'drop_ratelimit',
+    ]);
+    assert.equal(b.receive(init, SRC_A).verdict, 'drop_ratelimit');
+    // tokens refill at one packet cost per 50 ms: 1 ns tips it over again
+    b.advance(1);
+    assert.equal(b.receive(init, SRC_A).verdict, 'drop_timestamp');
+    assert.equal(b.receive(init, SRC_A).verdict, 'drop_ratelimit');
+  });
+
   it('a cookie reply that does not open (forged, or for no message of ours) is dropped', () => {
     const { a, b } = track(pair());
     b.underLoad(true);
