@@ -1426,6 +1426,7 @@ Napi::Value Device(const Napi::CallbackInfo& info) {
     o.Set("attempts", s.attempts);
     o.Set("nextDeadline", static_cast<double>(s.next_deadline));
     o.Set("indices", static_cast<double>(s.indices));
+    o.Set("endpoint", Buf(env, s.endpoint));
     return o;
   }
   if (op == "setSendCounter")

@@ -101,7 +101,11 @@ Peer::~Peer() {
   Wipe(static_static_, sizeof(static_static_));
 }
 
-Device::Device(const Clock* clock) : clock_(clock) {}
+Device::Device(const Clock* clock) : clock_(clock) {
+  uint8_t seed[8];
+  RandomBytes(seed, sizeof(seed));
+  jitter_state_ = GetLe64(seed) | 1;
+}
 
 Device::~Device() { Wipe(private_key_, sizeof(private_key_)); }
 
@@ -171,9 +175,12 @@ void Device::ZeroAll(Peer* peer) {
 }
 
 uint64_t Device::Jitter() {
-  uint8_t b[8];
-  RandomBytes(b, sizeof(b));
-  return GetLe64(b) % kRekeyTimeoutJitterMax;
+  // Timer jitter needs no secrecy (wireguard-go uses fastrandn): xorshift64*, no syscall per
+  // data packet.
+  jitter_state_ ^= jitter_state_ >> 12;
+  jitter_state_ ^= jitter_state_ << 25;
+  jitter_state_ ^= jitter_state_ >> 27;
+  return (jitter_state_ * 0x2545F4914F6CDD1Dull >> 11) % kRekeyTimeoutJitterMax;
 }
 
 size_t Device::CreateInitiation(Peer* peer, uint8_t* out) {
@@ -417,7 +424,7 @@ TransportStatus Device::Send(Peer* peer, const uint8_t* payload, size_t len, uin
   if (st != TransportStatus::kOk) return st;
   peer->timers_.AnyAuthenticatedPacketTraversal(now);
   peer->timers_.AnyAuthenticatedPacketSent(now);
-  if (len) peer->timers_.DataSent(now, Jitter());
+  if (len && !peer->timers_.new_handshake_pending()) peer->timers_.DataSent(now, Jitter());
   // Keep the key fresh (initiator side): rekey after REKEY_AFTER_MESSAGES or REKEY_AFTER_TIME.
   if (kp->send_counter.load(std::memory_order_relaxed) > kRekeyAfterMessages ||
       (kp->is_initiator && now - kp->created > kRekeyAfterTime)) {
@@ -487,6 +494,27 @@ Received Device::HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, s
 
 Received Device::Receive(const uint8_t* msg, size_t len, const uint8_t* src, size_t src_len,
                          uint8_t* out, size_t cap) {
+  Received r = Dispatch(msg, len, src, src_len, out, cap);
+  // Roaming: an authenticated packet moves the peer's endpoint to where it came from.
+  switch (r.verdict) {
+    case Verdict::kResponse:
+    case Verdict::kHandshakeDone:
+    case Verdict::kData:
+    case Verdict::kKeepalive:
+    case Verdict::kDropNotIp:
+      if (r.peer && src_len <= sizeof(r.peer->endpoint_)) {
+        std::memcpy(r.peer->endpoint_, src, src_len);
+        r.peer->endpoint_len_ = src_len;
+      }
+      break;
+    default:
+      break;
+  }
+  return r;
+}
+
+Received Device::Dispatch(const uint8_t* msg, size_t len, const uint8_t* src, size_t src_len,
+                          uint8_t* out, size_t cap) {
   Received r;
   uint32_t type = MessageTypeOf(msg, len);
   if (!has_key_ || type == 0) return r;

@@ -85,6 +85,10 @@ class Peer {
   const PeerTimers& timers() const { return timers_; }
   // Wall time of the last completed handshake (0: none), as `wg show` reports it.
   uint64_t last_handshake_wall() const { return last_handshake_wall_; }
+  // Where its last authenticated packet came from (the `src` bytes of Receive; roaming):
+  // empty until one came.
+  const uint8_t* endpoint() const { return endpoint_; }
+  size_t endpoint_len() const { return endpoint_len_; }
   ~Peer();
 
  private:
@@ -121,6 +125,8 @@ class Peer {
   bool handshake_wanted_ = false;
   bool sent_last_minute_handshake_ = false;
   uint64_t last_handshake_wall_ = 0;
+  uint8_t endpoint_[18] = {};
+  size_t endpoint_len_ = 0;
 };
 
 // What Receive made of a datagram.
@@ -200,6 +206,8 @@ class Device {
   void ZeroAll(Peer* peer);
   bool BeginSession(Peer* peer);
   uint64_t Jitter();
+  Received Dispatch(const uint8_t* msg, size_t len, const uint8_t* src, size_t src_len,
+                    uint8_t* out, size_t cap);
   Received HandleInitiation(const uint8_t* msg, uint8_t* out);
   Received HandleResponse(const uint8_t* msg, uint8_t* out, size_t cap);
   Received HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, size_t cap);
@@ -210,6 +218,7 @@ class Device {
   uint8_t public_key_[kKeyLen] = {};
   bool has_key_ = false;
   bool under_load_ = false;
+  uint64_t jitter_state_ = 1;
   CookieChecker cookie_checker_;
   HandshakeRateLimiter rate_limiter_;
   std::vector<std::unique_ptr<Peer>> peers_;

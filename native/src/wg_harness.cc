@@ -315,6 +315,7 @@ bool TestDevicePeerState(int id, int peer, TestPeerState* s) {
   s->attempts = p->timers().handshake_attempts();
   s->next_deadline = p->timers().NextDeadline();
   s->indices = d->device.index_count();
+  s->endpoint.assign(p->endpoint(), p->endpoint() + p->endpoint_len());
   return true;
 }
 

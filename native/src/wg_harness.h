@@ -32,6 +32,7 @@ struct TestPeerState {
   uint32_t attempts = 0;
   uint64_t next_deadline = 0;
   size_t indices = 0;  // the device's index table size
+  Bytes endpoint;
 };
 struct TestReceived {
   std::string verdict;

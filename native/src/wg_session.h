@@ -95,6 +95,7 @@ class PeerTimers {
   void AnyAuthenticatedPacketTraversal(uint64_t now);
   // What is due at `now` (an Action mask); firing re-arms or clears each timer as timers.go does.
   uint32_t Poll(uint64_t now);
+  bool new_handshake_pending() const { return new_handshake_ != 0; }
   // The earliest pending deadline (0: none).
   uint64_t NextDeadline() const;
   uint32_t handshake_attempts() const { return handshake_attempts_; }

@@ -260,6 +260,8 @@ export interface WgPeerState {
   nextDeadline: number;
   /** The device's index table size. */
   indices: number;
+  /** The source of the peer's last authenticated packet (roaming); empty before one. */
+  endpoint: Buffer;
 }
 
 export interface NativeAddon {

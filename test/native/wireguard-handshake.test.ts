@@ -64,6 +64,21 @@ describe('WireGuard handshake', () => {
     }
   });
 
+  it('roaming: the endpoint follows authenticated packets only', () => {
+    const { a, b } = track(pair());
+    assert.equal(b.peer().endpoint.length, 0);
+    handshake(a, b); // b heard a from SRC_A
+    assert.deepEqual(b.peer().endpoint, SRC_A);
+    assert.deepEqual(a.peer().endpoint, SRC_B);
+    const moved = Buffer.from([192, 0, 2, 7, 0x12, 0x34]);
+    const forged = a.send(ipv4Packet(8)).packet!;
+    forged[20] = forged[20]! ^ 1;
+    assert.equal(b.receive(forged, moved).verdict, 'drop_forged');
+    assert.deepEqual(b.peer().endpoint, SRC_A);
+    assert.equal(b.receive(a.send(ipv4Packet(8)).packet!, moved).verdict, 'data');
+    assert.deepEqual(b.peer().endpoint, moved);
+  });
+
   it('the counter nonce counts up from 0 per key pair', () => {
     const { a, b } = track(pair());
     handshake(a, b);
