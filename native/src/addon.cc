@@ -1429,6 +1429,8 @@ Napi::Value Device(const Napi::CallbackInfo& info) {
     o.Set("endpoint", Buf(env, s.endpoint));
     return o;
   }
+  if (op == "removePeer")
+    return Napi::Boolean::New(env, wg::TestDeviceRemovePeer(id, Int(info, 2, "peer")));
   if (op == "setSendCounter")
     return Napi::Boolean::New(
         env, wg::TestDeviceSetSendCounter(id, Int(info, 2, "peer"), U64(info[3], "counter")));

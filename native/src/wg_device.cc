@@ -149,6 +149,17 @@ Peer* Device::FindPeer(const uint8_t pub[kKeyLen]) const {
   return it == by_key_.end() ? nullptr : it->second;
 }
 
+void Device::RemovePeer(Peer* peer) {
+  ZeroAll(peer);
+  by_key_.erase(peer->public_key_);
+  for (auto it = peers_.begin(); it != peers_.end(); ++it) {
+    if (it->get() == peer) {
+      peers_.erase(it);
+      break;
+    }
+  }
+}
+
 uint32_t Device::NewIndex(Peer* peer) {
   for (;;) {
     uint8_t b[4];

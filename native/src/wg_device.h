@@ -173,6 +173,8 @@ class Device {
   // A new peer (null if this key is ours or already a peer). psk may be null (all zeros).
   Peer* AddPeer(const uint8_t pub[kKeyLen], const uint8_t* psk, uint64_t persistent_keepalive_ns);
   Peer* FindPeer(const uint8_t pub[kKeyLen]) const;
+  // Forgets a peer: its key material is zeroed and its indices go; `peer` is dangling after.
+  void RemovePeer(Peer* peer);
   // The load flag (the caller's handshake queue depth decides it): mac2 is then required.
   void set_under_load(bool on) { under_load_ = on; }
 

@@ -328,5 +328,15 @@ bool TestDeviceSetSendCounter(int id, int peer, uint64_t counter) {
   return true;
 }
 
+bool TestDeviceRemovePeer(int id, int peer) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  TestDevice* d = Find(id);
+  Peer* p = FindPeer(d, peer);
+  if (!p) return false;
+  d->device.RemovePeer(p);
+  d->peers[peer] = nullptr;
+  return true;
+}
+
 }  // namespace wg
 }  // namespace weft

@@ -55,6 +55,8 @@ TestReceived TestDeviceReceive(int id, const Bytes& packet, const Bytes& src);
 std::vector<std::string> TestDeviceTick(int id, int peer);
 bool TestDevicePeerState(int id, int peer, TestPeerState* state);
 bool TestDeviceSetSendCounter(int id, int peer, uint64_t counter);
+// Removes a peer (its number is not reused).
+bool TestDeviceRemovePeer(int id, int peer);
 
 }  // namespace wg
 }  // namespace weft

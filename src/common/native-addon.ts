@@ -451,6 +451,8 @@ export interface NativeAddon {
   wgDevice(op: 'tick', id: number, peer: number): string[];
   wgDevice(op: 'peer', id: number, peer: number): WgPeerState | null;
   wgDevice(op: 'setSendCounter', id: number, peer: number, counter: bigint): boolean;
+  /** Forgets a peer (keys zeroed, indices gone); its number is not reused. */
+  wgDevice(op: 'removePeer', id: number, peer: number): boolean;
 
   /** One sd_notify datagram; → 0 or an errno. */
   sdNotify(socketPath: string, state: string): number;

@@ -7,7 +7,16 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, it } from 'node:test';
-import { SECOND, SRC_A, SRC_B, WgDev, handshake, ipv4Packet, pair } from '../helpers/wireguard.js';
+import {
+  SECOND,
+  SRC_A,
+  SRC_B,
+  WgDev,
+  handshake,
+  ipv4Packet,
+  native,
+  pair,
+} from '../helpers/wireguard.js';
 
 const open: WgDev[] = [];
 function track<T extends { a: WgDev; b: WgDev }>(p: T): T {
@@ -77,6 +86,17 @@ describe('WireGuard handshake', () => {
     assert.deepEqual(b.peer().endpoint, SRC_A);
     assert.equal(b.receive(a.send(ipv4Packet(8)).packet!, moved).verdict, 'data');
     assert.deepEqual(b.peer().endpoint, moved);
+  });
+
+  it('a removed peer: its sessions and handshakes are gone', () => {
+    const { a, b } = track(pair());
+    handshake(a, b);
+    const data = a.send(ipv4Packet(8)).packet!;
+    assert.ok(native.wgDevice('removePeer', b.id, 0));
+    assert.equal(native.wgDevice('peer', b.id, 0), null);
+    assert.equal(b.receive(data).verdict, 'drop_index');
+    a.advance(5 * SECOND);
+    assert.equal(b.receive(a.initiate()!).verdict, 'drop_handshake');
   });
 
   it('the counter nonce counts up from 0 per key pair', () => {
