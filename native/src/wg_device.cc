@@ -578,5 +578,20 @@ uint32_t Device::Tick(Peer* peer) {
   return due;
 }
 
+uint64_t Device::NextDeadline(const Peer* peer) const {
+  uint64_t next = peer->timers_.NextDeadline();
+  auto consider = [&next](uint64_t t) {
+    if (t && (!next || t < next)) next = t;
+  };
+  if (peer->handshake_wanted_) {
+    const Handshake& hs = peer->hs_;
+    consider(hs.sent_any ? hs.last_sent_handshake + kRekeyTimeout : clock_->MonotonicNs());
+  }
+  for (const auto* kp : {peer->previous_.get(), peer->current_.get(), peer->next_.get()}) {
+    if (kp) consider(kp->created + kRejectAfterTime);
+  }
+  return next;
+}
+
 }  // namespace wg
 }  // namespace weft

@@ -194,6 +194,9 @@ class Device {
   // send (PeerTimers::Action mask: kSendInitiation → CreateInitiation, kSendKeepalive → Send
   // of an empty payload).
   uint32_t Tick(Peer* peer);
+  // When Tick(peer) next has something to do (monotonic ns; 0: nothing pending): its timers, a
+  // wanted handshake (once REKEY_TIMEOUT after the last allows it) and key pair expiry.
+  uint64_t NextDeadline(const Peer* peer) const;
 
   size_t index_count() const { return indices_.size(); }
 

@@ -313,7 +313,7 @@ bool TestDevicePeerState(int id, int peer, TestPeerState* s) {
   s->current_initiator = p->current() && p->current()->is_initiator;
   s->current_send_counter = p->current() ? p->current()->send_counter.load() : 0;
   s->attempts = p->timers().handshake_attempts();
-  s->next_deadline = p->timers().NextDeadline();
+  s->next_deadline = d->device.NextDeadline(p);
   s->indices = d->device.index_count();
   s->endpoint.assign(p->endpoint(), p->endpoint() + p->endpoint_len());
   return true;

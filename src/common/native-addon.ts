@@ -256,7 +256,7 @@ export interface WgPeerState {
   currentInitiator: boolean;
   sendCounter: bigint;
   attempts: number;
-  /** Monotonic ns of the earliest pending timer (0: none). */
+  /** Monotonic ns when the device next has work for this peer (Device::NextDeadline; 0: none). */
   nextDeadline: number;
   /** The device's index table size. */
   indices: number;

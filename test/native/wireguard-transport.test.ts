@@ -126,6 +126,21 @@ describe('transport messages', () => {
 });
 
 describe('timers (injected clock)', () => {
+  it('the next deadline covers timers, a handshake waiting for REKEY_TIMEOUT and key expiry', () => {
+    const { a, b } = track(pair());
+    assert.equal(a.peer().nextDeadline, 0, 'nothing pending');
+    const t0 = a.mono;
+    const init = a.initiate()!;
+    const retransmit = a.peer().nextDeadline;
+    assert.ok(retransmit >= t0 + 5 * SECOND && retransmit < t0 + 5 * SECOND + JITTER_MAX);
+    // the responder's unconfirmed key pair expires REJECT_AFTER_TIME after it was made, and a
+    // handshake it wants waits REKEY_TIMEOUT after its response
+    assert.equal(b.receive(init).verdict, 'response');
+    assert.equal(b.peer().nextDeadline, b.mono + 180 * SECOND);
+    assert.equal(b.send(ipv4Packet(8)).status, 'expired');
+    assert.equal(b.peer().nextDeadline, b.mono + 5 * SECOND);
+  });
+
   it('retransmits an unanswered initiation after REKEY_TIMEOUT + jitter (< 334 ms)', () => {
     const { a } = track(pair());
     const t0 = a.mono;
