@@ -4,10 +4,11 @@
  * (test/netns/wireguard-go-interop.test.ts). Runs inside the test's namespace:
  *
  *   ip netns exec NS node --import tsx wireguard-peer.ts '<json>'
- *   json: {privateKey, peerPublicKey, psk?, port, peerPort, ourIp, peerIp, initiate}
+ *   json: {privateKey, peerPublicKey, psk?, port, peerPort, ourIp, peerIp, initiate, underLoad?}
  *
  * It answers handshakes and ICMP echo requests to `ourIp` (through the tunnel), and with
- * `initiate` it starts the handshake itself and pings `peerIp` through the tunnel. Every
+ * `initiate` it starts the handshake itself and pings `peerIp` through the tunnel; with
+ * `underLoad` it demands mac2 (answering cookie replies first). Every
  * verdict and event is one JSON line on stdout ({verdict} / {event: 'echo_reply', ...}). The
  * device's clock follows the real clocks (monotonic and wall) before each call. It runs until
  * killed, or until stdin closes.
@@ -25,11 +26,13 @@ const cfg = JSON.parse(process.argv[2] ?? '{}') as {
   ourIp: string;
   peerIp: string;
   initiate: boolean;
+  underLoad?: boolean;
 };
 
 const id = native.wgDevice('create', Buffer.from(cfg.privateKey, 'base64'));
 const psk = cfg.psk ? Buffer.from(cfg.psk, 'base64') : null;
 native.wgDevice('addPeer', id, Buffer.from(cfg.peerPublicKey, 'base64'), psk, 0);
+if (cfg.underLoad) native.wgDevice('underLoad', id, true);
 const sock = createSocket('udp4');
 const say = (o: Record<string, unknown>) => process.stdout.write(JSON.stringify(o) + '\n');
 

@@ -13,7 +13,9 @@
  *
  * Each side initiates once: a kernel `ping` through wireguard-go's device is answered by weft
  * (wireguard-go initiates), and weft's own ICMP echo gets the namespace kernel's reply through
- * wireguard-go (weft initiates); with a wrong PSK the handshake fails at the initiator and
+ * wireguard-go (weft initiates); weft under load answers wireguard-go's first initiation with a
+ * cookie reply (XChaCha20-Poly1305) that wireguard-go takes, its retry carrying a mac2 weft
+ * accepts; with a wrong PSK the handshake fails at the initiator and
  * wireguard-go records no session. Keys and PSK come from `wg genkey` / `wg genpsk`; weft's
  * public key as `wg pubkey` computes it.
  */
@@ -72,7 +74,11 @@ afterEach(async () => {
 });
 
 /** wireguard-go and weft's peer in a new namespace, keyed and configured; see the drawing. */
-async function setup(opts: { initiate: boolean; wrongPsk?: boolean }): Promise<Peer> {
+async function setup(opts: {
+  initiate: boolean;
+  wrongPsk?: boolean;
+  underLoad?: boolean;
+}): Promise<Peer> {
   scope = new NetnsScope();
   const ns = scope.add();
   const dev = uniqueDev('g');
@@ -125,6 +131,7 @@ async function setup(opts: { initiate: boolean; wrongPsk?: boolean }): Promise<P
     ourIp: '10.99.0.2',
     peerIp: '10.99.0.1',
     initiate: opts.initiate,
+    underLoad: opts.underLoad ?? false,
   };
   const child = scope.spawn(
     ns,
@@ -166,6 +173,17 @@ describe('WireGuard interop with wireguard-go', { skip }, () => {
     const s = wgPeer(p);
     assert.ok(s.handshake > 0, 'wireguard-go completed the handshake');
     assert.ok(s.rx > 0 && s.tx > 0);
+  });
+
+  it('weft under load: wireguard-go takes weft’s cookie reply and retries with a valid mac2', async () => {
+    const p = await setup({ initiate: false, underLoad: true });
+    // the retry comes with wireguard-go's retransmission, REKEY_TIMEOUT (5 s) later
+    const out = await nsExecAsync(p.ns, 'ping', ['-c', '1', '-w', '30', '10.99.0.2'], 40_000);
+    assert.match(out, /1 received/);
+    const verdicts = p.lines.map((l) => l.verdict).filter((v) => v !== undefined);
+    const cookie = verdicts.indexOf('cookie_reply');
+    assert.ok(cookie >= 0, `weft sent a cookie reply: ${verdicts.join(' ')}`);
+    assert.ok(verdicts.indexOf('response') > cookie, 'then took an initiation with mac2');
   });
 
   it('weft initiates: wireguard-go answers and carries weft’s ping to its kernel and back', async () => {
