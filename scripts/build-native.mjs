@@ -141,7 +141,8 @@ function buildAddon({ strict }) {
     env,
   });
   if (r.status !== 0) {
-    const msg = 'weft: native addon build failed (is libmnl-dev installed?); the js engine remains';
+    const msg =
+      'weft: native addon build failed (are libmnl-dev, libbpf-dev and libssl-dev installed?); the js engine remains';
     if (strict) throw new Error(msg);
     console.error(msg);
     return false;

@@ -26,6 +26,7 @@ export const DAEMON_PACKAGES = [
   'python3',
   'libmnl-dev', // the addon's netlink
   'libbpf-dev', // the addon's bpf loader (-lbpf), and the bpf programs' headers
+  'libssl-dev', // the addon's WireGuard primitives (-lcrypto: X25519, ChaCha20-Poly1305, BLAKE2s)
   'clang', // the bpf engine's programs (clang -target bpf); libFuzzer for the fuzz test
   'iproute2', // ip and bridge: kernel ops without the addon
   'iptables', // --ip-masq
@@ -49,6 +50,8 @@ export const TEST_PACKAGES = [
   'ethtool', // offload switches in the dataplane tests
   'tcpdump', // what the udp backend sends, in the mixed-cluster test
   'clang-format', // npm run lint checks native/ against native/.clang-format (lint:native)
+  'wireguard-go', // the WireGuard interop test's reference peer (userspace, no kernel module)
+  'wireguard-tools', // wg: configures that peer as flanneld configures a wireguard link
 ];
 
 export const DEBIAN_PACKAGES = [...DAEMON_PACKAGES, ...TEST_PACKAGES];

@@ -29,6 +29,8 @@
 #include "sd_notify.h"
 #include "tun.h"
 #include "vxlan.h"
+#include "wg_harness.h"
+#include "wg_noise.h"
 
 namespace weft {
 
@@ -1294,6 +1296,155 @@ Napi::Value MallocTrimBinding(const Napi::CallbackInfo& info) {
 #endif
 }
 
+// ---- WireGuard test exports (wg_harness.h; test/native/wireguard-*.test.ts) ----
+namespace wgbind {
+
+wg::Bytes Bytes(const Napi::Value& v, const char* what) {
+  if (!v.IsBuffer()) throw Napi::TypeError::New(v.Env(), std::string("wireguard: ") + what);
+  Napi::Buffer<uint8_t> b = v.As<Napi::Buffer<uint8_t>>();
+  return wg::Bytes(b.Data(), b.Data() + b.Length());
+}
+
+Napi::Value Buf(Napi::Env env, const wg::Bytes& b) {
+  return Napi::Buffer<uint8_t>::Copy(env, b.data(), b.size());
+}
+
+uint64_t U64(const Napi::Value& v, const char* what) {
+  if (v.IsBigInt()) {
+    bool lossless = true;
+    uint64_t x = v.As<Napi::BigInt>().Uint64Value(&lossless);
+    if (!lossless) throw Napi::RangeError::New(v.Env(), std::string("wireguard: ") + what);
+    return x;
+  }
+  if (!v.IsNumber() || v.As<Napi::Number>().DoubleValue() < 0)
+    throw Napi::TypeError::New(v.Env(), std::string("wireguard: ") + what);
+  return static_cast<uint64_t>(v.As<Napi::Number>().DoubleValue());
+}
+
+// wgCrypto(op, ...buffers) → Buffer, or null when the primitive refused
+Napi::Value Crypto(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString())
+    throw Napi::TypeError::New(env, "wireguard: op must be a string");
+  std::vector<wg::Bytes> args;
+  for (size_t i = 1; i < info.Length(); i++) args.push_back(Bytes(info[i], "argument"));
+  wg::Bytes out;
+  std::string error;
+  bool ok = wg::CryptoForTest(info[0].As<Napi::String>().Utf8Value(), args, &out, &error);
+  if (!error.empty()) throw Napi::RangeError::New(env, "wireguard: " + error);
+  return ok ? Buf(env, out) : env.Null();
+}
+
+// wgReplay(counters, limit?) → boolean[]: each counter fed to one fresh window in turn
+Napi::Value Replay(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsArray())
+    throw Napi::TypeError::New(env, "wireguard: counters");
+  Napi::Array in = info[0].As<Napi::Array>();
+  std::vector<uint64_t> counters;
+  for (uint32_t i = 0; i < in.Length(); i++) counters.push_back(U64(in.Get(i), "counter"));
+  uint64_t limit = info.Length() > 1 ? U64(info[1], "limit") : wg::kRejectAfterMessages;
+  std::vector<bool> got = wg::ReplayForTest(counters, limit);
+  Napi::Array out = Napi::Array::New(env, got.size());
+  for (size_t i = 0; i < got.size(); i++)
+    out.Set(static_cast<uint32_t>(i), Napi::Boolean::New(env, got[i]));
+  return out;
+}
+
+int Int(const Napi::CallbackInfo& info, size_t i, const char* what) {
+  if (info.Length() <= i || !info[i].IsNumber())
+    throw Napi::TypeError::New(info.Env(), std::string("wireguard: ") + what);
+  return info[i].As<Napi::Number>().Int32Value();
+}
+
+// wgDevice(op, ...) — a test device on a manual clock (wg_harness.h); see native-addon.ts
+Napi::Value Device(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString())
+    throw Napi::TypeError::New(env, "wireguard: op must be a string");
+  std::string op = info[0].As<Napi::String>().Utf8Value();
+  if (op == "create") {
+    std::string error;
+    int id = wg::TestDeviceCreate(Bytes(info[1], "private key"), &error);
+    if (id < 0) throw Napi::Error::New(env, "wireguard: " + error);
+    return Napi::Number::New(env, id);
+  }
+  int id = Int(info, 1, "device id");
+  if (op == "close") return Napi::Boolean::New(env, wg::TestDeviceClose(id));
+  if (op == "publicKey") return Buf(env, wg::TestDevicePublicKey(id));
+  if (op == "addPeer") {
+    wg::Bytes psk = info.Length() > 3 && info[3].IsBuffer() ? Bytes(info[3], "psk") : wg::Bytes();
+    uint64_t keepalive = info.Length() > 4 ? U64(info[4], "keepalive") : 0;
+    return Napi::Number::New(
+        env, wg::TestDeviceAddPeer(id, Bytes(info[2], "public key"), psk, keepalive));
+  }
+  if (op == "clock") {
+    if (info.Length() < 4) throw Napi::TypeError::New(env, "wireguard: clock needs mono and wall");
+    return Napi::Boolean::New(
+        env, wg::TestDeviceSetClock(id, U64(info[2], "mono"), U64(info[3], "wall")));
+  }
+  if (op == "underLoad")
+    return Napi::Boolean::New(env, wg::TestDeviceSetUnderLoad(id, info[2].ToBoolean().Value()));
+  if (op == "initiate") {
+    wg::Bytes out = wg::TestDeviceInitiate(id, Int(info, 2, "peer"));
+    return out.empty() ? env.Null() : Buf(env, out);
+  }
+  if (op == "send") {
+    wg::Bytes packet;
+    size_t mtu = info.Length() > 4 ? U64(info[4], "mtu") : 0;
+    std::string status =
+        wg::TestDeviceSend(id, Int(info, 2, "peer"), Bytes(info[3], "payload"), mtu, &packet);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("status", status);
+    o.Set("packet", packet.empty() ? env.Null() : Buf(env, packet));
+    return o;
+  }
+  if (op == "receive") {
+    wg::TestReceived r = wg::TestDeviceReceive(id, Bytes(info[2], "packet"), Bytes(info[3], "src"));
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("verdict", r.verdict);
+    o.Set("peer", r.peer);
+    o.Set("packet", r.packet.empty() ? env.Null() : Buf(env, r.packet));
+    return o;
+  }
+  if (op == "tick") {
+    std::vector<std::string> due = wg::TestDeviceTick(id, Int(info, 2, "peer"));
+    Napi::Array a = Napi::Array::New(env, due.size());
+    for (size_t i = 0; i < due.size(); i++) a.Set(static_cast<uint32_t>(i), due[i]);
+    return a;
+  }
+  if (op == "peer") {
+    wg::TestPeerState s;
+    if (!wg::TestDevicePeerState(id, Int(info, 2, "peer"), &s)) return env.Null();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("handshake", s.handshake);
+    o.Set("previous", s.has_previous);
+    o.Set("current", s.has_current);
+    o.Set("next", s.has_next);
+    o.Set("currentInitiator", s.current_initiator);
+    o.Set("sendCounter", Napi::BigInt::New(env, s.current_send_counter));
+    o.Set("attempts", s.attempts);
+    o.Set("nextDeadline", static_cast<double>(s.next_deadline));
+    o.Set("indices", static_cast<double>(s.indices));
+    o.Set("endpoint", Buf(env, s.endpoint));
+    return o;
+  }
+  if (op == "removePeer")
+    return Napi::Boolean::New(env, wg::TestDeviceRemovePeer(id, Int(info, 2, "peer")));
+  if (op == "setSendCounter")
+    return Napi::Boolean::New(
+        env, wg::TestDeviceSetSendCounter(id, Int(info, 2, "peer"), U64(info[3], "counter")));
+  throw Napi::RangeError::New(env, "wireguard: unknown op " + op);
+}
+
+void Define(Napi::Env env, Napi::Object exports) {
+  exports.Set("wgCrypto", Napi::Function::New(env, Crypto));
+  exports.Set("wgReplay", Napi::Function::New(env, Replay));
+  exports.Set("wgDevice", Napi::Function::New(env, Device));
+}
+
+}  // namespace wgbind
+
 class Addon : public Napi::Addon<Addon> {
  public:
   Addon(Napi::Env env, Napi::Object exports) {
@@ -1304,6 +1455,7 @@ class Addon : public Napi::Addon<Addon> {
     dpbind::DefineCodec(env, exports);
     dpbind::DefineEngine(env, exports);
     bpfbind::Define(env, exports);
+    wgbind::Define(env, exports);
     exports.Set("sdNotify", Napi::Function::New(env, SdNotifyBinding));
     exports.Set("mallocTrim", Napi::Function::New(env, MallocTrimBinding));
   }

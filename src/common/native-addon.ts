@@ -222,6 +222,48 @@ export interface BpfPinInfo {
   readonly attachType: number;
 }
 
+export type WgCryptoOp =
+  | 'x25519'
+  | 'publicKey'
+  | 'seal'
+  | 'open'
+  | 'xseal'
+  | 'xopen'
+  | 'hchacha20'
+  | 'hash'
+  | 'mac'
+  | 'hmac'
+  | 'mac32'
+  | 'kdf'
+  | 'initial'
+  | 'tai64n';
+/** status: ok, expired (no usable key pair: a handshake is wanted), too_short, forged. */
+export interface WgSent {
+  status: string;
+  packet: Buffer | null;
+}
+/** verdict: wg_device.h VerdictName; packet: what to send back, or the decrypted IP packet. */
+export interface WgReceived {
+  verdict: string;
+  peer: number;
+  packet: Buffer | null;
+}
+export interface WgPeerState {
+  handshake: string;
+  previous: boolean;
+  current: boolean;
+  next: boolean;
+  currentInitiator: boolean;
+  sendCounter: bigint;
+  attempts: number;
+  /** Monotonic ns when the device next has work for this peer (Device::NextDeadline; 0: none). */
+  nextDeadline: number;
+  /** The device's index table size. */
+  indices: number;
+  /** The source of the peer's last authenticated packet (roaming); empty before one. */
+  endpoint: Buffer;
+}
+
 export interface NativeAddon {
   version(): string;
 
@@ -376,6 +418,42 @@ export interface NativeAddon {
   /** keepPinned: only this process's fds close; the pinned links stay attached. */
   bpfClose(id: number, keepPinned?: boolean): void;
 
+  /**
+   * Test export: one WireGuard primitive (native/src/wg_crypto.h) on byte strings; null when it
+   * refused (a forged AEAD input, an all-zero X25519 result). Ops and arguments: x25519(priv,
+   * pub), publicKey(priv), seal/open(key, nonce12, ad, data), xseal/xopen(key, nonce24, ad,
+   * data), hchacha20(key, nonce16), hash(data), mac(key, data) (BLAKE2s-128), mac32(key, data)
+   * (keyed BLAKE2s-256), hmac(key, data),
+   * kdf(key, input) → τ1‖τ2‖τ3, initial() → chaining key ‖ hash, tai64n(wall ns, u64 LE).
+   */
+  wgCrypto(op: WgCryptoOp, ...args: Buffer[]): Buffer | null;
+  /** Test export: each counter fed in turn to one fresh replay window (wg_session.h). */
+  wgReplay(counters: ReadonlyArray<bigint | number>, limit?: bigint): boolean[];
+  /** Test export: WireGuard test devices on a manual clock (native/src/wg_harness.h). */
+  wgDevice(op: 'create', privateKey: Buffer): number;
+  wgDevice(op: 'close', id: number): boolean;
+  wgDevice(op: 'publicKey', id: number): Buffer;
+  /** → the peer's number, or −1 (its own key, or a duplicate). */
+  wgDevice(
+    op: 'addPeer',
+    id: number,
+    publicKey: Buffer,
+    psk?: Buffer | null,
+    keepaliveNs?: number,
+  ): number;
+  wgDevice(op: 'clock', id: number, monoNs: number, wallNs: number): boolean;
+  wgDevice(op: 'underLoad', id: number, on: boolean): boolean;
+  /** A handshake initiation, or null when none may go now. */
+  wgDevice(op: 'initiate', id: number, peer: number): Buffer | null;
+  wgDevice(op: 'send', id: number, peer: number, payload: Buffer, mtu?: number): WgSent;
+  wgDevice(op: 'receive', id: number, packet: Buffer, src: Buffer): WgReceived;
+  /** The actions due: send_initiation, send_keepalive, zero_keys, gave_up. */
+  wgDevice(op: 'tick', id: number, peer: number): string[];
+  wgDevice(op: 'peer', id: number, peer: number): WgPeerState | null;
+  wgDevice(op: 'setSendCounter', id: number, peer: number, counter: bigint): boolean;
+  /** Forgets a peer (keys zeroed, indices gone); its number is not reused. */
+  wgDevice(op: 'removePeer', id: number, peer: number): boolean;
+
   /** One sd_notify datagram; → 0 or an errno. */
   sdNotify(socketPath: string, state: string): number;
 
@@ -431,6 +509,9 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   bpfTcxProgs: true,
   bpfCounterNames: true,
   bpfAbi: true,
+  wgCrypto: true,
+  wgReplay: true,
+  wgDevice: true,
   sdNotify: true,
   mallocTrim: true,
 };

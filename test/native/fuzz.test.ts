@@ -1,7 +1,8 @@
 /**
  * Builds the libFuzzer decap target (native/fuzz/decap_fuzzer.cc, clang with ASan + UBSan) and
  * runs it for a bounded time (WEFT_FUZZ_SECONDS, default 20) from a seed corpus of valid
- * flannel-udp, VXLAN and IPIP packets. Without clang the test skips, except under CI=true where a
+ * flannel-udp, VXLAN and IPIP packets, and WireGuard messages of each type (selector bit 3; bit 4
+ * under load). Without clang the test skips, except under CI=true where a
  * missing clang is a failure (CI must fuzz).
  */
 import assert from 'node:assert/strict';
@@ -12,6 +13,25 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Rng, makePacket } from '../helpers/packets.js';
+import { SRC_B, WgDev, ipv4Packet, pair } from '../helpers/wireguard.js';
+
+/** One real message of each WireGuard type (from two test devices), for the seed corpus. */
+function wireguardSeeds(): Buffer[] {
+  const { a, b } = pair();
+  const c = new WgDev();
+  try {
+    c.addPeer(a.publicKey);
+    c.underLoad(true);
+    const cookie = c.receive(a.initiate(a.addPeer(c.publicKey))!).packet!;
+    const init = a.initiate()!;
+    const resp = b.receive(init).packet!;
+    const keepalive = a.receive(resp, SRC_B).packet!;
+    const data = a.send(ipv4Packet(100)).packet!;
+    return [init, resp, cookie, keepalive, data];
+  } finally {
+    for (const d of [a, b, c]) d.close();
+  }
+}
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const hasClang = spawnSync('clang++', ['--version']).status === 0;
@@ -76,6 +96,11 @@ describe('decap fuzzing (libFuzzer)', () => {
         outer.writeUInt16BE(20 + p.length, 2);
         writeFileSync(join(corpus, `ipip${i}`), Buffer.concat([Buffer.from([4]), src, outer, p]));
       }
+      wireguardSeeds().forEach((m, i) => {
+        const src = Buffer.from([127, 0, 0, 1]);
+        writeFileSync(join(corpus, `wg${i}`), Buffer.concat([Buffer.from([8]), src, m]));
+        writeFileSync(join(corpus, `wgload${i}`), Buffer.concat([Buffer.from([8 | 16]), src, m]));
+      });
       const run = spawnSync(
         bin,
         [`-max_total_time=${seconds}`, '-rss_limit_mb=1024', '-print_final_stats=1', corpus],

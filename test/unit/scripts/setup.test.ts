@@ -43,7 +43,7 @@ describe('scripts/setup.mjs', () => {
       daemon.filter((p) => tests.includes(p)),
       [],
     );
-    for (const p of ['g++', 'make', 'python3', 'libmnl-dev', 'iproute2', 'iptables'])
+    for (const p of ['g++', 'make', 'python3', 'libmnl-dev', 'libssl-dev', 'iproute2', 'iptables'])
       assert.ok(daemon.includes(p), p);
     for (const p of Object.keys(setup.PACKAGE_SERVICES))
       assert.ok(tests.includes(p), `${p} ships a service: the daemon must not need it`);
