@@ -227,10 +227,12 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   if (!opts.underlay) throw unavailable('no underlay device given');
   if (opts.bindIp6) throw unavailable('its programs have one underlay family (IPv4)');
   // The outer packets never meet netfilter here: a rule on the tunnel port would not apply.
-  const rules = bypassedFirewallRules(opts.port);
+  const ipip = opts.format === 'ipip';
+  const rules = bypassedFirewallRules(ipip ? 'ipip' : opts.port);
   if (rules.length > 0) {
+    const on = ipip ? 'IPIP (IP protocol 4)' : `UDP port ${opts.port}`;
     throw unavailable(
-      `the host firewall has ${rules.length} rule(s) on UDP port ${opts.port} that its programs would bypass (tc ingress runs before INPUT, bpf_redirect_neigh skips OUTPUT; the native engine meets them): ${rules[0]}`,
+      `the host firewall has ${rules.length} rule(s) on ${on} that its programs would bypass (tc ingress runs before INPUT, bpf_redirect_neigh skips OUTPUT; the native engine meets them): ${rules[0]}`,
     );
   }
   let bpf: NativeBpf;
