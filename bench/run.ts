@@ -9,7 +9,8 @@
  *
  * Paths: underlay (node to node, no tunnel), host-gw, vxlan (kernel), udp (weft native engine),
  * vxlan-userspace (weft native engine), vxlan-bpf and udp-bpf (weft bpf engine: TC-BPF encap and
- * decap in the kernel), udp-js (weft js engine). Each weft path runs the real
+ * decap in the kernel), ipip-userspace (weft native engine, raw sockets) and ipip-bpf (the bpf
+ * engine's IPIP framing), udp-js (weft js engine). Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
  * received pps and loss, ping RTT avg and p99, dataplane-process CPU seconds per GB moved.
  * Output: a table (medians, ranges, ratios), bench/results/<time>.json; a full run (every path,
@@ -59,6 +60,20 @@ export const PATHS: readonly PathDef[] = [
     name: 'udp-bpf',
     label: 'weft udp (bpf)',
     backend: { Type: 'udp' },
+    daemonArgs: ['--dataplane-engine=bpf'],
+    userspace: false,
+  },
+  {
+    name: 'ipip-userspace',
+    label: 'weft ipip-userspace (native)',
+    backend: { Type: 'ipip', Dataplane: 'userspace' },
+    daemonArgs: ['--dataplane-engine=native'],
+    userspace: true,
+  },
+  {
+    name: 'ipip-bpf',
+    label: 'weft ipip (bpf)',
+    backend: { Type: 'ipip', Dataplane: 'userspace' },
     daemonArgs: ['--dataplane-engine=bpf'],
     userspace: false,
   },

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The bpf engine's fast path: VXLAN and flannel-udp encapsulation in the kernel, with the same
-// formats and the same decisions as the reference codec (src/dataplane/js-codec.ts).
+// The bpf engine's fast path: VXLAN, flannel-udp and IPIP encapsulation in the kernel, with the
+// same formats and the same decisions as the reference codec (src/dataplane/js-codec.ts).
 //
 //   weft_tx  egress of weft's TUN (no MAC header; under BPF_PROG_TEST_RUN an Ethernet header is
 //            in front): inner IPv4/IPv6 → peer (LPM trie) → adjust_room encap → outer IPv4, UDP
-//            (and VXLAN + inner Ethernet) → bpf_redirect_neigh(underlay).
-//   weft_rx  ingress of the underlay (Ethernet): UDP to our port on our IPv4 address from a peer's
-//            public address → VNI, inner MAC, anti-spoofing (and TTL for flannel-udp) →
+//            (and VXLAN + inner Ethernet; IPIP: the outer IPv4 header alone, protocol 4) →
+//            bpf_redirect_neigh(underlay).
+//   weft_rx  ingress of the underlay (Ethernet): UDP to our port (IPIP: protocol 4) on our IPv4
+//            address from a peer's public address → VNI, inner MAC, anti-spoofing (TTL for
+//            flannel-udp, ECN for IPIP) →
 //            adjust_room decap → bpf_redirect(TUN, BPF_F_INGRESS): the inner packet enters the
 //            stack as received on the TUN, as kernel vxlan's enter on flannel.1 (so strict
 //            rp_filter, `-i flannel.1` rules and conntrack see what they see with kernel vxlan).
@@ -46,9 +48,15 @@
 #define VXLAN_HLEN 8
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
+#define PROTO_IPIP 4
 #define PROTO_TCP 6
 #define PROTO_UDP 17
 #define MAX_UDP_PAYLOAD 65507
+#define MAX_IP_LEN 65535
+#define ECN_MASK 3
+#define ECN_ECT0 2
+#define ECN_CE 3
+#define IP_DF 0x40  // in the first byte of the flags/fragment offset field
 #define VXLAN_SRC_PORT_MIN 32768
 #define VXLAN_SRC_PORT_MAX 61000
 
@@ -122,6 +130,8 @@ struct ip_info {
   __u8 version;
   __u8 proto;
   __u8 ttl;
+  __u8 tos;  // IPv4 only (IPIP carries no IPv6)
+  __u8 df;   // IPv4 only: the DF bit (IP_DF) of the flags byte
   __u8 first_fragment;
   __u8 src[16];
   __u8 dst[16];
@@ -145,6 +155,8 @@ static __always_inline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avai
     ip->l4_off = ihl;
     ip->proto = h[9];
     ip->ttl = h[8];
+    ip->tos = h[1];
+    ip->df = h[6] & IP_DF;
     ip->first_fragment = ((((__u32)h[6] << 8) | h[7]) & 0x1fff) == 0;
     __builtin_memcpy(ip->src, h + 12, 4);
     __builtin_memcpy(ip->dst, h + 16, 4);
@@ -210,22 +222,29 @@ static __always_inline __u16 vxlan_src_port(struct ip_info* ip) {
   return (__u16)(VXLAN_SRC_PORT_MIN + (((__u64)h * range) >> 32));
 }
 
+// Rewrites the 16-bit word at `off + at` (even) of the IPv4 header at `off` and updates its header
+// checksum (RFC 1624 eqn. 3, as js-codec.ts checksumUpdate16).
+static __always_inline int rewrite_ip4_word(struct __sk_buff* skb, __u32 off, __u32 at,
+                                            __u32 new_word) {
+  __u8 w[2];
+  __u16 old_check;
+  if (bpf_skb_load_bytes(skb, off + at, w, 2) < 0) return -1;
+  if (bpf_skb_load_bytes(skb, off + 10, &old_check, 2) < 0) return -1;
+  __u32 old_word = ((__u32)w[0] << 8) | w[1];
+  __u32 check = bpf_ntohs(old_check);
+  __u32 sum = fold((~check & 0xffff) + (~old_word & 0xffff) + (new_word & 0xffff));
+  __u16 new_check = bpf_htons(~sum & 0xffff);
+  __u16 word = bpf_htons(new_word & 0xffff);
+  if (bpf_skb_store_bytes(skb, off + at, &word, 2, 0) < 0) return -1;
+  return bpf_skb_store_bytes(skb, off + 10, &new_check, 2, 0);
+}
+
 // Decrements the TTL / hop limit of the IP header at `off` (ttl > 1 checked by the caller).
 static __always_inline int decrement_ttl(struct __sk_buff* skb, __u32 off, struct ip_info* ip) {
   __u8 ttl = ip->ttl - 1;
   if (ip->version == 6) return bpf_skb_store_bytes(skb, off + 7, &ttl, 1, 0);
-  __u8 w[2];
-  __u16 old_check;
-  if (bpf_skb_load_bytes(skb, off + 8, w, 2) < 0) return -1;
-  if (bpf_skb_load_bytes(skb, off + 10, &old_check, 2) < 0) return -1;
-  __u32 old_word = ((__u32)w[0] << 8) | w[1];
-  __u32 new_word = old_word - 0x100;
-  // RFC 1624 eqn. 3, as js-codec.ts checksumUpdate16.
-  __u32 check = bpf_ntohs(old_check);
-  __u32 sum = fold((~check & 0xffff) + (~old_word & 0xffff) + new_word);
-  __u16 new_check = bpf_htons(~sum & 0xffff);
-  if (bpf_skb_store_bytes(skb, off + 8, &ttl, 1, 0) < 0) return -1;
-  return bpf_skb_store_bytes(skb, off + 10, &new_check, 2, 0);
+  // TTL, then the protocol: the word at 8.
+  return rewrite_ip4_word(skb, off, 8, ((__u32)ttl << 8) | ip->proto);
 }
 
 static __always_inline int same_mac(const __u8* a, const __u8* b) {
@@ -251,28 +270,41 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
   __u32 l2 = skb->ifindex == cfg->tun_ifindex ? 0 : ETH_HLEN;
   if (skb->len < l2) return TC_ACT_UNSPEC;
   int vx = cfg->format == WEFT_FORMAT_VXLAN;
+  int ipip = cfg->format == WEFT_FORMAT_IPIP;
+  int udp = !vx && !ipip;
   __u32 head = vx ? VXLAN_HLEN + ETH_HLEN : 0;
   struct ip_info ip = {};
   if (parse_ip(skb, l2, skb->len - l2, &ip) < 0) goto pass;
-  if (ip.len + head > MAX_UDP_PAYLOAD) goto pass;
+  if (ipip ? ip.version != 4 || ip.len + IP4_HLEN > MAX_IP_LEN : ip.len + head > MAX_UDP_PAYLOAD)
+    goto pass;
   struct weft_peer* p = lookup_peer(&ip, ip.dst);
   if (!p || p->pub_family != 4 || (vx && !p->has_mac)) goto pass;
-  if (!vx && ip.ttl <= 1) goto pass;
+  if (udp && ip.ttl <= 1) goto pass;
   struct weft_peer peer = *p;
   __u32 segs = skb->gso_segs ? skb->gso_segs : 1;  // adjust_room zeroes it
 
   struct outer_hdrs o = {};
-  __u32 outer_len = IP4_HLEN + UDP_HLEN + head;
+  __u32 outer_len = IP4_HLEN + (ipip ? 0 : UDP_HLEN + head);
   __u32 total = outer_len + ip.len;
-  // Outer IPv4: no options, DF clear, TTL 64, a random ID (so GSO segments and fragments of
-  // different packets do not share one), checksum computed here.
+  // Outer IPv4, no options, checksum computed here. UDP framings: DF clear, TTL 64, a random ID
+  // (so GSO segments and fragments of different packets do not share one). IPIP as the kernel's
+  // flannel.ipip (ttl inherit, tos 0, nopmtudisc; native/src/ipip.h): the inner TTL and DF, DSCP
+  // 0 with the inner ECN (CE sent as ECT(0), RFC 6040 normal mode), and the ID the kernel gives
+  // a packet without one (ip_select_ident): 0 with DF, else a random one.
   o.ip[0] = 0x45;
   o.ip[2] = total >> 8;
   o.ip[3] = total & 0xff;
-  __u16 id = bpf_get_prandom_u32();
+  __u16 id = ipip && ip.df ? 0 : bpf_get_prandom_u32();
   __builtin_memcpy(o.ip + 4, &id, 2);
   o.ip[8] = 64;
   o.ip[9] = PROTO_UDP;
+  if (ipip) {
+    __u8 ecn = ip.tos & ECN_MASK;
+    o.ip[1] = ecn == ECN_CE ? ECN_ECT0 : ecn;
+    o.ip[6] = ip.df;
+    o.ip[8] = ip.ttl;
+    o.ip[9] = PROTO_IPIP;
+  }
   __builtin_memcpy(o.ip + 12, &cfg->local_v4, 4);
   __builtin_memcpy(o.ip + 16, peer.pub, 4);
   __u32 sum = 0;
@@ -290,8 +322,10 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
   o.udp[4] = udp_len >> 8;
   o.udp[5] = udp_len & 0xff;
 
-  __u64 flags =
-      BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
+  // IPIP: no L4 flag, so a GSO packet becomes SKB_GSO_IPXIP4 and goes whole where the device
+  // takes it (veth does), as the kernel's ipip device sends it.
+  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
+                (ipip ? 0 : BPF_F_ADJ_ROOM_ENCAP_L4_UDP);
   if (vx) {
     o.vxlan[0] = 0x08;
     o.vxlan[4] = cfg->vni >> 16;
@@ -305,9 +339,10 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
   }
   // A refusal here (e.g. a GSO type adjust_room does not take) leaves the packet as it was.
   if (bpf_skb_adjust_room(skb, outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) goto pass;
-  if (bpf_skb_store_bytes(skb, l2, &o, vx ? sizeof(o) : IP4_HLEN + UDP_HLEN, 0) < 0) goto broken;
+  __u32 written = vx ? sizeof(o) : ipip ? IP4_HLEN : IP4_HLEN + UDP_HLEN;
+  if (bpf_skb_store_bytes(skb, l2, &o, written, 0) < 0) goto broken;
   // flannel-udp forwards the inner packet: one hop, as flanneld's proxy counts it.
-  if (!vx && decrement_ttl(skb, l2 + outer_len, &ip) < 0) goto broken;
+  if (udp && decrement_ttl(skb, l2 + outer_len, &ip) < 0) goto broken;
   // bpf_redirect_neigh needs a MAC header in front of the network header (it replaces it with
   // the neighbour's): on the TUN there is none, so push an empty one.
   if (l2 == 0 && bpf_skb_change_head(skb, ETH_HLEN, 0) < 0) goto broken;
@@ -332,27 +367,31 @@ int WEFT_PROG_RX(struct __sk_buff* skb) {
   if (!cfg) return TC_ACT_UNSPEC;
   __u8 h[ETH_HLEN + IP4_HLEN + UDP_HLEN];
   if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0) return TC_ACT_UNSPEC;
-  // Outer: Ethernet, IPv4 without options and not a fragment, UDP, to our address and port.
+  int vx = cfg->format == WEFT_FORMAT_VXLAN;
+  int ipip = cfg->format == WEFT_FORMAT_IPIP;
+  int udp = !vx && !ipip;
+  // Outer: Ethernet, IPv4 without options and not a fragment, to our address; UDP to our port,
+  // or (IPIP) protocol 4.
   if (h[12] != 0x08 || h[13] != 0x00) return TC_ACT_UNSPEC;
   __u8* o = h + ETH_HLEN;
-  if (o[0] != 0x45 || o[9] != PROTO_UDP) return TC_ACT_UNSPEC;
+  if (o[0] != 0x45 || o[9] != (ipip ? PROTO_IPIP : PROTO_UDP)) return TC_ACT_UNSPEC;
   if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return TC_ACT_UNSPEC;
   __u32 dst;
   __builtin_memcpy(&dst, o + 16, 4);
+  if (dst != cfg->local_v4) return TC_ACT_UNSPEC;
   __u8* u = o + IP4_HLEN;
   __u16 dport;
   __builtin_memcpy(&dport, u + 2, 2);
-  if (dst != cfg->local_v4 || dport != cfg->port) return TC_ACT_UNSPEC;
+  if (!ipip && dport != cfg->port) return TC_ACT_UNSPEC;
   __u32 outer_tot = ((__u32)o[2] << 8) | o[3];
   __u32 udp_len = ((__u32)u[4] << 8) | u[5];
-  // Exactly one datagram, nothing after it (GSO trains and padding go to the socket).
-  if (outer_tot + ETH_HLEN != skb->len || udp_len + IP4_HLEN != outer_tot) goto pass;
+  // Exactly one datagram (packet), nothing after it (GSO trains and padding go to the socket).
+  if (outer_tot + ETH_HLEN != skb->len || (!ipip && udp_len + IP4_HLEN != outer_tot)) goto pass;
   __u32 src;
   __builtin_memcpy(&src, o + 12, 4);
   if (!bpf_map_lookup_elem(&WEFT_MAP_SOURCES, &src)) goto pass;
 
-  int vx = cfg->format == WEFT_FORMAT_VXLAN;
-  __u32 off = ETH_HLEN + IP4_HLEN + UDP_HLEN;
+  __u32 off = ETH_HLEN + IP4_HLEN + (ipip ? 0 : UDP_HLEN);
   __u16 inner_type = 0;
   if (vx) {
     __u8 v[VXLAN_HLEN + ETH_HLEN];
@@ -369,15 +408,24 @@ int WEFT_PROG_RX(struct __sk_buff* skb) {
   struct ip_info ip = {};
   if (parse_ip(skb, off, skb->len - off, &ip) < 0) goto pass;
   if (vx && ip.version != (inner_type == ETH_P_IP ? 4 : 6)) goto pass;
+  if (ipip && ip.version != 4) goto pass;
   // Anti-spoofing: the inner source must be inside a subnet leased to the outer source.
   struct weft_peer* p = lookup_peer(&ip, ip.src);
   if (!p || p->pub_family != 4) goto pass;
   __u32 pub;
   __builtin_memcpy(&pub, p->pub, 4);
   if (pub != src) goto pass;
-  if (!vx && ip.ttl <= 1) goto pass;
+  if (udp && ip.ttl <= 1) goto pass;
+  // IPIP, ECN decapsulation (RFC 6040, INET_ECN_decapsulate): outer CE on a Not-ECT inner packet
+  // is dropped (by the userspace engine, counted), on an ECN-capable one marks it CE.
+  __u8 inner_ecn = ip.tos & ECN_MASK;
+  int mark_ce = ipip && (o[1] & ECN_MASK) == ECN_CE && inner_ecn != ECN_CE;
+  if (mark_ce && inner_ecn == 0) goto pass;
   // From here on the packet changes: a failure drops it, counted once as rx_error.
-  if (!vx && decrement_ttl(skb, off, &ip) < 0) goto broken;
+  if (udp && decrement_ttl(skb, off, &ip) < 0) goto broken;
+  // The first word: version and IHL, then the TOS.
+  __u32 first = ((0x40 | (ip.l4_off >> 2)) << 8) | ip.tos | ECN_CE;
+  if (mark_ce && rewrite_ip4_word(skb, off, 0, first) < 0) goto broken;
   __u32 segs = skb->gso_segs ? skb->gso_segs : 1;
   __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO |
                 (ip.version == 4 ? WEFT_ADJ_ROOM_DECAP_L3_IPV4 : WEFT_ADJ_ROOM_DECAP_L3_IPV6);

@@ -52,6 +52,7 @@
 // weft_config.format
 #define WEFT_FORMAT_UDP 0
 #define WEFT_FORMAT_VXLAN 1
+#define WEFT_FORMAT_IPIP 2
 
 // The counter slots: WEFT_C_<SLOT>, then WEFT_C_COUNT (weft_counters' entries).
 enum weft_bpf_counter {
@@ -68,7 +69,7 @@ struct weft_config {
   __u32 tun_ifindex;  // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
   __u32 underlay_ifindex;  // where encapsulated packets leave
   __u32 local_v4;          // our underlay address (network order)
-  __u16 port;              // backend port (network order)
+  __u16 port;              // backend port (network order); 0 for IPIP
   __u8 vtep_mac[6];
 };
 

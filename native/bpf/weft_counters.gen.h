@@ -11,9 +11,9 @@
   X(RX_PACKETS, "rx_packets") /* Inner packets weft_rx decapsulated into the TUN. */ \
   X(RX_BYTES, "rx_bytes") /* Their inner bytes. */ \
   X(TX_PASSED, "tx_passed") /* Packets weft_tx left to the userspace engine (TUN side). */ \
-  X(RX_PASSED, "rx_passed") /* Packets for us (our port, our address) weft_rx left to the userspace socket. */ \
+  X(RX_PASSED, "rx_passed") /* Packets for us (our port or, IPIP, our protocol; our address) weft_rx left to the userspace socket. */ \
   X(TX_ERROR, "tx_error") /* Packets weft_tx changed half way (encap written, redirect refused) and dropped. */ \
   X(BRIDGE_BYPASS, "bridge_bypass") /* GSO packets the bpf engine handed from the pods' bridge (--pod-bridge, cni0 by default) straight to the pod's port, which the bridge would have segmented in software. */ \
-  X(RX_ERROR, "rx_error") /* Packets weft_rx changed half way (flannel-udp TTL written, decap or redirect refused) and dropped. */
+  X(RX_ERROR, "rx_error") /* Packets weft_rx changed half way (flannel-udp TTL or IPIP ECN written, decap or redirect refused) and dropped. */
 
 #endif  // WEFT_NATIVE_BPF_WEFT_COUNTERS_GEN_H_

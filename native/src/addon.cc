@@ -1018,7 +1018,17 @@ Napi::Value Configure(const Napi::CallbackInfo& info) {
     throw Napi::TypeError::New(env, "bpfConfigure(id, config)");
   Napi::Object o = info[1].As<Napi::Object>();
   BpfConfig c;
-  c.vxlan = o.Get("format").ToString().Utf8Value() == "vxlan";
+  switch (dpbind::FormatOf(env, o.Get("format"))) {
+    case Format::kUdp:
+      c.format = WEFT_FORMAT_UDP;
+      break;
+    case Format::kVxlan:
+      c.format = WEFT_FORMAT_VXLAN;
+      break;
+    case Format::kIpip:
+      c.format = WEFT_FORMAT_IPIP;
+      break;
+  }
   c.vni = o.Get("vni").ToNumber().Uint32Value();
   c.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
   Napi::Value mac = o.Get("vtepMac");

@@ -220,7 +220,7 @@ BpfEngine::~BpfEngine() {
 
 int BpfEngine::Configure(const BpfConfig& cfg) {
   weft_config v{};
-  v.format = cfg.vxlan ? WEFT_FORMAT_VXLAN : WEFT_FORMAT_UDP;
+  v.format = cfg.format;
   v.vni = cfg.vni;
   v.tun_ifindex = cfg.tun_ifindex;
   v.underlay_ifindex = cfg.underlay_ifindex;

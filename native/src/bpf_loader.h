@@ -35,7 +35,7 @@ enum class BpfProgram { kTx = 0, kRx = 1 };
 enum class BpfAttachMode { kNone = 0, kTcx = 1, kClsact = 2 };
 
 struct BpfConfig {
-  bool vxlan = false;
+  uint32_t format = WEFT_FORMAT_UDP;  // WEFT_FORMAT_* (weft_abi.h)
   uint32_t vni = 0;
   uint32_t tun_ifindex = 0;
   uint32_t underlay_ifindex = 0;

@@ -187,7 +187,7 @@ export interface NativeEngine {
 // ---- bpf engine (src/dataplane/bpf-binding.ts, bpf-engine.ts; native/src/bpf_loader.h) ----
 
 export interface BpfConfig {
-  readonly format: 'udp' | 'vxlan';
+  readonly format: 'udp' | 'vxlan' | 'ipip';
   readonly vni: number;
   readonly vtepMac: Buffer;
   readonly port: number;

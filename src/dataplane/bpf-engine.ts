@@ -78,6 +78,7 @@ function probePacket(src: string, dst: string, len: number): Buffer {
   } else {
     p[0] = 0x45;
     p.writeUInt16BE(p.length, 2);
+    p[6] = 0x40; // DF, as TCP sends
     p[8] = 64;
     p[9] = 6;
     addr(s).copy(p, 12);
@@ -95,8 +96,8 @@ const PROBE_PEER_PUBLIC = '198.51.100.7';
 
 /**
  * Configures the programs for `opts` (no devices yet), runs both on small and page-sized IPv4 and
- * IPv6 packets and compares every byte with the reference codec; throws naming the first
- * difference. Leaves the peer maps empty.
+ * IPv6 packets (IPIP: IPv4, the one family it carries) and compares every byte with the
+ * reference codec; throws naming the first difference. Leaves the peer maps empty.
  */
 export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): void {
   if (process.env[PROBE_FAIL_ENV]) throw unavailable(`probe forced to fail by ${PROBE_FAIL_ENV}`);
@@ -115,13 +116,18 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
   bpf.bpfConfigure(id, bpfConfigOf(opts));
   const table = new JsPeerTable(encodePeerTable(peers));
   const ourTable = new JsPeerTable(encodePeerTable(ours));
-  const cfg = { vni: opts.vni, vtepMac: opts.vtepMac, tunMtu: 65535 };
+  const ipip = opts.format === 'ipip';
+  const base = { vni: opts.vni, vtepMac: opts.vtepMac, tunMtu: 65535 };
+  // IPIP's outer source is the sender's address: ours, and the peer's for what it sends us.
+  const cfg = { ...base, localIp: ipToBytes(local) };
+  const peerCfg = { ...base, localIp: ipToBytes(parseIP(PROBE_PEER_PUBLIC)!) };
+  const pairs = [
+    ['198.18.8.2', '198.18.7.9'],
+    ['fd77:0:0:8::2', 'fd77:0:0:7::9'],
+  ] as const;
   bpf.bpfSetPeers(id, encodePeerTable(peers));
   try {
-    for (const [src, dst] of [
-      ['198.18.8.2', '198.18.7.9'],
-      ['fd77:0:0:8::2', 'fd77:0:0:7::9'],
-    ] as const) {
+    for (const [src, dst] of ipip ? pairs.slice(0, 1) : pairs) {
       for (const len of [32, 2800]) {
         const what = `${dst} ${len} B`;
         // TX: inner packet → the reference's UDP payload behind outer IPv4 + UDP.
@@ -132,13 +138,16 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
         const ref = encap(opts.format, table, cfg, p);
         if (tx.verdict !== TC_ACT_REDIRECT || !ref.payload)
           throw unavailable(`probe: encap of ${what} returned verdict ${tx.verdict}`);
-        if (!tx.data.subarray(42).equals(ref.payload))
+        // UDP framings: the UDP payload; IPIP: the whole outer packet (its ID is 0 with DF).
+        if (!tx.data.subarray(ipip ? 14 : 42).equals(ref.payload))
           throw unavailable(`probe: encap of ${what} differs from the reference codec`);
         if (checksum(tx.data, 14, 34) !== 0)
           throw unavailable(`probe: outer IPv4 checksum of ${what} is wrong`);
         // RX: a datagram from the peer to us, as the reference would have sent it.
-        const payload = encap(opts.format, ourTable, cfg, probePacket(dst, src, len)).payload!;
-        const frame = outerIpv4Frame(PROBE_PEER_PUBLIC, opts.bindIp, opts.port, payload);
+        const payload = encap(opts.format, ourTable, peerCfg, probePacket(dst, src, len)).payload!;
+        const frame = ipip
+          ? Buffer.concat([eth, payload])
+          : outerIpv4Frame(PROBE_PEER_PUBLIC, opts.bindIp, opts.port, payload);
         const expect = decap(opts.format, table, cfg, parseIP(PROBE_PEER_PUBLIC)!, payload);
         const rx = bpf.bpfTestRun(id, 'rx', frame);
         if (
@@ -156,7 +165,6 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
 
 /** The programs' configuration for `opts`, without the devices. */
 function bpfConfigOf(opts: DataplaneOptions): BpfConfig {
-  if (opts.format === 'ipip') throw unavailable('its programs have no IPIP framing');
   return {
     format: opts.format,
     vni: opts.vni,
@@ -217,13 +225,14 @@ export function checkBpfObjectSource(objectPath: string, sourceDir = bpfSourceDi
 export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane> {
   const log = opts.log ?? logger('dataplane-bpf');
   if (!opts.underlay) throw unavailable('no underlay device given');
-  if (opts.format === 'ipip') throw unavailable('its programs have no IPIP framing');
   if (opts.bindIp6) throw unavailable('its programs have one underlay family (IPv4)');
   // The outer packets never meet netfilter here: a rule on the tunnel port would not apply.
-  const rules = bypassedFirewallRules(opts.port);
+  const ipip = opts.format === 'ipip';
+  const rules = bypassedFirewallRules(ipip ? 'ipip' : opts.port);
   if (rules.length > 0) {
+    const on = ipip ? 'IPIP (IP protocol 4)' : `UDP port ${opts.port}`;
     throw unavailable(
-      `the host firewall has ${rules.length} rule(s) on UDP port ${opts.port} that its programs would bypass (tc ingress runs before INPUT, bpf_redirect_neigh skips OUTPUT; the native engine meets them): ${rules[0]}`,
+      `the host firewall has ${rules.length} rule(s) on ${on} that its programs would bypass (tc ingress runs before INPUT, bpf_redirect_neigh skips OUTPUT; the native engine meets them): ${rules[0]}`,
     );
   }
   let bpf: NativeBpf;

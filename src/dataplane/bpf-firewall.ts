@@ -10,7 +10,9 @@
  * What is read: `nft list ruleset` (nftables and iptables-nft rules, tables of family ip and
  * inet), and `iptables-legacy-save` where the legacy backend is installed. A rule counts when it
  * matches the port as UDP (or transport) destination or source port — a number, a range or a
- * set holding it — in a chain on the input, output, prerouting or postrouting hook or in a
+ * set holding it — or, for IPIP (no port), IP protocol 4 (`-p 4`, which the tools print as
+ * `ipencap`; `ipip` in /etc/protocols is 94) — in a chain on the input, output, prerouting or
+ * postrouting hook or in a
  * regular chain (which such a chain may jump to), with a verdict other than accept (drop,
  * reject, queue, jump, goto). Rules on addresses alone (no port) are not looked at: they would
  * drop the inner traffic as well, which the TUN's own hooks still see.
@@ -20,6 +22,17 @@ import { outputOf } from '../common/command.js';
 const HOOKS = new Set(['input', 'output', 'prerouting', 'postrouting']);
 const LEGACY_CHAINS = new Set(['INPUT', 'OUTPUT', 'PREROUTING', 'POSTROUTING']);
 const BUILTIN_TARGETS = new Set(['ACCEPT', 'LOG', 'RETURN', 'MARK', 'CONNMARK', 'NOTRACK', 'CT']);
+
+/** The tunnel's outer packets: UDP to this port, or IPIP (IP protocol 4). */
+export type Tunnel = number | 'ipip';
+
+/** Whether a protocol spec (ipencap, 4, { udp, ipencap }, 4,17) names IP protocol 4. */
+function protoSpecIsIpip(spec: string): boolean {
+  return spec
+    .replace(/[{}]/g, ' ')
+    .split(/[\s,]+/)
+    .some((p) => p === 'ipencap' || p === '4');
+}
 
 /** Whether `spec` (8472, 8000-9000, { 53, 8472 }, 8000:9000, 53,8472) includes `port`. */
 export function portSpecIncludes(spec: string, port: number): boolean {
@@ -33,8 +46,8 @@ export function portSpecIncludes(spec: string, port: number): boolean {
   return false;
 }
 
-/** The rules of an `nft list ruleset` text that match `port` with a verdict other than accept. */
-export function nftRulesOnPort(ruleset: string, port: number): string[] {
+/** The rules of an `nft list ruleset` text that match `tunnel` with a verdict other than accept. */
+export function nftRulesOnPort(ruleset: string, tunnel: Tunnel): string[] {
   const found: string[] = [];
   let family = '';
   let table = '';
@@ -59,17 +72,24 @@ export function nftRulesOnPort(ruleset: string, port: number): string[] {
     if (family !== 'ip' && family !== 'inet') continue;
     if (hook !== null && !HOOKS.has(hook)) continue;
     if (!/\b(drop|reject|queue|jump|goto)\b/.test(line)) continue;
-    if (/\bicmp\b|\btcp\b/.test(line) && !/\b(udp|th)\b/.test(line)) continue;
-    const ports = [...line.matchAll(/\b(?:udp|th) [sd]port (?:!= )?(\{[^}]*\}|\S+)/g)];
-    if (ports.some((p) => !p[0].includes('!=') && portSpecIncludes(p[1]!, port))) {
+    let hit: boolean;
+    if (tunnel === 'ipip') {
+      const protos = [...line.matchAll(/\b(?:ip protocol|meta l4proto) (?:!= )?(\{[^}]*\}|\S+)/g)];
+      hit = protos.some((p) => !p[0].includes('!=') && protoSpecIsIpip(p[1]!));
+    } else {
+      if (/\bicmp\b|\btcp\b/.test(line) && !/\b(udp|th)\b/.test(line)) continue;
+      const ports = [...line.matchAll(/\b(?:udp|th) [sd]port (?:!= )?(\{[^}]*\}|\S+)/g)];
+      hit = ports.some((p) => !p[0].includes('!=') && portSpecIncludes(p[1]!, tunnel));
+    }
+    if (hit) {
       found.push(`nft ${family} ${table} ${chain}${hook ? ` (hook ${hook})` : ''}: ${line}`);
     }
   }
   return found;
 }
 
-/** The rules of an `iptables-save` text that match `port` with a target other than ACCEPT. */
-export function iptablesRulesOnPort(save: string, port: number): string[] {
+/** The rules of an `iptables-save` text that match `tunnel` with a target other than ACCEPT. */
+export function iptablesRulesOnPort(save: string, tunnel: Tunnel): string[] {
   const found: string[] = [];
   const builtin = new Set<string>();
   let table = '';
@@ -84,13 +104,19 @@ export function iptablesRulesOnPort(save: string, port: number): string[] {
     if (builtin.has(`${table}/${chain}`) && !LEGACY_CHAINS.has(chain)) continue;
     const target = /-[jg] (\S+)/.exec(m[2]!)?.[1];
     if (!target || BUILTIN_TARGETS.has(target)) continue;
+    if (tunnel === 'ipip') {
+      const proto = /(!\s+)?-p (\S+)/.exec(m[2]!);
+      if (proto && !proto[1] && protoSpecIsIpip(proto[2]!))
+        found.push(`iptables-legacy ${table}: ${line}`);
+      continue;
+    }
     if (!/-p udp\b/.test(m[2]!)) continue;
     const ports = [
       ...m[2]!.matchAll(
         /(!\s+)?--(?:dport|sport|dports|sports|destination-port|source-port) (\S+)/g,
       ),
     ];
-    if (ports.some((p) => !p[1] && portSpecIncludes(p[2]!, port))) {
+    if (ports.some((p) => !p[1] && portSpecIncludes(p[2]!, tunnel))) {
       found.push(`iptables-legacy ${table}: ${line}`);
     }
   }
@@ -98,14 +124,15 @@ export function iptablesRulesOnPort(save: string, port: number): string[] {
 }
 
 /**
- * The host's netfilter rules (this network namespace) on UDP port `port` that the bpf engine's
- * programs would bypass; [] when there are none or no firewall tool is installed.
+ * The host's netfilter rules (this network namespace) on the tunnel (UDP port `tunnel`, or IPIP)
+ * that the bpf engine's programs would bypass; [] when there are none or no firewall tool is
+ * installed.
  */
-export function bypassedFirewallRules(port: number): string[] {
+export function bypassedFirewallRules(tunnel: Tunnel): string[] {
   const found: string[] = [];
   const nft = outputOf('nft', ['list', 'ruleset']);
-  if (nft !== null) found.push(...nftRulesOnPort(nft, port));
+  if (nft !== null) found.push(...nftRulesOnPort(nft, tunnel));
   const legacy = outputOf('iptables-legacy-save', []);
-  if (legacy !== null) found.push(...iptablesRulesOnPort(legacy, port));
+  if (legacy !== null) found.push(...iptablesRulesOnPort(legacy, tunnel));
   return found;
 }

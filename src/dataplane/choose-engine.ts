@@ -24,14 +24,14 @@ export const ENGINE_REQUESTS = ['auto', 'native', 'bpf', 'js'] as const;
 export type EngineRequest = (typeof ENGINE_REQUESTS)[number];
 
 /**
- * The framings each engine serves. native: all (IPIP on raw IPPROTO_IPIP sockets). bpf: not
- * IPIP (its programs have no IPIP framing; asked for it, the native engine runs). js: not IPIP
- * (Node has no raw sockets; asked for it, refused).
+ * The framings each engine serves. native: all (IPIP on raw IPPROTO_IPIP sockets). bpf: all
+ * (its programs frame IPIP too; the native engine under it keeps the raw sockets as the slow
+ * path). js: not IPIP (Node has no raw sockets; asked for it, refused).
  */
 export const ENGINE_FORMATS: Readonly<Record<DataplaneEngine, readonly DataplaneFormat[]>> =
   Object.freeze({
     native: ['udp', 'vxlan', 'ipip'],
-    bpf: ['udp', 'vxlan'],
+    bpf: ['udp', 'vxlan', 'ipip'],
     js: ['udp', 'vxlan'],
   });
 
@@ -65,7 +65,7 @@ export function chooseEngine(
   ask: EngineAsk,
   deps: ChooseEngineDeps = { probeAddon: loadNative },
 ): DataplaneEngine {
-  // auto: the preferred engine where it serves the framing (bpf has no IPIP), else native
+  // auto: the preferred engine where it serves the framing, else native
   const preferred = ask.autoPrefers ?? 'native';
   const engine: DataplaneEngine =
     ask.requested !== 'auto'

@@ -8,7 +8,7 @@ import type { OffloadName } from './offloads.js';
 import type { PeerDelta, PeerEntry } from './peer-table.js';
 import type { DataplaneStats } from './stats.js';
 
-/** The framing: flannel-udp or VXLAN in UDP, or IPIP (raw IP protocol 4; native engine only). */
+/** The framing: flannel-udp or VXLAN in UDP, or IPIP (raw IP protocol 4; not the js engine). */
 export type DataplaneFormat = 'udp' | 'vxlan' | 'ipip';
 /** `bpf`: the native engine with the TC-BPF fast path in front (bpf-engine.ts). */
 export type DataplaneEngine = 'native' | 'js' | 'bpf';

@@ -188,7 +188,7 @@ export const BPF_COUNTER_TABLE = [
   },
   {
     name: 'rx_passed',
-    help: 'Packets for us (our port, our address) weft_rx left to the userspace socket.',
+    help: 'Packets for us (our port or, IPIP, our protocol; our address) weft_rx left to the userspace socket.',
     series: { family: BPF_PASSED, value: 'rx' },
   },
   {
@@ -203,7 +203,7 @@ export const BPF_COUNTER_TABLE = [
   },
   {
     name: 'rx_error',
-    help: 'Packets weft_rx changed half way (flannel-udp TTL written, decap or redirect refused) and dropped.',
+    help: 'Packets weft_rx changed half way (flannel-udp TTL or IPIP ECN written, decap or redirect refused) and dropped.',
     series: { family: BPF_ERROR, value: 'rx' },
   },
 ] as const satisfies readonly (CounterRow & { readonly adds?: CounterName })[];

@@ -55,14 +55,25 @@ export type Stats = {
   offloads: Record<string, boolean>;
 };
 
-export const PORT = { udp: 8285, vxlan: 8472 } as const;
+export const PORT = { udp: 8285, vxlan: 8472, ipip: 0 } as const;
 
-export function peersOf(s: Side, format: 'udp' | 'vxlan') {
+/** The framings a pair runs (IPIP: IPv4 pods only, no port). */
+export type PairFormat = keyof typeof PORT;
+
+/** Each framing's TUN and its MTU (a 1500-byte underlay less the encapsulation). */
+export const TUN = {
+  udp: { name: 'flannel0', mtu: 1472 },
+  vxlan: { name: 'flannel.1', mtu: 1450 },
+  ipip: { name: 'flannel.ipip', mtu: 1480 },
+} as const;
+
+export function peersOf(s: Side, format: PairFormat) {
   const base = {
     publicIP: s.under,
     port: PORT[format],
     ...(format === 'vxlan' ? { vtepMac: s.mac } : {}),
   };
+  if (format === 'ipip') return [{ subnet: s.subnet, ...base }];
   return [
     { subnet: s.subnet, ...base },
     { subnet: s.subnet6, ...base },
@@ -73,7 +84,7 @@ export function peersOf(s: Side, format: 'udp' | 'vxlan') {
 export function startNode(
   scope: NetnsScope,
   s: Side,
-  format: 'udp' | 'vxlan',
+  format: PairFormat,
   engine: DataplaneEngine,
   extra: Record<string, unknown> = {},
   via: readonly string[] = [],
@@ -81,11 +92,11 @@ export function startNode(
   const cfg = {
     format,
     engine,
-    tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
+    tunName: TUN[format].name,
     workers: engine === 'js' ? 1 : 2,
     bindIp: s.under,
     port: PORT[format],
-    tunMtu: format === 'udp' ? 1472 : 1450,
+    tunMtu: TUN[format].mtu,
     vni: 1,
     vtepMac: s.mac,
     tunAddr: `${s.v4}/32`,
@@ -108,7 +119,7 @@ export function startNode(
 export async function startPair(
   scope: NetnsScope,
   sides: [Side, Side],
-  format: 'udp' | 'vxlan',
+  format: PairFormat,
   engine: DataplaneEngine,
   extra: Record<string, unknown> = {},
 ): Promise<[Node, Node]> {

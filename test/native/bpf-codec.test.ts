@@ -1,9 +1,10 @@
 /**
  * The bpf engine's programs (native/bpf/weft.bpf.c) under BPF_PROG_TEST_RUN against the
  * TypeScript reference codec (src/dataplane/js-codec.ts), byte for byte, on thousands of random
- * IPv4/IPv6 packets (valid and broken), both directions, both formats:
+ * IPv4/IPv6 packets (valid and broken), both directions, all three formats:
  * - whatever the reference encapsulates to a peer on an IPv4 underlay, weft_tx encapsulates to
- *   the same UDP payload behind a valid outer IPv4 + UDP header, and redirects;
+ *   the same UDP payload behind a valid outer IPv4 + UDP header (IPIP: the same outer IPv4
+ *   packet, its ID aside), and redirects;
  * - whatever the reference decapsulates, weft_rx decapsulates to the same inner packet and
  *   redirects it (into the TUN's ingress);
  * - everything else is left untouched (TC_ACT_UNSPEC = TCX_NEXT, same bytes) for the next tc
@@ -24,18 +25,19 @@ import {
 import { PROBE_FAIL_ENV, outerIpv4Frame, probeBpf } from '../../src/dataplane/bpf-engine.js';
 import * as js from '../../src/dataplane/js-codec.js';
 import type { Format as CodecFormat } from '../../src/dataplane/js-codec.js';
-
-/** The framings the bpf programs carry (IPIP is not one). */
-type Format = Exclude<CodecFormat, 'ipip'>;
 import {
   OUR_MAC,
   cfg,
+  ipipFrame,
   outerSource,
   randomPacket,
   table,
   tableBuf,
   vxlanFrame,
 } from '../helpers/codec-corpus.js';
+
+/** The UDP framings (IPIP has its own tests below: no port, no UDP header). */
+type Format = Exclude<CodecFormat, 'ipip'>;
 import { Rng, makePacket } from '../helpers/packets.js';
 
 const root = process.getuid?.() === 0;
@@ -79,6 +81,55 @@ function ipv4Text(b: Buffer): string {
   return [...b.subarray(0, 4)].join('.');
 }
 
+/** An IPv4 packet (header unbroken) with a random ECN field, its checksum kept right. */
+function withEcn(rng: Rng, p: Buffer): Buffer {
+  if (p.length < 20 || p[0] !== 0x45 || js.checksum(p, 0, 20) !== 0) return p;
+  const q = Buffer.from(p);
+  q[1] = (q[1]! & 0xfc) | rng.int(4);
+  q.writeUInt16BE(0, 10);
+  q.writeUInt16BE(js.checksum(q, 0, 20), 10);
+  return q;
+}
+
+/** An outer IPv4 header (and what follows) with its ID and checksum zeroed. */
+function withoutId(o: Buffer): Buffer {
+  const b = Buffer.from(o);
+  b.fill(0, 4, 6);
+  b.fill(0, 10, 12);
+  return b;
+}
+
+/** Peer 192.168.1.2, which holds 10.5.1.0/24 (codec-corpus.ts). */
+const PEER2 = ipFromBytes(Buffer.from([192, 168, 1, 2]));
+
+/** A UDP packet from `src` (10.5.1.7: peer 192.168.1.2's) to 10.9.0.2 with the given ECN. */
+function ipipInner(ecn: number, src = [10, 5, 1, 7]): Buffer {
+  const p = makePacket(new Rng(160), {
+    src: Buffer.from(src),
+    dst: Buffer.from([10, 5, 1, 9]),
+    proto: 17,
+    payloadLen: 64,
+  });
+  p[1] = (p[1]! & 0xfc) | ecn;
+  p.writeUInt16BE(0, 10);
+  p.writeUInt16BE(js.checksum(p, 0, 20), 10);
+  return p;
+}
+
+/** An Ethernet frame: IPIP from `from` (default peer 192.168.1.2) to us, outer ECN `ecn`. */
+function ipipFromPeer(inner: Buffer, ecn: number, from = [192, 168, 1, 2]): Buffer {
+  const o = Buffer.alloc(20);
+  o[0] = 0x45;
+  o[1] = ecn;
+  o.writeUInt16BE(20 + inner.length, 2);
+  o[8] = 63;
+  o[9] = 4;
+  Buffer.from(from).copy(o, 12);
+  LOCAL.copy(o, 16);
+  o.writeUInt16BE(js.checksum(o, 0, 20), 10);
+  return Buffer.concat([eth(0x0800), o, inner]);
+}
+
 /** The packet-count slots (bytes left out) that changed between two counter reads. */
 function counterDelta(a: ArrayLike<number>, b: ArrayLike<number>): Record<string, number> {
   const d: Record<string, number> = {};
@@ -108,17 +159,17 @@ describe(
   { skip: !root && 'needs root (bpf(2))' },
   () => {
     const bpf = root ? loadBpfBinding() : null;
-    const ids: Partial<Record<Format, number>> = {};
+    const ids: Partial<Record<CodecFormat, number>> = {};
 
     before(() => {
-      for (const format of ['udp', 'vxlan'] as Format[]) {
+      for (const format of ['udp', 'vxlan', 'ipip'] as CodecFormat[]) {
         const id = bpf!.bpfLoad(bpfObjectPath());
         ids[format] = id;
         bpf!.bpfConfigure(id, {
           format,
           vni: cfg.vni,
           vtepMac: OUR_MAC,
-          port: PORT[format],
+          port: format === 'ipip' ? 0 : PORT[format],
           localV4: '192.168.1.100',
         });
         bpf!.bpfSetPeers(id, tableBuf);
@@ -268,8 +319,8 @@ describe(
       assert.ok(c[BPF_COUNTERS.indexOf('tx_passed')]! > 500);
     });
 
-    it('the start probe accepts the programs for both formats; the test knob fails it', () => {
-      for (const format of ['udp', 'vxlan'] as Format[]) {
+    it('the start probe accepts the programs for every format; the test knob fails it', () => {
+      for (const format of ['udp', 'vxlan', 'ipip'] as CodecFormat[]) {
         const id = bpf!.bpfLoad(bpfObjectPath());
         try {
           const opts = {
@@ -278,7 +329,7 @@ describe(
             tunName: 'unused',
             workers: 1,
             bindIp: '192.0.2.10',
-            port: PORT[format],
+            port: format === 'ipip' ? 0 : PORT[format],
             tunMtu: 1450,
             vni: 7,
             vtepMac: OUR_MAC,
@@ -293,6 +344,158 @@ describe(
           bpf!.bpfClose(id);
         }
       }
+    });
+
+    describe('IPIP (RFC 2003, as flannel.ipip and native/src/ipip.cc frame it)', () => {
+      it('encap matches on 4000 random packets (outer TTL and DF inherited, ID 0 with DF)', () => {
+        const id = ids.ipip!;
+        const rng = new Rng(151);
+        let handled = 0;
+        let passed = 0;
+        const before = bpf!.bpfCounters(id);
+        for (let i = 0; i < 4000; i++) {
+          const p = withEcn(rng, randomPacket(rng, BIG_MAX));
+          if (tooShortForTestRun(p)) continue;
+          const frame = Buffer.concat([eth(etherTypeOf(p)), p]);
+          const r = bpf!.bpfTestRun(id, 'tx', frame);
+          const ref = js.encap('ipip', table, cfg, p);
+          const want = ref.drop === 'none' && !hasTrailer(p);
+          const what = `packet ${i} ${p.toString('hex')}`;
+          if (!want) {
+            assert.equal(r.verdict, TC_ACT_UNSPEC, `${what}: left to the next program`);
+            assert.ok(r.data.equals(frame), `${what}: untouched`);
+            passed++;
+            continue;
+          }
+          handled++;
+          assert.equal(r.verdict, TC_ACT_REDIRECT, what);
+          const o = r.data.subarray(14);
+          const df = (p[6]! & 0x40) !== 0;
+          // The one field the reference leaves to the kernel: 0 with DF, else any.
+          if (df) assert.equal(o.readUInt16BE(4), 0, `${what}: ID 0 with DF`);
+          assert.equal(js.checksum(o, 0, 20), 0, `${what}: outer IPv4 checksum`);
+          assert.ok(withoutId(o).equals(withoutId(ref.payload!)), `${what}: outer packet`);
+        }
+        assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+        assert.deepEqual(counterDelta(before, bpf!.bpfCounters(id)), {
+          tx_packets: handled,
+          tx_passed: passed,
+        });
+      });
+
+      it('decap matches on 4000 random packets', () => {
+        const id = ids.ipip!;
+        const rng = new Rng(152);
+        let handled = 0;
+        let passed = 0;
+        for (let i = 0; i < 4000; i++) {
+          const p = withEcn(rng, randomPacket(rng, BIG_MAX));
+          const d = ipipFrame(rng, p);
+          // BPF_PROG_TEST_RUN refuses frames shorter than an IP header.
+          if (d.length < 20) continue;
+          const src = outerSource(rng, p).subarray(0, 4);
+          src.copy(d, 12);
+          const frame = Buffer.concat([eth(0x0800), d]);
+          const r = bpf!.bpfTestRun(id, 'rx', frame);
+          const ref = js.decap('ipip', table, rxCfg, ipFromBytes(src), d);
+          // The programs take one exact packet with a plain outer header; the rest goes on to
+          // the raw socket, as everything the reference drops.
+          const exact = d[0] === 0x45 && d.readUInt16BE(2) === d.length && d[9] === 4;
+          const want = ref.drop === 'none' && exact && !hasTrailer(d.subarray(20));
+          const what = `packet ${i} ${d.toString('hex')}`;
+          assert.equal(r.verdict, want ? TC_ACT_REDIRECT : TC_ACT_UNSPEC, what);
+          if (!want) {
+            assert.ok(r.data.equals(frame), `${what}: untouched`);
+            passed++;
+            continue;
+          }
+          handled++;
+          assert.ok(r.data.subarray(14).equals(ref.tun!.subarray(10)), `${what}: inner packet`);
+        }
+        assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+      });
+
+      it('encap copies the inner ECN into the outer header, CE sent as ECT(0) (RFC 6040)', () => {
+        const sent = [0, 1, 2, 3].map((ecn) => {
+          const r = bpf!.bpfTestRun(ids.ipip!, 'tx', Buffer.concat([eth(0x0800), ipipInner(ecn)]));
+          assert.equal(r.verdict, TC_ACT_REDIRECT);
+          assert.equal(r.data[15]! & 0xfc, 0, 'DSCP 0');
+          return r.data[15]! & 3;
+        });
+        assert.deepEqual(sent, [0, 1, 2, 2]);
+      });
+
+      it('decap marks an ECN-capable inner packet CE when the outer one is CE', () => {
+        const got = [1, 2, 3].map((ecn) => {
+          const r = bpf!.bpfTestRun(ids.ipip!, 'rx', ipipFromPeer(ipipInner(ecn), 3));
+          assert.equal(r.verdict, TC_ACT_REDIRECT);
+          assert.equal(js.checksum(r.data, 14, 34), 0, 'inner header checksum updated');
+          return r.data[15]! & 3;
+        });
+        assert.deepEqual(got, [3, 3, 3]);
+      });
+
+      it('decap leaves the inner ECN as it is when the outer one is not CE', () => {
+        for (const outer of [0, 1, 2])
+          for (const ecn of [0, 1, 2, 3]) {
+            const r = bpf!.bpfTestRun(ids.ipip!, 'rx', ipipFromPeer(ipipInner(ecn), outer));
+            assert.equal(r.verdict, TC_ACT_REDIRECT);
+            assert.ok(r.data.subarray(14).equals(ipipInner(ecn)), `outer ${outer}, inner ${ecn}`);
+          }
+      });
+
+      it('outer CE on a Not-ECT inner packet goes to the userspace engine, which drops it', () => {
+        const f = ipipFromPeer(ipipInner(0), 3);
+        const r = bpf!.bpfTestRun(ids.ipip!, 'rx', f);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
+        assert.deepEqual(r.data, f);
+        assert.equal(js.decap('ipip', table, rxCfg, PEER2, f.subarray(14)).drop, 'malformed');
+      });
+
+      it('an inner source outside the sending peer subnet goes to userspace (spoofed_source)', () => {
+        // From 192.168.1.2 (10.5.1.0/24), claiming 10.5.2.9 (192.168.1.3's).
+        const f = ipipFromPeer(ipipInner(0, [10, 5, 2, 9]), 0);
+        const r = bpf!.bpfTestRun(ids.ipip!, 'rx', f);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
+        assert.deepEqual(r.data, f);
+        assert.equal(js.decap('ipip', table, rxCfg, PEER2, f.subarray(14)).drop, 'spoofed_source');
+      });
+
+      it('a sender holding no lease goes to userspace (unknown_source)', () => {
+        const f = ipipFromPeer(ipipInner(0), 0, [203, 0, 113, 9]);
+        const r = bpf!.bpfTestRun(ids.ipip!, 'rx', f);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
+        assert.deepEqual(r.data, f);
+        const stranger = ipFromBytes(Buffer.from([203, 0, 113, 9]));
+        assert.equal(
+          js.decap('ipip', table, rxCfg, stranger, f.subarray(14)).drop,
+          'unknown_source',
+        );
+      });
+
+      it('an IPv6 packet is not encapsulated (IPIP carries IPv4; userspace answers it)', () => {
+        const p = makePacket(new Rng(153), {
+          src: Buffer.from('fc000000000000010000000000000002', 'hex'),
+          dst: Buffer.from('fc000000000000020000000000000009', 'hex'),
+          proto: 17,
+        });
+        const frame = Buffer.concat([eth(0x86dd), p]);
+        const r = bpf!.bpfTestRun(ids.ipip!, 'tx', frame);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
+        assert.deepEqual(r.data, frame);
+        assert.equal(js.encap('ipip', table, cfg, p).drop, 'no_route');
+      });
+
+      it('packets of other protocols to our address are not looked at, nor counted', () => {
+        const id = ids.ipip!;
+        const f = ipipFromPeer(ipipInner(0), 0);
+        f[14 + 9] = 41; // IPv6 in IPv4 (sit)
+        const before = bpf!.bpfCounters(id)[BPF_COUNTERS.indexOf('rx_passed')]!;
+        const r = bpf!.bpfTestRun(id, 'rx', f);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
+        assert.deepEqual(r.data, f);
+        assert.equal(bpf!.bpfCounters(id)[BPF_COUNTERS.indexOf('rx_passed')], before);
+      });
     });
 
     it('close releases every program and map this process held', () => {

@@ -1,11 +1,12 @@
 /**
  * The bpf engine behind real `weft daemon`s (embedded store), in namespaces built by
- * src/testbed/cluster.ts, for both userspace backends started with --dataplane-engine=bpf:
+ * src/testbed/cluster.ts, for the userspace backends started with --dataplane-engine=bpf, and
+ * for ipip with "Dataplane": "auto" on a kernel without the ipip module (auto: bpf):
  *
  *            underlay br0 (L2)                 10.250.0.0/24
  *     ┌──────────┴──────────┐
  *   node 0               node 1               eth0 ingress: weft_rx
- *   flannel0 / flannel.1 TUN (egress: weft_tx), cni0 10.5.X.1/24
+ *   flannel0 / flannel.1 / flannel.ipip TUN (egress: weft_tx), cni0 10.5.X.1/24
  *   pod 0.0              pod 1.0
  *
  * Pods ping both ways and iperf3 TCP crosses; /metrics says the bpf engine runs and that the
@@ -18,6 +19,7 @@ import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 import { iperf } from '../../src/testbed/probes.js';
 import { TCP_FIXED, assertCounted, delivered } from '../helpers/carried.js';
 import { sample, scrape } from '../helpers/scrape.js';
+import { ipipMissing } from '../helpers/ipip.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
 const HEALTH_PORT = '9094';
@@ -25,21 +27,39 @@ const HEALTH_PORT = '9094';
 const metrics = (ns: string) => scrape(ns, HEALTH_PORT);
 const value = sample;
 
-for (const backend of [{ Type: 'udp' }, { Type: 'vxlan', Dataplane: 'userspace' }]) {
-  describe(`${backend.Type} backend with --dataplane-engine=bpf`, { skip }, () => {
+const bpfFlag = ['--dataplane-engine', 'bpf'];
+const withModule =
+  isRoot() && ipipMissing() === null
+    ? 'this kernel has the ipip module: "auto" runs the kernel device, not an engine'
+    : false;
+const cases = [
+  { name: 'udp backend with --dataplane-engine=bpf', backend: { Type: 'udp' }, flags: bpfFlag },
+  {
+    name: 'vxlan backend (userspace) with --dataplane-engine=bpf',
+    backend: { Type: 'vxlan', Dataplane: 'userspace' },
+    flags: bpfFlag,
+  },
+  {
+    name: 'ipip backend (userspace) with --dataplane-engine=bpf',
+    backend: { Type: 'ipip', Dataplane: 'userspace' },
+    flags: bpfFlag,
+  },
+  {
+    name: 'ipip backend, Dataplane "auto", no ipip module: the bpf engine',
+    backend: { Type: 'ipip', Dataplane: 'auto' },
+    flags: [],
+    skip: withModule,
+  },
+];
+
+for (const { name, backend, flags, skip: why = false } of cases) {
+  describe(name, { skip: skip || why }, () => {
     let c: Cluster;
     before(async () => {
       c = await Cluster.create({
         nodes: 2,
         backend,
-        flags: [
-          '--dataplane-engine',
-          'bpf',
-          '--healthz-port',
-          HEALTH_PORT,
-          '--healthz-ip',
-          '127.0.0.1',
-        ],
+        flags: [...flags, '--healthz-port', HEALTH_PORT, '--healthz-ip', '127.0.0.1'],
       });
     });
     after(async () => {

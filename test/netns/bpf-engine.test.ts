@@ -1,33 +1,42 @@
 /**
  * The bpf engine between two node namespaces (test/helpers/dataplane-node.ts on each side), and
- * against the native engine and a kernel vxlan device:
+ * against the native engine and a kernel vxlan (ipip) device, in each framing (vxlan, udp, ipip;
+ * ipip carries IPv4 pods only):
  *
  *   ns A                                        ns B
  *   tun 10.7.1.0/32 fd07:0:0:1::/128            tun 10.7.2.0/32 fd07:0:0:2::/128
- *   (weft_tx on its egress)                     (or a kernel vxlan device "vx")
+ *   (weft_tx on its egress)                     (or a kernel vxlan device "vx", ipip "flannel.ipip")
  *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
  *   (weft_rx on its ingress)
  *
  * The programs only ever attach to devices inside these namespaces.
  */
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { PROBE_FAIL_ENV } from '../../src/dataplane/bpf-engine.js';
 import {
   type Node,
+  type PairFormat,
   type Side,
+  TUN,
   addKernelVxlan,
   peersOf,
   startNode,
   stopPair,
   twoNodes,
 } from '../helpers/dataplane-pair.js';
+import { PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync } from '../../src/testbed/netns.js';
+import { ipipMissing } from '../helpers/ipip.js';
 import { iperf as probeIperf } from '../../src/testbed/probes.js';
 import { TCP_FIXED, delivered } from '../helpers/carried.js';
 import { attachedIn, leftovers } from '../helpers/bpf.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
+const noIpip = isRoot() ? ipipMissing() : null;
+const ipipSkip =
+  noIpip === null ? false : `kernel has no ipip module (ip link add type ipip: ${noIpip})`;
 
 type Stats = {
   engine: string;
@@ -49,15 +58,31 @@ async function iperf(scope: NetnsScope, from: Side, to: Side, udp: boolean): Pro
   return delivered((await probeIperf(scope, to.ns, to.v4, from.ns, args)).json);
 }
 
-async function pingBoth(a: Side, b: Side): Promise<void> {
+/** Pings both ways, IPv4 and (but over IPIP, which carries IPv4 alone) IPv6. */
+async function pingBoth(a: Side, b: Side, v6 = true): Promise<void> {
   await nsExecAsync(a.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', b.v4]);
   await nsExecAsync(b.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', a.v4]);
+  if (!v6) return;
   await nsExecAsync(a.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', b.v6]);
   await nsExecAsync(b.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', a.v6]);
 }
 
 /** A's TUN in these tests (test/helpers/dataplane-pair.ts). */
-const tunOf = (format: 'udp' | 'vxlan') => (format === 'udp' ? 'flannel0' : 'flannel.1');
+const tunOf = (format: PairFormat) => TUN[format].name;
+
+/** A device's transmit counters in `ns` (/sys/class/net/<dev>/statistics). */
+function txOf(ns: string, dev: string): { packets: number; bytes: number } {
+  const read = (what: string) =>
+    Number(nsExec(ns, 'cat', [`/sys/class/net/${dev}/statistics/tx_${what}`]).trim());
+  return { packets: read('packets'), bytes: read('bytes') };
+}
+
+/** Sends raw IPIP packets from `ns` (test/helpers/ipip-send.py); returns how many went. */
+async function sendIpip(ns: string, args: Record<string, unknown>): Promise<number> {
+  const send = join(PACKAGE_ROOT, 'test/helpers/ipip-send.py');
+  const out = await nsExecAsync(ns, 'python3', [send, JSON.stringify(args)], 60_000);
+  return (JSON.parse(out) as { sent: number }).sent;
+}
 
 describe('bpf engine between two namespaces', { skip }, () => {
   const scope = new NetnsScope();
@@ -70,7 +95,7 @@ describe('bpf engine between two namespaces', { skip }, () => {
 
   async function start(
     side: Side,
-    format: 'udp' | 'vxlan',
+    format: PairFormat,
     engine: 'bpf' | 'native',
     extra: Record<string, unknown> = {},
   ): Promise<Node> {
@@ -82,7 +107,7 @@ describe('bpf engine between two namespaces', { skip }, () => {
   }
 
   async function pair(
-    format: 'udp' | 'vxlan',
+    format: PairFormat,
     engines: ['bpf' | 'native', 'bpf' | 'native'],
   ): Promise<[Node, Node]> {
     const nodes: [Node, Node] = [
@@ -94,18 +119,19 @@ describe('bpf engine between two namespaces', { skip }, () => {
     return nodes;
   }
 
-  for (const format of ['vxlan', 'udp'] as const) {
+  for (const format of ['vxlan', 'udp', 'ipip'] as const) {
     for (const engines of [
       ['bpf', 'bpf'],
       ['bpf', 'native'],
     ] as const) {
-      test(`${format}: ${engines[0]} ⇄ ${engines[1]}: ping v4/v6 both ways, iperf3 TCP and UDP`, async () => {
+      const families = format === 'ipip' ? 'v4' : 'v4/v6';
+      test(`${format}: ${engines[0]} ⇄ ${engines[1]}: ping ${families} both ways, iperf3 TCP and UDP`, async () => {
         const nodes = await pair(format, [...engines]);
         const ids = attachedIn(A.ns, 'va', tunOf(format));
         try {
           assert.equal(ids.length, 2, `tx and rx attached in A: ${ids.join(', ')}`);
           assert.equal((await nodes[0].ready).engine, 'bpf');
-          await pingBoth(A, B);
+          await pingBoth(A, B, format !== 'ipip');
           const sent = (await iperf(scope, A, B, false)) + (await iperf(scope, A, B, true));
           const back = await iperf(scope, B, A, false);
           // The programs sent it, not the userspace engine behind them.
@@ -155,6 +181,98 @@ describe('bpf engine between two namespaces', { skip }, () => {
       }
     } finally {
       ip(B.ns, 'link', 'del', 'vx');
+    }
+  });
+
+  test(
+    'ipip: bpf ⇄ a hand-made kernel ipip device (flannel.ipip as flannel makes it), both ways',
+    {
+      skip: ipipSkip,
+    },
+    async () => {
+      // B: flannel's device (local = the interface address, ttl inherit, nopmtudisc) and route.
+      try {
+        ip(
+          B.ns,
+          'link',
+          'add',
+          'flannel.ipip',
+          'type',
+          'ipip',
+          'local',
+          B.under,
+          'ttl',
+          'inherit',
+          'nopmtudisc',
+        );
+        ip(B.ns, 'link', 'set', 'flannel.ipip', 'mtu', '1480', 'up');
+        ip(B.ns, 'addr', 'add', `${B.v4}/32`, 'dev', 'flannel.ipip');
+        ip(B.ns, 'route', 'add', A.subnet, 'via', A.under, 'dev', 'flannel.ipip', 'onlink');
+        const a = await start(A, 'ipip', 'bpf');
+        try {
+          await a.send({ cmd: 'peers', peers: peersOf(B, 'ipip') });
+          await pingBoth(A, B, false);
+          const sent = await iperf(scope, A, B, false);
+          const back = await iperf(scope, B, A, false);
+          const s = await stats(a);
+          assert.ok(s.bpf!.tx_bytes! >= sent && s.bpf!.rx_bytes! >= back, JSON.stringify(s.bpf));
+        } finally {
+          const exited = new Promise((r) => a.proc.once('exit', r));
+          await a.send({ cmd: 'close' });
+          await exited;
+        }
+      } finally {
+        ip(B.ns, 'link', 'del', 'flannel.ipip');
+      }
+    },
+  );
+
+  test('ipip: TCP super-packets cross the underlay whole (SKB_GSO_IPXIP4), decapsulated whole', async () => {
+    const nodes = await pair('ipip', ['bpf', 'bpf']);
+    try {
+      await pingBoth(A, B, false);
+      const before = txOf(A.ns, 'va');
+      const sent = await iperf(scope, A, B, false);
+      const after = txOf(A.ns, 'va');
+      // Segmented, no frame on the veth would be over the 1500-byte underlay MTU.
+      const perPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
+      assert.ok(sent > 0 && perPacket > 1500, `${perPacket} bytes per veth packet`);
+      const s = await stats(nodes[1]);
+      assert.ok(s.bpf!.rx_bytes! >= sent, JSON.stringify(s.bpf));
+    } finally {
+      await stopPair(nodes);
+    }
+  });
+
+  test('ipip: spoofed inner sources and strangers go on to the raw socket, dropped and counted', async () => {
+    const nodes = await pair('ipip', ['bpf', 'bpf']);
+    try {
+      await pingBoth(A, B, false);
+      const before = await stats(nodes[1]);
+      const spoof = { mode: 'spoof', target: B.under, count: 100, innerDst: B.v4 };
+      // From A's address, an inner source outside A's subnet; from a stranger, one inside it.
+      const sent =
+        (await sendIpip(A.ns, { ...spoof, outerSrc: A.under, innerSrc: '10.7.9.9' })) +
+        (await sendIpip(A.ns, { ...spoof, outerSrc: '192.168.77.99', innerSrc: '10.7.1.9' }));
+      assert.equal(sent, 200);
+      // The raw socket's reader counts them as it gets to them: wait for all 200.
+      let after = before;
+      await waitFor(
+        async () => {
+          after = await stats(nodes[1]);
+          const dropped = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
+          return dropped('spoofed_source') + dropped('unknown_source') >= 200;
+        },
+        15_000,
+        'the 200 drops counted',
+      ).catch(() => undefined); // the assertions below name what was counted
+      const d = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
+      assert.equal(d('spoofed_source'), 100, JSON.stringify(after.total.drops));
+      assert.equal(d('unknown_source'), 100, JSON.stringify(after.total.drops));
+      assert.equal(after.bpf!.rx_passed! - before.bpf!.rx_passed!, 200, 'all left to userspace');
+      assert.equal(after.bpf!.rx_packets, before.bpf!.rx_packets, 'none decapsulated');
+    } finally {
+      await stopPair(nodes);
     }
   });
 

@@ -1,6 +1,7 @@
 /**
  * The bpf engine on hosts set up as real ones are (issue 27), between two node namespaces
- * (test/helpers/dataplane-pair.ts), each case on bpf ⇄ bpf:
+ * (test/helpers/dataplane-pair.ts), each case on bpf ⇄ bpf (vxlan; the IPIP framing too where
+ * noted):
  *
  *   ns A                                        ns B
  *   tun 10.7.1.0/32 (weft_tx on its egress,     tun 10.7.2.0/32
@@ -8,13 +9,15 @@
  *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
  *   (weft_rx on its ingress)                    (tcx-count before/after weft's, iptables rules)
  *
- * - strict rp_filter on both: ping and TCP both ways, TcpExtIPReversePathFilter unchanged, and a
- *   `-i <tun>` rule counts the decapsulated packets (they enter as received on the TUN);
- * - a counting tcx program after weft's on the underlay ingress, the TUN egress and the pods'
- *   bridge (cni0 egress, with a pod namespace behind it) sees the packets weft leaves alone; one
- *   before weft's sees the tunnel traffic and weft still carries it;
- * - an INPUT rule dropping a peer's tunnel packets: the engine refuses and the native engine
- *   runs, which the rule stops.
+ * - strict rp_filter on both (vxlan, udp, ipip): ping and TCP both ways,
+ *   TcpExtIPReversePathFilter unchanged, and a `-i <tun>` rule counts the decapsulated packets
+ *   (they enter as received on the TUN);
+ * - a counting tcx program after weft's on the underlay ingress, the TUN egress (vxlan, ipip)
+ *   and the pods' bridge (cni0 egress, with a pod namespace behind it) sees the packets weft
+ *   leaves alone; one before weft's sees the tunnel traffic and weft still carries it (vxlan,
+ *   ipip);
+ * - an INPUT rule dropping a peer's tunnel packets (the UDP port; IPIP: protocol 4): the engine
+ *   refuses and the native engine runs, which the rule stops.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -25,8 +28,10 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import {
   type Node,
+  type PairFormat,
   type Side,
   PORT,
+  TUN,
   peersOf,
   startNode,
   stopPair,
@@ -42,7 +47,7 @@ const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
 
 type Stats = { engine: string; bpf?: Record<string, number> };
 const stats = async (n: Node) => (await n.send({ cmd: 'stats' })).stats as Stats;
-const tunOf = (format: 'udp' | 'vxlan') => (format === 'udp' ? 'flannel0' : 'flannel.1');
+const tunOf = (format: PairFormat) => TUN[format].name;
 
 /** nstat's absolute value of `counter` in `ns` (history untouched). */
 function nstat(ns: string, counter: string): number {
@@ -124,7 +129,7 @@ describe('bpf engine on hardened hosts', { skip }, () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  async function pair(format: 'udp' | 'vxlan'): Promise<[Node, Node]> {
+  async function pair(format: PairFormat): Promise<[Node, Node]> {
     const nodes: [Node, Node] = [
       startNode(scope, A, format, 'bpf', { underlay: 'va', podBridge: 'cni0' }),
       startNode(scope, B, format, 'bpf', { underlay: 'vb', podBridge: 'cni0' }),
@@ -138,7 +143,7 @@ describe('bpf engine on hardened hosts', { skip }, () => {
   const tcp = async (from: Side, to: Side) =>
     delivered((await iperf(scope, to.ns, to.v4, from.ns, ['-B', from.v4, ...TCP_FIXED])).json);
 
-  for (const format of ['vxlan', 'udp'] as const) {
+  for (const format of ['vxlan', 'udp', 'ipip'] as const) {
     test(`${format}: strict rp_filter on both nodes: ping and TCP both ways, no RPF drop, -i ${tunOf(format)} matches`, async () => {
       for (const [s, dev] of [
         [A, 'va'],
@@ -190,29 +195,31 @@ describe('bpf engine on hardened hosts', { skip }, () => {
     });
   }
 
-  test("a tcx program after weft's (underlay ingress, TUN egress) sees what weft leaves alone", async () => {
-    const nodes = await pair('vxlan');
-    const counters: Counter[] = [];
-    try {
-      const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'last');
-      const tx = new Counter(scope, counterBin, A.ns, 'flannel.1', 'egress', 'last');
-      counters.push(rx, tx);
-      await Promise.all(counters.map((c) => c.ready));
-      // Not tunnel traffic: the underlay's own pings reach A's underlay ingress.
-      await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.under]);
-      assert.ok((await rx.count()) >= 3, 'the program after weft_rx ran');
-      // Into the cluster route but to no peer: weft_tx leaves it to the TUN.
-      await assert.rejects(
-        nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', '10.7.9.9']),
-      );
-      assert.ok((await tx.count()) >= 3, 'the program after weft_tx ran');
-      // And weft still carries the tunnel traffic.
-      await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
-    } finally {
-      for (const c of counters) await c.stop();
-      await stopPair(nodes);
-    }
-  });
+  for (const format of ['vxlan', 'ipip'] as const) {
+    test(`${format}: a tcx program after weft's (underlay ingress, TUN egress) sees what weft leaves alone`, async () => {
+      const nodes = await pair(format);
+      const counters: Counter[] = [];
+      try {
+        const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'last');
+        const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'last');
+        counters.push(rx, tx);
+        await Promise.all(counters.map((c) => c.ready));
+        // Not tunnel traffic: the underlay's own pings reach A's underlay ingress.
+        await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.under]);
+        assert.ok((await rx.count()) >= 3, 'the program after weft_rx ran');
+        // Into the cluster route but to no peer: weft_tx leaves it to the TUN.
+        await assert.rejects(
+          nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', '10.7.9.9']),
+        );
+        assert.ok((await tx.count()) >= 3, 'the program after weft_tx ran');
+        // And weft still carries the tunnel traffic.
+        await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+      } finally {
+        for (const c of counters) await c.stop();
+        await stopPair(nodes);
+      }
+    });
+  }
 
   test("a tcx program after weft_bridge on the pods' bridge (cni0 egress) sees what it leaves alone", async () => {
     // ns A: cni0 10.7.1.1/24 ─ veth ─ pod namespace P (eth0 10.7.1.2/24)
@@ -244,58 +251,53 @@ describe('bpf engine on hardened hosts', { skip }, () => {
     }
   });
 
-  test("a tcx program before weft's sees the tunnel traffic, and weft still carries it", async () => {
-    const nodes = await pair('vxlan');
-    const counters: Counter[] = [];
-    try {
-      const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'first');
-      const tx = new Counter(scope, counterBin, A.ns, 'flannel.1', 'egress', 'first');
-      counters.push(rx, tx);
-      await Promise.all(counters.map((c) => c.ready));
-      const before = await stats(nodes[0]);
-      await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
-      assert.ok((await tcp(A, B)) > 0);
-      const after = await stats(nodes[0]);
-      assert.ok(after.bpf!.tx_packets! - before.bpf!.tx_packets! >= 3, 'weft_tx encapsulated');
-      assert.ok(after.bpf!.rx_packets! - before.bpf!.rx_packets! >= 3, 'weft_rx decapsulated');
-      assert.ok((await tx.count()) >= 3, 'the program before weft_tx saw the inner packets');
-      assert.ok((await rx.count()) >= 3, 'the program before weft_rx saw the outer packets');
-    } finally {
-      for (const c of counters) await c.stop();
-      await stopPair(nodes);
-    }
-  });
+  for (const format of ['vxlan', 'ipip'] as const) {
+    test(`${format}: a tcx program before weft's sees the tunnel traffic, and weft still carries it`, async () => {
+      const nodes = await pair(format);
+      const counters: Counter[] = [];
+      try {
+        const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'first');
+        const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'first');
+        counters.push(rx, tx);
+        await Promise.all(counters.map((c) => c.ready));
+        const before = await stats(nodes[0]);
+        await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+        assert.ok((await tcp(A, B)) > 0);
+        const after = await stats(nodes[0]);
+        assert.ok(after.bpf!.tx_packets! - before.bpf!.tx_packets! >= 3, 'weft_tx encapsulated');
+        assert.ok(after.bpf!.rx_packets! - before.bpf!.rx_packets! >= 3, 'weft_rx decapsulated');
+        assert.ok((await tx.count()) >= 3, 'the program before weft_tx saw the inner packets');
+        assert.ok((await rx.count()) >= 3, 'the program before weft_rx saw the outer packets');
+      } finally {
+        for (const c of counters) await c.stop();
+        await stopPair(nodes);
+      }
+    });
+  }
 
-  test('an INPUT rule dropping a peer on the tunnel port: bpf refuses, native runs and the rule applies', async () => {
-    nsExec(B.ns, 'iptables', [
-      '-w',
-      '-I',
-      'INPUT',
-      '-s',
-      A.under,
-      '-p',
-      'udp',
-      '--dport',
-      String(PORT.vxlan),
-      '-j',
-      'DROP',
-    ]);
-    let nodes: [Node, Node] | null = null;
-    try {
-      nodes = [
-        startNode(scope, A, 'vxlan', 'bpf', { underlay: 'va' }),
-        startNode(scope, B, 'vxlan', 'bpf', { underlay: 'vb' }),
-      ];
-      assert.equal((await nodes[0].ready).engine, 'bpf');
-      assert.equal((await nodes[1].ready).engine, 'native', 'B refused the bpf engine');
-      await nodes[0].send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
-      await nodes[1].send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
-      // A's tunnel packets meet B's INPUT rule: the quarantine holds.
-      await assert.rejects(nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]));
-      assert.ok(ruleHits(B.ns, 'INPUT') >= 3, 'the DROP rule matched');
-    } finally {
-      if (nodes) await stopPair(nodes);
-      nsExec(B.ns, 'iptables', ['-w', '-F', 'INPUT']);
-    }
-  });
+  for (const format of ['vxlan', 'ipip'] as const) {
+    // The tunnel as a rule names it: the UDP port, or IPIP's protocol (4).
+    const tunnelMatch =
+      format === 'ipip' ? ['-p', '4'] : ['-p', 'udp', '--dport', String(PORT[format])];
+    test(`${format}: an INPUT rule dropping a peer's tunnel packets: bpf refuses, native runs and the rule applies`, async () => {
+      nsExec(B.ns, 'iptables', ['-w', '-I', 'INPUT', '-s', A.under, ...tunnelMatch, '-j', 'DROP']);
+      let nodes: [Node, Node] | null = null;
+      try {
+        nodes = [
+          startNode(scope, A, format, 'bpf', { underlay: 'va' }),
+          startNode(scope, B, format, 'bpf', { underlay: 'vb' }),
+        ];
+        assert.equal((await nodes[0].ready).engine, 'bpf');
+        assert.equal((await nodes[1].ready).engine, 'native', 'B refused the bpf engine');
+        await nodes[0].send({ cmd: 'peers', peers: peersOf(B, format) });
+        await nodes[1].send({ cmd: 'peers', peers: peersOf(A, format) });
+        // A's tunnel packets meet B's INPUT rule: the quarantine holds.
+        await assert.rejects(nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]));
+        assert.ok(ruleHits(B.ns, 'INPUT') >= 3, 'the DROP rule matched');
+      } finally {
+        if (nodes) await stopPair(nodes);
+        nsExec(B.ns, 'iptables', ['-w', '-F', 'INPUT']);
+      }
+    });
+  }
 });

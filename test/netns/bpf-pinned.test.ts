@@ -1,6 +1,6 @@
 /**
  * The bpf engine's pinned tcx links (src/dataplane/bpf-pins.ts) behind real `weft daemon`s with
- * --dataplane-engine=bpf, on 2-node clusters (src/testbed/cluster.ts, embedded store) whose
+ * --dataplane-engine=bpf (udp, vxlan and ipip userspace), on 2-node clusters (src/testbed/cluster.ts, embedded store) whose
  * daemons see a bpffs of their own (src/testbed/bpffs.ts: a private mount namespace; the host's
  * mount table and /sys/fs/bpf never see it, and it goes with the cluster):
  *
@@ -77,6 +77,7 @@ const FLAGS = ['--dataplane-engine=bpf', `--healthz-port=${HEALTH_PORT}`, '--hea
 const BACKENDS: ReadonlyArray<[string, Record<string, unknown>, string]> = [
   ['udp', { Type: 'udp' }, 'flannel0'],
   ['vxlan userspace', { Type: 'vxlan', Dataplane: 'userspace' }, 'flannel.1'],
+  ['ipip userspace', { Type: 'ipip', Dataplane: 'userspace' }, 'flannel.ipip'],
 ];
 
 for (const [name, backend, dev] of BACKENDS) {

@@ -1,8 +1,10 @@
 /**
- * The ipip backend with the userspace dataplane, end to end: real `weft daemon`s (embedded
- * store) in namespaces built by src/testbed/cluster.ts, net-conf `"Backend": {"Type": "ipip",
- * "Dataplane": "auto"}` (here the kernel has no ipip module, so auto picks userspace; where it
- * has one, the suite asks for "userspace" itself and says so in its name):
+ * The ipip backend with the userspace dataplane on the native engine (raw sockets), end to end:
+ * real `weft daemon`s (embedded store) in namespaces built by src/testbed/cluster.ts, net-conf
+ * `"Backend": {"Type": "ipip", "Dataplane": "auto"}` (here the kernel has no ipip module, so auto
+ * picks userspace; where it has one, the suite asks for "userspace" itself and says so in its
+ * name) and --dataplane-engine=native (auto would run the bpf engine: bpf-daemon.test.ts, and
+ * bpf-engine.test.ts for its IPIP framing):
  *
  *            underlay br0 (L2)                                   10.250.0.0/24
  *     ┌──────────┼──────────────┬──────────────┐
@@ -72,7 +74,14 @@ describe(`ipip backend, Dataplane "${dataplane}", userspace across 3 nodes`, { s
   before(async () => {
     c = await Cluster.create({
       backend: { Type: 'ipip', Dataplane: dataplane },
-      flags: ['--healthz-port', HEALTH_PORT, '--healthz-ip', '127.0.0.1'],
+      flags: [
+        '--dataplane-engine',
+        'native',
+        '--healthz-port',
+        HEALTH_PORT,
+        '--healthz-ip',
+        '127.0.0.1',
+      ],
     });
   });
   after(async () => {

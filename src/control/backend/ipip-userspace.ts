@@ -6,8 +6,9 @@
  *
  *   TUN      flannel.ipip (the kernel device does not exist here), MTU = interface MTU − 20,
  *            address = own subnet's network address /32, a route for the cluster network
- *   engine   native only (raw IPPROTO_IPIP sockets, IP_HDRINCL: Node has none, so no js engine;
- *            the bpf programs have no IPIP framing, so `bpf` runs the native engine)
+ *   engine   native (raw IPPROTO_IPIP sockets, IP_HDRINCL: Node has none, so no js engine), or
+ *            bpf: the programs frame IPIP in the kernel (GSO super-packets whole), the native
+ *            engine's raw sockets the slow path; "Dataplane": "auto" without the module picks it
  *   peers    the leases of type ipip, to their PublicIP; received packets only from those, with
  *            the inner source inside the sender's subnet (counted drops otherwise)
  *

@@ -11,8 +11,8 @@
  *
  * The two copies this replaces had diverged (issue #30.2), resolved here so:
  * - the bpf preference: vxlan set it, ipip did not. Both hand it over now; whether bpf serves
- *   the framing is the dataplane's knowledge (ENGINE_FORMATS), not the backend's, so for ipip,
- *   whose framing the bpf programs lack, `auto` stays native as before.
+ *   the framing is the dataplane's knowledge (ENGINE_FORMATS), not the backend's (it serves
+ *   IPIP too since its programs frame it, so ipip without its module runs at kernel speed).
  * - a missing module: vxlan matched netlink errnos in its wrapper, ipip a marked error. One rule
  *   now: the kernel backend, which knows what its link kind answers, marks the error with
  *   `details.missing` (what is missing); the handover checks only that mark.

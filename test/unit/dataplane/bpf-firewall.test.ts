@@ -89,4 +89,41 @@ describe('bpf-firewall: rules the programs would bypass', () => {
       ],
     );
   });
+
+  it('IPIP: rules on IP protocol 4 (ipencap) count, for nft and iptables; not ipip (94), not negated', () => {
+    const nft = `table ip filter {
+	chain INPUT {
+		type filter hook input priority filter; policy accept;
+		meta l4proto ipencap ip saddr 192.168.77.1 counter packets 0 bytes 0 drop
+		ip protocol 4 reject
+		ip protocol != ipencap drop
+		meta l4proto ipencap accept
+		meta l4proto ipip drop
+		udp dport 8472 drop
+	}
+}
+`;
+    const found = nftRulesOnPort(nft, 'ipip');
+    assert.equal(found.length, 2, found.join('\n'));
+    assert.match(found[0]!, /meta l4proto ipencap ip saddr 192\.168\.77\.1.*drop/);
+    assert.match(found[1]!, /ip protocol 4 reject/);
+    const save = [
+      '*filter',
+      ':INPUT ACCEPT [0:0]',
+      ':FORWARD ACCEPT [0:0]',
+      ':OUTPUT ACCEPT [0:0]',
+      '-A INPUT -s 192.168.77.1/32 -p ipencap -j DROP',
+      '-A INPUT -p 4 -j REJECT',
+      '-A INPUT ! -p ipencap -j DROP',
+      '-A INPUT -p ipip -j DROP',
+      '-A INPUT -p ipencap -j ACCEPT',
+      '-A FORWARD -p ipencap -j DROP',
+      '-A INPUT -p udp -m udp --dport 8472 -j DROP',
+      'COMMIT',
+    ].join('\n');
+    assert.deepEqual(
+      iptablesRulesOnPort(save, 'ipip').map((f) => f.replace(/^iptables-legacy filter: /, '')),
+      ['-A INPUT -s 192.168.77.1/32 -p ipencap -j DROP', '-A INPUT -p 4 -j REJECT'],
+    );
+  });
 });

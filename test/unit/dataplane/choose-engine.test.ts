@@ -47,13 +47,20 @@ describe('chooseEngine', () => {
     );
   });
 
-  test('auto with the bpf hint is native for a framing bpf does not serve (IPIP)', () => {
+  test('auto with the bpf hint is the bpf engine for IPIP too (ipip without its module)', () => {
     assert.equal(
       chooseEngine(
         { requested: 'auto', format: 'ipip', who: 'ipip', autoPrefers: 'bpf' },
         addonLoads,
       ),
-      'native',
+      'bpf',
+    );
+  });
+
+  test('bpf asked for by name for IPIP is the bpf engine (it was native before IPIP framing)', () => {
+    assert.equal(
+      chooseEngine({ requested: 'bpf', format: 'ipip', who: 'ipip' }, addonLoads),
+      'bpf',
     );
   });
 
@@ -168,14 +175,29 @@ describe('startChosen', () => {
     assert.deepEqual(calls, ['start bpf (asked bpf)']);
   });
 
-  test('bpf asked for IPIP (a framing its programs lack): native runs, bpf not tried', async () => {
+  test('bpf asked for IPIP: the bpf engine starts', async () => {
     const { calls, starters } = fakeStarters();
     const { lines, log } = capture();
     const dp = await startChosen(options('bpf', 'ipip', log), starters);
+    assert.equal(dp.engine, 'bpf');
+    assert.deepEqual(calls, ['start bpf (asked bpf)']);
+    assert.deepEqual(lines, []);
+  });
+
+  test('bpf for IPIP refused by a host check: native runs, one warn line with the reason', async () => {
+    const { calls, starters } = fakeStarters(
+      new WeftError('WEFT_ERR_BPF_UNAVAILABLE', 'bpf engine unavailable (load: EPERM)'),
+    );
+    const { lines, log } = capture();
+    const dp = await startChosen(options('bpf', 'ipip', log), starters);
     assert.equal(dp.engine, 'native');
-    assert.deepEqual(calls, ['remove pins flannel.1', 'start native (asked native)']);
+    assert.deepEqual(calls, [
+      'start bpf (asked bpf)',
+      'remove pins flannel.1',
+      'start native (asked native)',
+    ]);
     assert.equal(lines.length, 1);
-    assert.equal(lines[0]!.err, 'bpf engine unavailable (its programs have no IPIP framing)');
+    assert.equal(lines[0]!.err, 'bpf engine unavailable (load: EPERM)');
   });
 
   test('native and js first remove what a bpf engine left pinned on the TUN', async () => {
