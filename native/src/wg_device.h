@@ -94,26 +94,6 @@ class Peer {
  private:
   friend class Device;
 
-  // Handshakes per source address while under load (wireguard-go ratelimiter.go): a token bucket
-  // of 20 a second, 5 deep; entries idle for a second are forgotten.
-  class HandshakeRateLimiter {
-   public:
-    static constexpr uint64_t kPacketsPerSecond = 20;
-    static constexpr uint64_t kBurstable = 5;
-    static constexpr uint64_t kPacketCost = kSecond / kPacketsPerSecond;
-    static constexpr uint64_t kMaxTokens = kPacketCost * kBurstable;
-    static constexpr uint64_t kGarbageCollectTime = kSecond;
-    bool Allow(const uint8_t* addr, size_t len, uint64_t now);
-    size_t size() const { return table_.size(); }
-
-   private:
-    struct Entry {
-      uint64_t last = 0;
-      uint64_t tokens = 0;
-    };
-    std::map<std::array<uint8_t, 16>, Entry> table_;
-    uint64_t last_collect_ = 0;
-  };
   std::array<uint8_t, kKeyLen> public_key_{};
   uint8_t psk_[kKeyLen] = {};
   uint8_t static_static_[kKeyLen] = {};  // DH(our static, its static), precomputed

@@ -4,6 +4,7 @@
  * device, and small IP packets to carry.
  */
 import { randomBytes } from 'node:crypto';
+import { afterEach } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
 import type { WgReceived } from '../../src/common/native-addon.js';
 
@@ -98,4 +99,20 @@ export function ipv4Packet(payload: number, fill = 0xab): Buffer {
   p.writeUInt16BE(8 + payload, 24);
   p.writeUInt16BE(0, 26);
   return p;
+}
+
+/**
+ * A `track(pair)` for a test file: every device of a tracked pair (or a lone device) is closed
+ * after each test, whatever the test did.
+ */
+export function trackedPairs(): <T extends { a: WgDev; b: WgDev } | WgDev>(p: T) => T {
+  const open: WgDev[] = [];
+  afterEach(() => {
+    for (const d of open.splice(0)) d.close();
+  });
+  return (p) => {
+    if (p instanceof WgDev) open.push(p);
+    else open.push(p.a, p.b);
+    return p;
+  };
 }

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { afterEach, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import {
   SECOND,
   SRC_A,
@@ -16,16 +16,10 @@ import {
   ipv4Packet,
   native,
   pair,
+  trackedPairs,
 } from '../helpers/wireguard.js';
 
-const open: WgDev[] = [];
-function track<T extends { a: WgDev; b: WgDev }>(p: T): T {
-  open.push(p.a, p.b);
-  return p;
-}
-afterEach(() => {
-  for (const d of open.splice(0)) d.close();
-});
+const track = trackedPairs();
 
 describe('WireGuard handshake', () => {
   it('initiation (148 B, type 1) → response (92 B, type 2) → keepalive (32 B, type 4)', () => {
@@ -112,14 +106,13 @@ describe('WireGuard handshake', () => {
     const b = new WgDev();
     track({ a, b });
     a.addPeer(b.publicKey);
-    b.addPeer(new WgDev().publicKey);
+    b.addPeer(track(new WgDev()).publicKey);
     assert.equal(b.receive(a.initiate()!).verdict, 'drop_handshake');
   });
 
   it('an initiation for another responder fails mac1 there', () => {
     const { a } = track(pair());
-    const c = new WgDev();
-    open.push(c);
+    const c = track(new WgDev());
     c.addPeer(a.publicKey);
     assert.equal(c.receive(a.initiate()!).verdict, 'drop_mac1');
   });

@@ -6,22 +6,24 @@
  * material, persistent keepalive).
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, it } from 'node:test';
-import { SECOND, SRC_B, WgDev, handshake, ipv4Packet, native, pair } from '../helpers/wireguard.js';
+import { describe, it } from 'node:test';
+import {
+  SECOND,
+  SRC_B,
+  WgDev,
+  handshake,
+  ipv4Packet,
+  native,
+  pair,
+  trackedPairs,
+} from '../helpers/wireguard.js';
 
 const REKEY_AFTER_MESSAGES = 2n ** 60n;
 const REJECT_AFTER_MESSAGES = 2n ** 64n - 2n ** 13n - 1n;
 const WINDOW = 2048 - 64;
 const JITTER_MAX = 334_000_000;
 
-const open: WgDev[] = [];
-function track<T extends { a: WgDev; b: WgDev }>(p: T): T {
-  open.push(p.a, p.b);
-  return p;
-}
-afterEach(() => {
-  for (const d of open.splice(0)) d.close();
-});
+const track = trackedPairs();
 
 describe('replay window', () => {
   it('accepts counters in order', () => {

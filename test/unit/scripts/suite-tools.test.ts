@@ -43,6 +43,8 @@ const TOOLS: Record<string, string | null> = {
   'clang++': 'clang',
   bpftool: 'bpftool',
   ethtool: 'ethtool',
+  'wireguard-go': 'wireguard-go',
+  wg: 'wireguard-tools',
   prlimit: 'util-linux',
   unshare: 'util-linux',
   nsenter: 'util-linux',
