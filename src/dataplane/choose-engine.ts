@@ -30,7 +30,7 @@ export type EngineRequest = (typeof ENGINE_REQUESTS)[number];
  */
 export const ENGINE_FORMATS: Readonly<Record<DataplaneEngine, readonly DataplaneFormat[]>> =
   Object.freeze({
-    native: ['udp', 'vxlan', 'ipip'],
+    native: ['udp', 'vxlan', 'ipip', 'wireguard'],
     bpf: ['udp', 'vxlan'],
     js: ['udp', 'vxlan'],
   });

@@ -55,7 +55,10 @@ export type Stats = {
   offloads: Record<string, boolean>;
 };
 
-export const PORT = { udp: 8285, vxlan: 8472 } as const;
+export const PORT = { udp: 8285, vxlan: 8472, wireguard: 51820 } as const;
+const TUN = { udp: 'flannel0', vxlan: 'flannel.1', wireguard: 'flannel-wg' } as const;
+/** flannel's MTUs on a 1500-byte underlay: udp − 28, vxlan − 50, wireguard − 80. */
+const MTU = { udp: 1472, vxlan: 1450, wireguard: 1420 } as const;
 
 export function peersOf(s: Side, format: 'udp' | 'vxlan') {
   const base = {
@@ -73,7 +76,7 @@ export function peersOf(s: Side, format: 'udp' | 'vxlan') {
 export function startNode(
   scope: NetnsScope,
   s: Side,
-  format: 'udp' | 'vxlan',
+  format: 'udp' | 'vxlan' | 'wireguard',
   engine: DataplaneEngine,
   extra: Record<string, unknown> = {},
   via: readonly string[] = [],
@@ -81,11 +84,11 @@ export function startNode(
   const cfg = {
     format,
     engine,
-    tunName: format === 'udp' ? 'flannel0' : 'flannel.1',
+    tunName: TUN[format],
     workers: engine === 'js' ? 1 : 2,
     bindIp: s.under,
     port: PORT[format],
-    tunMtu: format === 'udp' ? 1472 : 1450,
+    tunMtu: MTU[format],
     vni: 1,
     vtepMac: s.mac,
     tunAddr: `${s.v4}/32`,
