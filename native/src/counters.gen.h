@@ -25,7 +25,8 @@
   X(RemoteWakeups, "remote_wakeups") /* Wake-ups to receive datagrams the kernel took in on another CPU (one more cross-CPU hop). */ \
   X(TapWrites, "tap_writes") /* Frames written to the egress TAP (a TCP super-packet whole, or one packet). */ \
   X(TapDisabled, "tap_disabled") /* 1 once the TAP refused a frame with EINVAL and TCP went back to the sockets (weft_dataplane_offload_enabled). */ \
-  X(WgHandshakesSent, "wg_handshakes_sent") /* WireGuard handshake messages sent (initiations, responses, cookie replies). */ \
+  X(WgHandshakesSent, "wg_handshakes_sent") /* WireGuard handshake messages sent (initiations, responses). */ \
+  X(WgCookieReplies, "wg_cookie_replies") /* WireGuard cookie replies sent: under load (a flood of handshake messages), a handshake message without a valid mac2 is answered with one instead of being processed. */ \
   X(WgStaged, "wg_staged") /* WireGuard packets queued for a peer without a session, sent once its handshake completes. */ \
   X(WgKeepalives, "wg_keepalives") /* WireGuard keepalives sent (passive and persistent) and received. */
 

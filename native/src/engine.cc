@@ -877,6 +877,7 @@ class Engine::Loop {
   // The timers of every peer (one loop of the engine at a time, once per WgEngine::kTickNs).
   void WgTick() {
     WgLock();
+    e_->wg_->TickLoad(NowNs());
     wg::Device& dev = e_->wg_->device();
     for (const auto& ps : e_->wg_->peers()) {
       uint32_t due = dev.Tick(ps->peer);
@@ -982,13 +983,16 @@ class Engine::Loop {
     uint8_t* out = transport ? dgram + wg::kTransportHeaderSize : wg_buf_.data();
     size_t cap = transport ? len - wg::kTransportHeaderSize : wg_buf_.size();
     WgLock();
+    if (!transport) e_->wg_->CountHandshake(NowNs());
     wg::Received r = e_->wg_->device().Receive(dgram, len, src, src_len, out, cap);
     WgEngine::PeerState* ps = r.peer != nullptr ? e_->wg_->ByPeer(r.peer) : nullptr;
     switch (r.verdict) {
       case wg::Verdict::kResponse:
       case wg::Verdict::kHandshakeDone:
       case wg::Verdict::kCookieReply:
-        if (WgSendTo(fd, from, from_len, out, r.len)) c_.Add(kWgHandshakesSent, 1);
+        if (WgSendTo(fd, from, from_len, out, r.len)) {
+          c_.Add(r.verdict == wg::Verdict::kCookieReply ? kWgCookieReplies : kWgHandshakesSent, 1);
+        }
         if (ps != nullptr) WgFlushStaged(ps);
         return;
       case wg::Verdict::kCookieTaken:

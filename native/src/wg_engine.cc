@@ -145,6 +145,20 @@ WgEngine::PeerState* WgEngine::ByPeer(const wg::Peer* p) {
   return it == by_peer_.end() ? nullptr : it->second;
 }
 
+void WgEngine::CountHandshake(uint64_t now) {
+  if (++handshakes_since_tick_ < kLoadHandshakes) return;
+  if (under_load_until_ == 0) dev_.set_under_load(true);
+  under_load_until_ = now + kUnderLoadAfterNs;
+}
+
+void WgEngine::TickLoad(uint64_t now) {
+  handshakes_since_tick_ = 0;
+  if (under_load_until_ != 0 && now >= under_load_until_) {
+    under_load_until_ = 0;
+    dev_.set_under_load(false);
+  }
+}
+
 bool WgEngine::TickDue(uint64_t now) {
   uint64_t next = next_tick_.load(std::memory_order_relaxed);
   if (now < next) return false;

@@ -97,6 +97,16 @@ class WgEngine {
   // Lock-free: true for one caller once per kTickNs (that caller runs the timers).
   bool TickDue(uint64_t now);
 
+  // Under load (wireguard-go: a handshake queue 1/8 full, and for UNDER_LOAD_AFTER_TIME after):
+  // more than kLoadHandshakes handshake messages since the last tick. The Device then wants
+  // mac2 (else answers with a cookie reply) and rate-limits handshakes per source address.
+  static constexpr uint32_t kLoadHandshakes = 64;
+  static constexpr uint64_t kUnderLoadAfterNs = 1000000000ull;
+  // A handshake message arrived (initiation, response or cookie reply).
+  void CountHandshake(uint64_t now);
+  // The timers' tick: the count starts again; the load flag goes once its time is over.
+  void TickLoad(uint64_t now);
+
  private:
   WgEngine() : dev_(&clock_) {}
   static std::array<uint8_t, 17> AddressKey(uint8_t family, const uint8_t* addr);
@@ -110,6 +120,8 @@ class WgEngine {
   std::map<std::array<uint8_t, 17>, PeerState*> by_address_;
   std::unordered_map<const wg::Peer*, PeerState*> by_peer_;
   std::atomic<uint64_t> next_tick_{0};
+  uint32_t handshakes_since_tick_ = 0;
+  uint64_t under_load_until_ = 0;  // 0: not under load
 };
 
 }  // namespace weft

@@ -25,8 +25,9 @@ export type EngineRequest = (typeof ENGINE_REQUESTS)[number];
 
 /**
  * The framings each engine serves. native: all (IPIP on raw IPPROTO_IPIP sockets). bpf: not
- * IPIP (its programs have no IPIP framing; asked for it, the native engine runs). js: not IPIP
- * (Node has no raw sockets; asked for it, refused).
+ * IPIP nor WireGuard (its programs have neither framing; asked for one, the native engine runs).
+ * js: not IPIP (Node has no raw sockets) nor WireGuard (no crypto per packet in JS); asked for
+ * one, refused.
  */
 export const ENGINE_FORMATS: Readonly<Record<DataplaneEngine, readonly DataplaneFormat[]>> =
   Object.freeze({
@@ -77,7 +78,9 @@ export function chooseEngine(
     if (!ENGINE_FORMATS.js.includes(ask.format)) {
       throw new WeftError(
         'WEFT_ERR_BACKEND_UNSUPPORTED',
-        `${ask.who}: --dataplane-engine=js cannot send ${ask.format.toUpperCase()} (Node has no raw sockets); use native`,
+        ask.format === 'wireguard'
+          ? `${ask.who}: --dataplane-engine=js has no WireGuard framing; use native`
+          : `${ask.who}: --dataplane-engine=js cannot send ${ask.format.toUpperCase()} (Node has no raw sockets); use native`,
       );
     }
     return engine;

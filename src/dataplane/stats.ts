@@ -125,8 +125,13 @@ export const NATIVE_COUNTER_TABLE = [
   },
   {
     name: 'wg_handshakes_sent',
-    help: 'WireGuard handshake messages sent (initiations, responses, cookie replies).',
+    help: 'WireGuard handshake messages sent (initiations, responses).',
     metric: 'weft_dataplane_wg_handshakes_sent_total',
+  },
+  {
+    name: 'wg_cookie_replies',
+    help: 'WireGuard cookie replies sent: under load (a flood of handshake messages), a handshake message without a valid mac2 is answered with one instead of being processed.',
+    metric: 'weft_dataplane_wg_cookie_replies_total',
   },
   {
     name: 'wg_staged',

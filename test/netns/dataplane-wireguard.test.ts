@@ -10,9 +10,11 @@
  *     AllowedIPs 10.7.2.0/24, PSK                 AllowedIPs 10.7.1.0/24, PSK
  *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
  *
- * Ping both ways and a fixed amount of TCP (iperf3) engine ⇄ engine and engine ⇄ wireguard-go;
+ * Ping both ways (IPv4 and IPv6 inside) and a fixed amount of TCP (iperf3) engine ⇄ engine, and
+ * IPv4 engine ⇄ wireguard-go;
  * an inner source outside the sending peer's AllowedIPs dropped and counted (cryptokey
- * routing); a wrong peer key carries nothing.
+ * routing); a flood of initiations answered with cookie replies; a wrong peer key carries
+ * nothing.
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawnSync } from 'node:child_process';
@@ -79,7 +81,14 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
     const sides = [peer, ...more];
     const r1 = await n.send({
       cmd: 'peers',
-      peers: sides.map((s) => ({ subnet: s.subnet, publicIP: s.under, port: PORT.wireguard })),
+      // AllowedIPs: the peer's IPv4 and IPv6 subnets
+      peers: sides.flatMap((s) =>
+        [s.subnet, s.subnet6].map((subnet) => ({
+          subnet,
+          publicIP: s.under,
+          port: PORT.wireguard,
+        })),
+      ),
     });
     assert.equal(r1.ok, true, JSON.stringify(r1));
     const r2 = await n.send({
@@ -97,7 +106,7 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
   const stats = async (n: Node) =>
     ((await n.send({ cmd: 'stats' })).stats as { total: Totals }).total;
 
-  test('engine ⇄ engine: ping both ways (the first packets wait for the handshake), then TCP', async () => {
+  test('engine ⇄ engine: IPv4 and IPv6 ping both ways (the first wait for the handshake), then TCP', async () => {
     const ka: Keys = { priv: randomBytes(32) };
     const kb: Keys = { priv: randomBytes(32) };
     const a = await weftNode(A, ka);
@@ -107,6 +116,8 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
       await knows(b, A, ka.pub!);
       await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '5', B.v4]);
       await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '5', A.v4]);
+      await nsExecAsync(A.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '5', B.v6]);
+      await nsExecAsync(B.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '5', A.v6]);
       const tcp = await iperf(scope, B.ns, B.v4, A.ns, ['-B', A.v4, ...TCP_FIXED]);
       const bytes = delivered(tcp.json);
       const sb = await stats(b);
@@ -125,7 +136,7 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
     const a = await weftNode(A, ka);
     const b = await weftNode(B, kb);
     // B also knows C (10.7.3.0/24 at 192.168.77.3): A may not speak for C's subnet.
-    const C = { ...A, under: '192.168.77.3', subnet: '10.7.3.0/24' };
+    const C = { ...A, under: '192.168.77.3', subnet: '10.7.3.0/24', subnet6: 'fd07:0:0:3::/64' };
     try {
       await knows(a, B, kb.pub!);
       await knows(b, A, ka.pub!, [C], [randomBytes(32)]);
@@ -155,6 +166,44 @@ for _ in range(5):
       assert.equal(after.counters.rx_packets, before.counters.rx_packets);
     } finally {
       await stopPair([a, b]);
+    }
+  });
+
+  test('a flood of initiations puts the engine under load: answered with cookie replies', async () => {
+    const kb: Keys = { priv: randomBytes(32) };
+    const b = await weftNode(B, kb);
+    try {
+      await knows(b, A, randomBytes(32));
+      // 200 initiations from A's namespace with a valid mac1 (keyed by B's public key) and
+      // random contents: before the load flag each fails to authenticate (wg_rejected); once
+      // more than 64 came within a tick, B wants a mac2 and answers with cookie replies (type 3,
+      // 64 bytes) that the flooder receives.
+      const got = nsExec(A.ns, 'python3', [
+        '-c',
+        `import hashlib, os, socket, struct
+key = hashlib.blake2s(b'mac1----' + bytes.fromhex('${kb.pub!.toString('hex')}')).digest()
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+for i in range(200):
+    m = struct.pack('<I', 1) + os.urandom(112)
+    m += hashlib.blake2s(m, key=key, digest_size=16).digest() + bytes(16)
+    s.sendto(m, ('${B.under}', ${PORT.wireguard}))
+cookies = 0
+try:
+    while True:
+        r = s.recv(2048)
+        cookies += r[0] == 3 and len(r) == 64
+except socket.timeout:
+    pass
+print(cookies)`,
+      ]);
+      const sb = await stats(b);
+      assert.ok(Number(got) >= 1, `the flooder got ${got} cookie replies`);
+      assert.equal(sb.counters.wg_cookie_replies, Number(got), JSON.stringify(sb));
+      assert.ok(sb.drops.wg_rejected! >= 1, 'the first ones were processed (and refused)');
+      assert.equal(sb.counters.wg_handshakes_sent, 0);
+    } finally {
+      await stopNode(b);
     }
   });
 
