@@ -13,8 +13,8 @@
  * Ping both ways (IPv4 and IPv6 inside) and a fixed amount of TCP (iperf3) engine ⇄ engine, and
  * IPv4 engine ⇄ wireguard-go;
  * an inner source outside the sending peer's AllowedIPs dropped and counted (cryptokey
- * routing); a flood of initiations answered with cookie replies; a wrong peer key carries
- * nothing.
+ * routing); a restarted node makes a new session; a flood of initiations answered with cookie
+ * replies; a wrong peer key carries nothing.
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawnSync } from 'node:child_process';
@@ -125,6 +125,31 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
       const sa = await stats(a);
       assert.ok(sa.counters.wg_handshakes_sent! + sb.counters.wg_handshakes_sent! >= 2);
       assert.ok(sa.counters.wg_staged! + sb.counters.wg_staged! >= 1, 'a first ping waited');
+    } finally {
+      await stopPair([a, b]);
+    }
+  });
+
+  test('a node restarted with its key makes a new session with a peer that kept the old one', async () => {
+    const ka: Keys = { priv: randomBytes(32) };
+    const kb: Keys = { priv: randomBytes(32) };
+    const a = await weftNode(A, ka);
+    let b = await weftNode(B, kb);
+    try {
+      await knows(a, B, kb.pub!);
+      await knows(b, A, ka.pub!);
+      await nsExecAsync(A.ns, 'ping', ['-c', '1', '-W', '5', B.v4]);
+      await stopNode(b);
+      b = await weftNode(B, kb); // same key, no session: A still holds the old one
+      await knows(b, A, ka.pub!);
+      // B's ping waits for B's new handshake, which A takes (a newer timestamp); then A's ping
+      // leaves under the new session.
+      await nsExecAsync(B.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '5', A.v4]);
+      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '5', B.v4]);
+      const sb = await stats(b);
+      assert.ok(sb.counters.wg_staged! >= 1, 'the first ping waited for the handshake');
+      assert.ok(sb.counters.wg_handshakes_sent! >= 1, JSON.stringify(sb.counters));
+      assert.ok(sb.counters.rx_packets! >= 4, 'both replies and both requests came in');
     } finally {
       await stopPair([a, b]);
     }
