@@ -30,6 +30,8 @@ const TOOLS: Record<string, string | null> = {
   etcd: 'etcd-server',
   etcdctl: 'etcd-client',
   iperf3: 'iperf3',
+  'wireguard-go': 'wireguard-go',
+  wg: 'wireguard-tools',
   ping: 'iputils-ping',
   promtool: 'prometheus',
   prometheus: 'prometheus',
