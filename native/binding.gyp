@@ -25,7 +25,8 @@
         "src/wg_noise.cc",
         "src/wg_session.cc",
         "src/wg_device.cc",
-        "src/wg_harness.cc"
+        "src/wg_harness.cc",
+        "src/wg_engine.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=9", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],

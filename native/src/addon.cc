@@ -524,7 +524,8 @@ Format FormatOf(Napi::Env env, const Napi::Value& v) {
   if (f == "udp") return Format::kUdp;
   if (f == "vxlan") return Format::kVxlan;
   if (f == "ipip") return Format::kIpip;
-  throw Napi::TypeError::New(env, "dataplane: format must be udp, vxlan or ipip");
+  if (f == "wireguard") return Format::kWireguard;
+  throw Napi::TypeError::New(env, "dataplane: format must be udp, vxlan, ipip or wireguard");
 }
 
 // codecEncap(format, table, config, packet) → { drop, peer, payload, icmp }
@@ -820,8 +821,23 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   if (o.Get("fifoPriority").IsNumber())
     cfg.fifo_priority = o.Get("fifoPriority").ToNumber().Int32Value();
   cfg.codec = ConfigArg(info, 0);
+  if (cfg.format == Format::kWireguard) {
+    Napi::Value key = o.Get("wgPrivateKey");
+    if (!key.IsBuffer() || key.As<Napi::Buffer<uint8_t>>().Length() != 32)
+      throw Napi::TypeError::New(env, "dataplane: wgPrivateKey must be a 32-byte Buffer");
+    std::memcpy(cfg.wg_private_key, key.As<Napi::Buffer<uint8_t>>().Data(), 32);
+    Napi::Value psk = o.Get("wgPsk");
+    if (psk.IsBuffer()) {
+      if (psk.As<Napi::Buffer<uint8_t>>().Length() != 32)
+        throw Napi::TypeError::New(env, "dataplane: wgPsk must be a 32-byte Buffer");
+      std::memcpy(cfg.wg_psk, psk.As<Napi::Buffer<uint8_t>>().Data(), 32);
+      cfg.wg_has_psk = true;
+    }
+  }
   std::string error;
   std::unique_ptr<Engine> e = Engine::Create(cfg, &error);
+  wg::Wipe(cfg.wg_private_key, sizeof(cfg.wg_private_key));
+  wg::Wipe(cfg.wg_psk, sizeof(cfg.wg_psk));
   if (!e) throw Napi::Error::New(env, "dataplane: " + error);
   Napi::Object out = Napi::Object::New(env);
   out.Set("tunName", e->tun_name());
@@ -832,6 +848,8 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   out.Set("tapName", e->tap_name());
   out.Set("tapNote", e->tap_note());
   out.Set("fifoNote", e->fifo_note());
+  if (e->wg_public_key() != nullptr)
+    out.Set("wgPublicKey", Napi::Buffer<uint8_t>::Copy(env, e->wg_public_key(), 32));
   std::lock_guard<std::mutex> lock(g_engines_mu);
   uint32_t id = g_next_engine++;
   g_engines[id] = std::shared_ptr<Engine>(e.release());
@@ -903,6 +921,16 @@ Napi::Value EngineSetPeers(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(e->peer_count()));
 }
 
+// engineSetWgPeers(id, records) → WireGuard peers after the change (wg_engine.h records)
+Napi::Value EngineSetWgPeers(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Engine> e = EngineArg(info);
+  Napi::Buffer<uint8_t> b = BufArg(info, 1, "wireguard peers");
+  std::string error;
+  if (!e->SetWgPeers(b.Data(), b.Length(), &error))
+    throw Napi::RangeError::New(info.Env(), "dataplane: " + error);
+  return Napi::Number::New(info.Env(), static_cast<double>(e->wg_peer_count()));
+}
+
 // engineUpdatePeers(id, removed, upserts) → peers in the table after the change
 Napi::Value EngineUpdatePeers(const Napi::CallbackInfo& info) {
   std::shared_ptr<Engine> e = EngineArg(info);
@@ -959,6 +987,7 @@ void DefineEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineStopAll", Napi::Function::New(env, EngineStopAll));
   exports.Set("exitWatchdog", Napi::Function::New(env, ExitWatchdog));
   exports.Set("engineSetPeers", Napi::Function::New(env, EngineSetPeers));
+  exports.Set("engineSetWgPeers", Napi::Function::New(env, EngineSetWgPeers));
   exports.Set("engineUpdatePeers", Napi::Function::New(env, EngineUpdatePeers));
   exports.Set("engineCounters", Napi::Function::New(env, EngineCounters));
   exports.Set("counterNames", Napi::Function::New(env, CounterNames));

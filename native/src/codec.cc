@@ -88,6 +88,8 @@ size_t EncapHeadroom(Format f) {
       return kVxlanEncapLen;
     case Format::kIpip:
       return kIpipHdrLen;
+    case Format::kWireguard:
+      return 16;  // wg::kTransportHeaderSize
     case Format::kUdp:
       break;
   }
@@ -101,6 +103,11 @@ EncapResult Encap(Format f, uint8_t* pkt, size_t len, const PeerTable& table,
       return VxlanEncap(pkt, len, table, cfg, icmp_out, icmp_cap);
     case Format::kIpip:
       return IpipEncap(pkt, len, table, cfg, icmp_out, icmp_cap);
+    case Format::kWireguard: {
+      EncapResult r;
+      r.drop = DropReason::kMalformed;  // sealed by the engine (wg_engine.h), never here
+      return r;
+    }
     case Format::kUdp:
       break;
   }
@@ -114,6 +121,11 @@ DecapResult Decap(Format f, uint8_t* data, size_t len, size_t outer_len, const u
       return VxlanDecap(data, len, outer_len, outer_src, table, cfg);
     case Format::kIpip:
       return IpipDecap(data, len, outer_len, outer_src, table);
+    case Format::kWireguard: {
+      DecapResult r;
+      r.drop = DropReason::kMalformed;  // opened by the engine (wg_engine.h), never here
+      return r;
+    }
     case Format::kUdp:
       break;
   }

@@ -18,8 +18,9 @@ constexpr size_t kMaxUdpPayload = 65507;
 constexpr size_t kIcmpReplyMax = 1280;
 
 // The framing on the wire: flannel-udp and VXLAN in UDP datagrams, IPIP in raw IP packets
-// (protocol 4).
-enum class Format : uint8_t { kUdp, kVxlan, kIpip };
+// (protocol 4), WireGuard transport messages in UDP datagrams (sealed and opened by the engine
+// itself with wg_engine.h: Encap/Decap refuse it).
+enum class Format : uint8_t { kUdp, kVxlan, kIpip, kWireguard };
 
 struct CodecConfig {
   uint32_t vni = 1;
@@ -62,7 +63,8 @@ DropReason CheckSource(const PeerTable& table, size_t outer_len, const uint8_t* 
 size_t BuildNetUnreachable(const uint8_t* pkt, const IpInfo& ip, uint8_t* out, size_t cap);
 
 // Bytes a framing writes before the inner packet in what it sends (flannel-udp 0, VXLAN 22,
-// IPIP 20: the outer IPv4 header).
+// IPIP 20: the outer IPv4 header, WireGuard 16: the transport header; its tag and padding
+// follow the packet).
 size_t EncapHeadroom(Format f);
 
 // TUN → network in framing `f`: `pkt` (len bytes) has EncapHeadroom(f) writable bytes before

@@ -24,7 +24,11 @@
   X(GsoFallbacks, "gso_fallbacks") /* UDP GSO messages refused with EMSGSIZE (path MTU below the segment size) and resent datagram by datagram. */ \
   X(RemoteWakeups, "remote_wakeups") /* Wake-ups to receive datagrams the kernel took in on another CPU (one more cross-CPU hop). */ \
   X(TapWrites, "tap_writes") /* Frames written to the egress TAP (a TCP super-packet whole, or one packet). */ \
-  X(TapDisabled, "tap_disabled") /* 1 once the TAP refused a frame with EINVAL and TCP went back to the sockets (weft_dataplane_offload_enabled). */
+  X(TapDisabled, "tap_disabled") /* 1 once the TAP refused a frame with EINVAL and TCP went back to the sockets (weft_dataplane_offload_enabled). */ \
+  X(WgHandshakesSent, "wg_handshakes_sent") /* WireGuard handshake messages sent (initiations, responses). */ \
+  X(WgCookieReplies, "wg_cookie_replies") /* WireGuard cookie replies sent: under load (a flood of handshake messages), a handshake message without a valid mac2 is answered with one instead of being processed. */ \
+  X(WgStaged, "wg_staged") /* WireGuard packets queued for a peer without a session, sent once its handshake completes. */ \
+  X(WgKeepalives, "wg_keepalives") /* WireGuard keepalives sent (passive and persistent) and received. */
 
 // Its drop reasons, X(Id, "name"): enum class DropReason k<Id> (packet.h).
 #define WEFT_DROP_REASONS(X) \
@@ -40,6 +44,10 @@
   X(NoRoute, "no_route") /* No peer subnet holds the inner destination. */ \
   X(TtlExpired, "ttl_expired") /* The inner TTL / hop limit reached zero. */ \
   X(SendError, "send_error") /* sendmmsg refused the datagram. */ \
-  X(TunWriteError, "tun_write_error") /* The TUN refused the packet. */
+  X(TunWriteError, "tun_write_error") /* The TUN refused the packet. */ \
+  X(WgAllowedIps, "wg_allowed_ips") /* WireGuard cryptokey routing: the decrypted inner source is outside the sending peer's AllowedIPs. */ \
+  X(WgRejected, "wg_rejected") /* A WireGuard message that did not authenticate or apply (bad mac1, type, index, tag, replayed counter, expired key pair). */ \
+  X(WgQueueFull, "wg_queue_full") /* A WireGuard peer without a session had its staging queue full. */ \
+  X(WgNoPeer, "wg_no_peer") /* The inner destination's peer has no WireGuard key. */
 
 #endif  // WEFT_NATIVE_SRC_COUNTERS_GEN_H_

@@ -40,6 +40,7 @@
 #include "tun.h"
 #include "udp_socket.h"
 #include "vxlan.h"
+#include "wg_engine.h"
 
 namespace weft {
 
@@ -88,7 +89,9 @@ class Engine::Loop {
                 ((e->offloads_enabled_ & kTunFUso6) != 0 ? Coalescer::kUdpV6 : 0)),
         gro_((e->offloads_enabled_ & kOffloadGro) != 0) {
     // A slot holds one MTU-sized packet and the headroom before it (rounded to a cache line).
-    slot_size_ = (kTxPkt + e->cfg_.codec.tun_mtu + 63) / 64 * 64;
+    // WireGuard seals in place: the tag and up to 15 bytes of padding follow the packet.
+    const size_t trailer = e->wg_ ? wg::kTagLen + wg::kPaddingMultiple : 0;
+    slot_size_ = (kTxPkt + e->cfg_.codec.tun_mtu + trailer + 63) / 64 * 64;
     if (slot_size_ < 2048) slot_size_ = 2048;
     tx_.Allocate(static_cast<size_t>(kArenaSlots) * slot_size_);
     rd_.Allocate(static_cast<size_t>(kReadBufs) * kBufSize);
@@ -99,7 +102,8 @@ class Engine::Loop {
     tx_bytes_.resize(kArenaSlots);
     tx_segs_.resize(kArenaSlots);
     tx_gso_.resize(kArenaSlots);
-    max_datagram_ = e->cfg_.codec.tun_mtu + EncapHeadroom(e->cfg_.format);
+    max_datagram_ = e->cfg_.codec.tun_mtu + EncapHeadroom(e->cfg_.format) + trailer;
+    if (e->wg_) wg_buf_.resize(kWgBufSize);
     cmsg_.resize(static_cast<size_t>(kArenaSlots) * kCmsgSpace);
     udp_gso_ = (e->offloads_enabled_ & kOffloadUdpGso) != 0;
     seg_len_.resize(kMaxSegs);
@@ -136,8 +140,11 @@ class Engine::Loop {
     struct epoll_event events[4];
     const uint64_t spin_ns = static_cast<uint64_t>(e_->cfg_.busy_poll_us) * 1000;
     uint64_t spin_until = 0;  // while set, poll epoll without sleeping until this time
+    // WireGuard's timers run on the loops' wake-ups: an idle loop wakes every tick.
+    const int idle_ms = e_->wg_ ? static_cast<int>(WgEngine::kTickNs / 1000000) : -1;
     while (!e_->stop_.load(std::memory_order_acquire)) {
-      int n = epoll_wait(ep, events, 4, spin_until != 0 ? 0 : -1);
+      int n = epoll_wait(ep, events, 4, spin_until != 0 ? 0 : idle_ms);
+      if (e_->wg_ && n >= 0 && e_->wg_->TickDue(NowNs())) WgTick();
       if (n < 0) {
         if (errno == EINTR) continue;
         rc = errno;
@@ -231,6 +238,10 @@ class Engine::Loop {
   // Encapsulates the packet at slot `slot` (kTxPkt in) and queues it as message `out_`.
   void EncapSlot(int slot, size_t len, const PeerTable& table) {
     uint8_t* pkt = Slot(slot) + kTxPkt;
+    if (e_->wg_) {
+      WgSealSlot(pkt, len, table);
+      return;
+    }
     EncapResult r = Encap(e_->cfg_.format, pkt, len, table, e_->cfg_.codec,
                           icmp_.data() + kVnetHdrLen, kIcmpReplyMax);
     if (r.drop != DropReason::kNone) {
@@ -347,6 +358,7 @@ class Engine::Loop {
   }
 
   void Flush() {
+    WgUnlock();  // sealed: the datagrams go without the WireGuard lock
     MergeRuns();
     Send(out_);
     out_ = 0;
@@ -367,6 +379,8 @@ class Engine::Loop {
     const PeerRecord* peer = table.Lookup(ip.addr_len, ip.dst);
     if (peer == nullptr || !Reaches(peer->public_family)) return false;
     switch (e_->cfg_.format) {
+      case Format::kWireguard:
+        return false;  // each segment is sealed on its own (EncapSlot)
       case Format::kVxlan:
         if (!peer->has_vtep_mac()) return false;
         break;
@@ -396,6 +410,8 @@ class Engine::Loop {
           break;
         case Format::kUdp:
           DecrementTtl(s, ip);  // flannel-udp forwards: one hop, as FlannelUdpEncap does
+          break;
+        case Format::kWireguard:
           break;
       }
       tx_iov_[niov_].iov_base = s - pre;
@@ -745,11 +761,16 @@ class Engine::Loop {
       size_t off = 0;
       do {
         size_t dlen = len - off < seg ? len - off : seg;
-        Deliver(data + off, dlen, src_len, src, table);
+        if (e_->wg_) {
+          WgDeliver(data + off, dlen, rx_addr_[i], fd, table);
+        } else {
+          Deliver(data + off, dlen, src_len, src, table);
+        }
         off += seg;
       } while (off < len);
     }
     FlushGro();
+    WgUnlock();
     // GRO trains fill up to 64 KB per buffer: while they arrive, a few per recvmmsg keep them
     // in cache until they are checksummed, coalesced and written; small datagrams come 64 at a
     // time.
@@ -764,34 +785,242 @@ class Engine::Loop {
       c_.Drop(r.drop);
       return;
     }
-    uint8_t* inner = dgram + r.inner_off;
+    DeliverInner(dgram + r.inner_off, r.inner_len, r.ip);
+  }
+
+  // Writes a decapsulated inner packet (kVnetHdrLen writable bytes before it) to the TUN, or
+  // adds it to the coalesced group.
+  void DeliverInner(uint8_t* inner, size_t inner_len, const IpInfo& ip) {
     if (gro_) {
-      if (co_.Add(inner, r.ip) || (FlushGro(), co_.Add(inner, r.ip))) {
+      if (co_.Add(inner, ip) || (FlushGro(), co_.Add(inner, ip))) {
         c_.Add(kRxPackets, 1);
-        c_.Add(kRxBytes, r.inner_len);
+        c_.Add(kRxBytes, inner_len);
         return;
       }
     }
     FlushGro();
     VnetHdr h;
-    PrepareTunWrite(inner, r.ip, e_->cfg_.codec.tun_mtu, &h);
+    PrepareTunWrite(inner, ip, e_->cfg_.codec.tun_mtu, &h);
     StoreVnetHdr(inner - kVnetHdrLen, h);
-    if (write(w_->tun_fd, inner - kVnetHdrLen, kVnetHdrLen + r.inner_len) < 0) {
+    if (write(w_->tun_fd, inner - kVnetHdrLen, kVnetHdrLen + inner_len) < 0) {
       c_.Drop(DropReason::kTunWriteError);
       return;
     }
     c_.Add(kRxPackets, 1);
-    c_.Add(kRxBytes, r.inner_len);
+    c_.Add(kRxBytes, inner_len);
   }
 
   // Writes the pending coalesced group (if any) to the TUN.
   // The group's later payloads are read in place from rx_ (gathering coalescer): this runs
   // before those buffers are received into again or written over by a vnet header.
   void FlushGro() {
+    WgUnlock();  // the TUN write goes without the WireGuard lock
     int n = co_.FinishIov(gro_iov_);
     if (n == 0) return;
     if (n > 1 || gro_iov_[0].iov_len > kVnetHdrLen + e_->cfg_.codec.tun_mtu) c_.Add(kGroWrites, 1);
     if (writev(w_->tun_fd, gro_iov_, n) < 0) c_.Drop(DropReason::kTunWriteError);
+  }
+
+  // --- WireGuard (format kWireguard; wg_engine.h). Everything below runs with the lock held
+  // (WgLock), taken once per batch and released before the batch's sends and TUN writes.
+
+  void WgLock() {
+    if (!wg_lock_.owns_lock()) wg_lock_ = std::unique_lock<std::mutex>(e_->wg_->mu());
+  }
+  void WgUnlock() {
+    if (wg_lock_.owns_lock()) wg_lock_.unlock();
+  }
+
+  // The socket towards an endpoint of `family` (the listen port's: peers see our port).
+  int WgFd(uint8_t family) const {
+    return family == 6 && sock_family_ != 6 ? w_->udp6_fd : w_->udp_fd;
+  }
+
+  // One datagram now (handshake messages, keepalives, staged packets: the rare path).
+  bool WgSendTo(int fd, const sockaddr_storage& to, socklen_t to_len, const uint8_t* d, size_t n) {
+    if (fd < 0) return false;
+    for (;;) {
+      if (sendto(fd, d, n, 0, reinterpret_cast<const sockaddr*>(&to), to_len) >= 0) return true;
+      if (errno != EINTR) {
+        c_.Drop(DropReason::kSendError);
+        return false;
+      }
+    }
+  }
+
+  void WgInitiate(WgEngine::PeerState* ps) {
+    size_t n = e_->wg_->device().CreateInitiation(ps->peer, wg_buf_.data());
+    if (n == 0) return;  // within REKEY_TIMEOUT of the last: the timers retry
+    if (WgSendTo(WgFd(ps->cfg.family), ps->addr, ps->addr_len, wg_buf_.data(), n)) {
+      c_.Add(kWgHandshakesSent, 1);
+    }
+  }
+
+  // Seals and sends the packets `ps` kept while it had no session, once it has one.
+  void WgFlushStaged(WgEngine::PeerState* ps) {
+    wg::Device& dev = e_->wg_->device();
+    while (!ps->staged.empty() && ps->peer->current() != nullptr) {
+      const std::vector<uint8_t>& p = ps->staged.front();
+      size_t n = 0;
+      wg::TransportStatus st = dev.Send(ps->peer, p.data(), p.size(), wg_buf_.data(),
+                                        wg_buf_.size(), &n, e_->cfg_.codec.tun_mtu);
+      if (st == wg::TransportStatus::kExpired) break;
+      if (st == wg::TransportStatus::kOk &&
+          WgSendTo(WgFd(ps->cfg.family), ps->addr, ps->addr_len, wg_buf_.data(), n)) {
+        c_.Add(kTxPackets, 1);
+        c_.Add(kTxBytes, p.size());
+      }
+      ps->staged.pop_front();
+    }
+  }
+
+  // The timers of every peer (one loop of the engine at a time, once per WgEngine::kTickNs).
+  void WgTick() {
+    WgLock();
+    e_->wg_->TickLoad(NowNs());
+    wg::Device& dev = e_->wg_->device();
+    for (const auto& ps : e_->wg_->peers()) {
+      uint32_t due = dev.Tick(ps->peer);
+      if ((due & wg::PeerTimers::kSendInitiation) != 0) WgInitiate(ps.get());
+      if ((due & wg::PeerTimers::kSendKeepalive) != 0) {
+        size_t n = 0;
+        if (dev.Send(ps->peer, nullptr, 0, wg_buf_.data(), wg_buf_.size(), &n) ==
+                wg::TransportStatus::kOk &&
+            WgSendTo(WgFd(ps->cfg.family), ps->addr, ps->addr_len, wg_buf_.data(), n)) {
+          c_.Add(kWgKeepalives, 1);
+        }
+      }
+      if ((due & (wg::PeerTimers::kZeroKeys | wg::PeerTimers::kGaveUp)) != 0 &&
+          ps->peer->current() == nullptr) {
+        ps->staged.clear();  // no session came: what waited for one goes (wireguard-go too)
+      }
+      WgFlushStaged(ps.get());
+    }
+    WgUnlock();
+  }
+
+  // TX: seals the inner packet at `pkt` (len bytes; the transport header goes in the 16 bytes
+  // before it, the padding and tag after) for the peer that holds its destination, and queues
+  // the datagram. No session yet: the packet waits (bounded) and a handshake starts.
+  void WgSealSlot(uint8_t* pkt, size_t len, const PeerTable& table) {
+    IpInfo ip;
+    DropReason d = ParseIp(pkt, len, &ip);
+    if (d != DropReason::kNone) {
+      c_.Drop(d);
+      return;
+    }
+    const PeerRecord* rec = table.Lookup(ip.addr_len, ip.dst);
+    if (rec == nullptr) {
+      c_.Drop(DropReason::kNoRoute);
+      size_t n = e_->gen_.load(std::memory_order_relaxed) > 1
+                     ? BuildNetUnreachable(pkt, ip, icmp_.data() + kVnetHdrLen, kIcmpReplyMax)
+                     : 0;
+      if (n > 0) WriteIcmp(n);
+      return;
+    }
+    WgLock();
+    WgEngine::PeerState* ps = e_->wg_->ByAddress(rec->public_family, rec->public_ip);
+    if (ps == nullptr) {
+      c_.Drop(DropReason::kWgNoPeer);
+      return;
+    }
+    if (!Reaches(ps->cfg.family)) {
+      c_.Drop(DropReason::kNoRoute);
+      return;
+    }
+    const size_t inner = ip.len;
+    uint8_t* out = pkt - wg::kTransportHeaderSize;
+    size_t n = 0;
+    wg::TransportStatus st = e_->wg_->device().Send(
+        ps->peer, pkt, inner, out, slot_size_ - (kTxPkt - wg::kTransportHeaderSize), &n,
+        e_->cfg_.codec.tun_mtu);
+    if (st == wg::TransportStatus::kExpired) {
+      if (ps->staged.size() >= WgEngine::kStagedMax) {
+        c_.Drop(DropReason::kWgQueueFull);
+      } else {
+        ps->staged.emplace_back(pkt, pkt + inner);
+        c_.Add(kWgStaged, 1);
+      }
+      WgInitiate(ps);
+      return;
+    }
+    if (st != wg::TransportStatus::kOk) {
+      c_.Drop(DropReason::kOversized);
+      return;
+    }
+    int o = out_++;
+    int v = niov_++;
+    tx_iov_[v].iov_base = out;
+    tx_iov_[v].iov_len = n;
+    std::memcpy(&tx_addr_[o], &ps->addr, ps->addr_len);
+    SetMessage(o, &tx_addr_[o], ps->addr_len, &tx_iov_[v], 1, 1, 0, inner, WgFd(ps->cfg.family));
+  }
+
+  // RX: one WireGuard datagram from `from` (received on `fd`). Handshake messages go to the
+  // Device (answers back to where they came from); a transport message is opened in place (the
+  // inner packet lands 16 bytes into the datagram), checked against the sending peer's
+  // AllowedIPs (cryptokey routing: the longest-prefix peer of the inner source must be the peer
+  // whose key opened it) and delivered.
+  void WgDeliver(uint8_t* dgram, size_t len, const sockaddr_storage& from, int fd,
+                 const PeerTable& table) {
+    uint8_t src[18];
+    size_t src_len;
+    socklen_t from_len;
+    if (from.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&from);
+      std::memcpy(src, &a->sin_addr, 4);
+      std::memcpy(src + 4, &a->sin_port, 2);
+      src_len = 6;
+      from_len = sizeof(sockaddr_in);
+    } else {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&from);
+      std::memcpy(src, &a->sin6_addr, 16);
+      std::memcpy(src + 16, &a->sin6_port, 2);
+      src_len = 18;
+      from_len = sizeof(sockaddr_in6);
+    }
+    const bool transport = len > wg::kTransportHeaderSize && dgram[0] == wg::kMessageTransport;
+    uint8_t* out = transport ? dgram + wg::kTransportHeaderSize : wg_buf_.data();
+    size_t cap = transport ? len - wg::kTransportHeaderSize : wg_buf_.size();
+    WgLock();
+    if (!transport) e_->wg_->CountHandshake(NowNs());
+    wg::Received r = e_->wg_->device().Receive(dgram, len, src, src_len, out, cap);
+    WgEngine::PeerState* ps = r.peer != nullptr ? e_->wg_->ByPeer(r.peer) : nullptr;
+    switch (r.verdict) {
+      case wg::Verdict::kResponse:
+      case wg::Verdict::kHandshakeDone:
+      case wg::Verdict::kCookieReply:
+        if (WgSendTo(fd, from, from_len, out, r.len)) {
+          c_.Add(r.verdict == wg::Verdict::kCookieReply ? kWgCookieReplies : kWgHandshakesSent, 1);
+        }
+        if (ps != nullptr) WgFlushStaged(ps);
+        return;
+      case wg::Verdict::kCookieTaken:
+        return;
+      case wg::Verdict::kKeepalive:
+        c_.Add(kWgKeepalives, 1);
+        if (ps != nullptr) WgFlushStaged(ps);  // a responder's session is confirmed
+        return;
+      case wg::Verdict::kData:
+        break;
+      default:
+        c_.Drop(DropReason::kWgRejected);
+        return;
+    }
+    if (ps != nullptr && !ps->staged.empty()) WgFlushStaged(ps);
+    IpInfo ip;
+    DropReason d = ParseIp(out, r.len, &ip);
+    if (d != DropReason::kNone) {
+      c_.Drop(d);
+      return;
+    }
+    const PeerRecord* rec = table.Lookup(ip.addr_len, ip.src);
+    if (ps == nullptr || rec == nullptr ||
+        e_->wg_->ByAddress(rec->public_family, rec->public_ip) != ps) {
+      c_.Drop(DropReason::kWgAllowedIps);
+      return;
+    }
+    DeliverInner(out, r.len, ip);
   }
 
   Engine* e_;
@@ -867,6 +1096,11 @@ class Engine::Loop {
   struct mmsghdr rx_msgs_[kBatch];
   struct iovec rx_iov_[kBatch];
   sockaddr_storage rx_addr_[kBatch];
+  // WireGuard: the Device's lock while this loop holds it (WgLock), and a buffer for handshake
+  // messages, keepalives and staged packets.
+  static constexpr size_t kWgBufSize = 65536;
+  std::unique_lock<std::mutex> wg_lock_;
+  std::vector<uint8_t> wg_buf_;
 };
 
 std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* error) {
@@ -887,6 +1121,13 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
   }
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
+  if (cfg.format == Format::kWireguard) {
+    e->wg_ = WgEngine::Create(cfg.wg_private_key, cfg.wg_has_psk ? cfg.wg_psk : nullptr, error);
+    if (!e->wg_) return nullptr;
+    // The keys live in the WgEngine (zeroed with its Device); not in the config copy.
+    wg::Wipe(e->cfg_.wg_private_key, sizeof(e->cfg_.wg_private_key));
+    wg::Wipe(e->cfg_.wg_psk, sizeof(e->cfg_.wg_psk));
+  }
   if (ipip) {
     // The outer source of every IPIP packet (the raw sockets send IP_HDRINCL).
     std::memcpy(e->cfg_.codec.local_ip, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, 4);
@@ -1009,7 +1250,9 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
   }
   if (cfg.fifo_priority > 0) e->CheckFifo();
   // TSO super-packets go whole through the TAP (UDP framings) only if the TUN hands them over.
-  if (!ipip && (cfg.offloads & kOffloadTapGso) != 0 && (e->offloads_enabled_ & kTunFTso4) != 0) {
+  // (Not WireGuard: each segment is sealed on its own.)
+  if (!ipip && !e->wg_ && (cfg.offloads & kOffloadTapGso) != 0 &&
+      (e->offloads_enabled_ & kTunFTso4) != 0) {
     e->SetUpTap(addr);
   }
   // The engine's own offloads, reported beside the TUN bits (offloads.h). UDP GSO/GRO need a
@@ -1407,6 +1650,17 @@ void Engine::Stop() {
     ssize_t r = write(w->event_fd, &one, sizeof(one));
     (void)r;
   }
+}
+
+bool Engine::SetWgPeers(const uint8_t* buf, size_t len, std::string* error) {
+  if (!wg_) {
+    *error = "wireguard peers for an engine of another format";
+    return false;
+  }
+  std::vector<WgPeerConfig> peers;
+  if (!ParseWgPeers(buf, len, &peers, error)) return false;
+  wg_->SetPeers(peers);
+  return true;
 }
 
 void Engine::ReadCounters(int w, uint64_t* out) const {

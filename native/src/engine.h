@@ -32,6 +32,7 @@
 #include "packet.h"
 #include "peer_table.h"
 #include "tap_tx.h"
+#include "wg_engine.h"
 
 namespace weft {
 
@@ -78,6 +79,11 @@ struct EngineConfig {
   // (it then goes with its last queue).
   bool persist = false;
   CodecConfig codec;
+  // format kWireguard (wg_engine.h): our static private key and the cluster-wide preshared key
+  // (flannel's net-conf PSK; all zero and wg_has_psk false: none). `port` is the listen port.
+  uint8_t wg_private_key[32] = {};
+  uint8_t wg_psk[32] = {};
+  bool wg_has_psk = false;
 };
 
 // Counter indexes, followed by one counter per DropReason (kDropBase + reason), from the table
@@ -138,6 +144,12 @@ class Engine {
   // when no packet thread still reads it (else to a copy of the current one), then swapped in
   // as SetPeers swaps. False with `error` (table kept) when `d` does not apply.
   bool UpdatePeers(const PeerDelta& d, std::string* error);
+  // Format kWireguard, any thread: the WireGuard peers from now on (wg_engine.h records); false
+  // with `error` (peers kept) when a record is invalid or the engine is of another format.
+  bool SetWgPeers(const uint8_t* buf, size_t len, std::string* error);
+  // Format kWireguard: our public key (32 bytes); null otherwise.
+  const uint8_t* wg_public_key() const { return wg_ ? wg_->public_key() : nullptr; }
+  size_t wg_peer_count() const { return wg_ ? wg_->peer_count() : 0; }
   // Any thread, lock-free: copies worker `w`'s counters (both directions summed) into
   // out[0..kCounterCount); relaxed reads, so a snapshot may mix a few packets' worth of moments.
   void ReadCounters(int w, uint64_t* out) const;
@@ -215,6 +227,7 @@ class Engine {
   void ApplyDelta(PeerTable* t, const PeerDelta& d) const;
 
   EngineConfig cfg_;
+  std::unique_ptr<WgEngine> wg_;  // format kWireguard only
   std::string tun_name_;
   const char* steering_ = "tun";
   std::string affinity_note_;

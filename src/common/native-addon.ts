@@ -125,8 +125,11 @@ export type RawChangeListener = (
 
 // ---- dataplane (src/dataplane/) ----
 
-/** The framings (native/src/codec.h Format): UDP datagrams, or raw IP protocol 4. */
-export type NativeFormat = 'udp' | 'vxlan' | 'ipip';
+/**
+ * The framings (native/src/codec.h Format): UDP datagrams, or raw IP protocol 4. `wireguard`
+ * is sealed and opened by the engine itself (the codec test exports refuse it).
+ */
+export type NativeFormat = 'udp' | 'vxlan' | 'ipip' | 'wireguard';
 
 export interface NativeCodecConfig {
   readonly vni: number;
@@ -163,6 +166,10 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly fifoPriority?: number;
   /** TUNSETPERSIST: the device outlives the engine (set), or goes with it (cleared). */
   readonly persist?: boolean;
+  /** format wireguard: our static private key (32 bytes; required). */
+  readonly wgPrivateKey?: Buffer;
+  /** format wireguard: the cluster-wide preshared key (32 bytes); absent: none. */
+  readonly wgPsk?: Buffer;
 }
 
 export interface NativeEngine {
@@ -182,6 +189,8 @@ export interface NativeEngine {
   tapNote: string;
   /** Why SCHED_FIFO was asked for and is not in use ('' otherwise). */
   fifoNote: string;
+  /** format wireguard: our public key (32 bytes). */
+  wgPublicKey?: Buffer;
 }
 
 // ---- bpf engine (src/dataplane/bpf-binding.ts, bpf-engine.ts; native/src/bpf_loader.h) ----
@@ -348,6 +357,11 @@ export interface NativeAddon {
    * added or replaced by subnet); → the number of peers. Throws, table kept, when it does not apply.
    */
   engineUpdatePeers(id: number, removed: Buffer, upserts: Buffer): number;
+  /**
+   * format wireguard: the WireGuard peers from now on (src/dataplane/wireguard-peers.ts records);
+   * → their number. Throws, peers kept, on a bad record or an engine of another format.
+   */
+  engineSetWgPeers(id: number, records: Buffer): number;
   /** workers × counterNames().length counters. */
   engineCounters(id: number): Float64Array;
 
@@ -489,6 +503,7 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   engineClose: true,
   engineSetPeers: true,
   engineUpdatePeers: true,
+  engineSetWgPeers: true,
   engineCounters: true,
   engineStopAll: true,
   exitWatchdog: true,

@@ -101,6 +101,8 @@ const PROBE_PEER_PUBLIC = '198.51.100.7';
  */
 export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): void {
   if (process.env[PROBE_FAIL_ENV]) throw unavailable(`probe forced to fail by ${PROBE_FAIL_ENV}`);
+  const format = opts.format;
+  if (format === 'wireguard') throw unavailable('its programs have no WireGuard framing');
   const local = parseIP(opts.bindIp);
   if (local?.family !== 4) throw unavailable(`the underlay address ${opts.bindIp} is not IPv4`);
   const peers = [
@@ -135,7 +137,7 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
         const eth = Buffer.alloc(14);
         eth.writeUInt16BE(src.includes(':') ? 0x86dd : 0x0800, 12);
         const tx = bpf.bpfTestRun(id, 'tx', Buffer.concat([eth, p]));
-        const ref = encap(opts.format, table, cfg, p);
+        const ref = encap(format, table, cfg, p);
         if (tx.verdict !== TC_ACT_REDIRECT || !ref.payload)
           throw unavailable(`probe: encap of ${what} returned verdict ${tx.verdict}`);
         // UDP framings: the UDP payload; IPIP: the whole outer packet (its ID is 0 with DF).
@@ -144,11 +146,11 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
         if (checksum(tx.data, 14, 34) !== 0)
           throw unavailable(`probe: outer IPv4 checksum of ${what} is wrong`);
         // RX: a datagram from the peer to us, as the reference would have sent it.
-        const payload = encap(opts.format, ourTable, peerCfg, probePacket(dst, src, len)).payload!;
+        const payload = encap(format, ourTable, peerCfg, probePacket(dst, src, len)).payload!;
         const frame = ipip
           ? Buffer.concat([eth, payload])
           : outerIpv4Frame(PROBE_PEER_PUBLIC, opts.bindIp, opts.port, payload);
-        const expect = decap(opts.format, table, cfg, parseIP(PROBE_PEER_PUBLIC)!, payload);
+        const expect = decap(format, table, cfg, parseIP(PROBE_PEER_PUBLIC)!, payload);
         const rx = bpf.bpfTestRun(id, 'rx', frame);
         if (
           rx.verdict !== TC_ACT_REDIRECT ||
@@ -165,6 +167,7 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
 
 /** The programs' configuration for `opts`, without the devices. */
 function bpfConfigOf(opts: DataplaneOptions): BpfConfig {
+  if (opts.format === 'wireguard') throw unavailable('its programs have no WireGuard framing');
   return {
     format: opts.format,
     vni: opts.vni,
@@ -225,6 +228,7 @@ export function checkBpfObjectSource(objectPath: string, sourceDir = bpfSourceDi
 export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane> {
   const log = opts.log ?? logger('dataplane-bpf');
   if (!opts.underlay) throw unavailable('no underlay device given');
+  if (opts.format === 'wireguard') throw unavailable('its programs have no WireGuard framing');
   if (opts.bindIp6) throw unavailable('its programs have one underlay family (IPv4)');
   // The outer packets never meet netfilter here: a rule on the tunnel port would not apply.
   const ipip = opts.format === 'ipip';

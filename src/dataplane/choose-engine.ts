@@ -24,13 +24,14 @@ export const ENGINE_REQUESTS = ['auto', 'native', 'bpf', 'js'] as const;
 export type EngineRequest = (typeof ENGINE_REQUESTS)[number];
 
 /**
- * The framings each engine serves. native: all (IPIP on raw IPPROTO_IPIP sockets). bpf: all
- * (its programs frame IPIP too; the native engine under it keeps the raw sockets as the slow
- * path). js: not IPIP (Node has no raw sockets; asked for it, refused).
+ * The framings each engine serves. native: all (IPIP on raw IPPROTO_IPIP sockets). bpf: udp,
+ * vxlan and IPIP (the native engine under it keeps the sockets as the slow path), not WireGuard
+ * (its programs have no such framing; asked for it, the native engine runs). js: not IPIP (Node
+ * has no raw sockets) nor WireGuard (no crypto per packet in JS); asked for one, refused.
  */
 export const ENGINE_FORMATS: Readonly<Record<DataplaneEngine, readonly DataplaneFormat[]>> =
   Object.freeze({
-    native: ['udp', 'vxlan', 'ipip'],
+    native: ['udp', 'vxlan', 'ipip', 'wireguard'],
     bpf: ['udp', 'vxlan', 'ipip'],
     js: ['udp', 'vxlan'],
   });
@@ -77,7 +78,9 @@ export function chooseEngine(
     if (!ENGINE_FORMATS.js.includes(ask.format)) {
       throw new WeftError(
         'WEFT_ERR_BACKEND_UNSUPPORTED',
-        `${ask.who}: --dataplane-engine=js cannot send ${ask.format.toUpperCase()} (Node has no raw sockets); use native`,
+        ask.format === 'wireguard'
+          ? `${ask.who}: --dataplane-engine=js has no WireGuard framing; use native`
+          : `${ask.who}: --dataplane-engine=js cannot send ${ask.format.toUpperCase()} (Node has no raw sockets); use native`,
       );
     }
     return engine;

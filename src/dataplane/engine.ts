@@ -6,10 +6,14 @@ import type { WeftError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { OffloadName } from './offloads.js';
 import type { PeerDelta, PeerEntry } from './peer-table.js';
+import type { WireguardPeer } from './wireguard-peers.js';
 import type { DataplaneStats } from './stats.js';
 
-/** The framing: flannel-udp or VXLAN in UDP, or IPIP (raw IP protocol 4; not the js engine). */
-export type DataplaneFormat = 'udp' | 'vxlan' | 'ipip';
+/**
+ * The framing: flannel-udp or VXLAN in UDP, IPIP (raw IP protocol 4; native and bpf engines), or
+ * WireGuard transport messages in UDP (native engine only; options.wireguard, setWireguardPeers).
+ */
+export type DataplaneFormat = 'udp' | 'vxlan' | 'ipip' | 'wireguard';
 /** `bpf`: the native engine with the TC-BPF fast path in front (bpf-engine.ts). */
 export type DataplaneEngine = 'native' | 'js' | 'bpf';
 
@@ -64,6 +68,11 @@ export interface DataplaneOptions {
    * 2-CPU bench machine the split measured no faster (bench/README), so it is opt-in.
    */
   readonly queueThreads?: 1 | 2;
+  /**
+   * format wireguard: our static private key and the cluster-wide preshared key (flannel's
+   * net-conf PSK; absent: none), 32 bytes each. `port` is then the listen port (flannel: 51820).
+   */
+  readonly wireguard?: { readonly privateKey: Buffer; readonly psk?: Buffer };
   readonly log?: Logger;
 }
 
@@ -109,6 +118,15 @@ export interface Dataplane {
    * bypass leave both methods out.
    */
   setPodBridge?(bridge: PodBridge | null): void;
+  /** format wireguard: our public key (32 bytes). */
+  readonly wireguardPublicKey?: Buffer;
+  /**
+   * format wireguard: the WireGuard peers from now on (public key, endpoint, persistent
+   * keepalive). Their AllowedIPs are the peer table's subnets whose public address is the
+   * peer's endpoint address. A peer that stays keeps its session; one that goes has its keys
+   * zeroed. Throws, peers kept, on a bad entry.
+   */
+  setWireguardPeers?(peers: readonly WireguardPeer[]): void;
   /** bpf: the bridge weft_bridge is on and its port map (MAC → the port's ifindex); null: none. */
   podBridge?(): { name: string; index: number; ports: ReadonlyMap<string, number> } | null;
 }

@@ -50,6 +50,11 @@ export {
   parseMac,
   recordSubnetKey,
 } from './peer-table.js';
+export {
+  WG_PEER_RECORD_SIZE,
+  type WireguardPeer,
+  encodeWireguardPeers,
+} from './wireguard-peers.js';
 export { registerDataplaneMetrics } from './stats-metrics.js';
 export { removeBpfPins } from './bpf-pins.js';
 export { type CleanupReport, cleanupHost } from './cleanup.js';

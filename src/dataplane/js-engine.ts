@@ -91,6 +91,13 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
       'ipip: the js engine cannot send IPIP (Node has no raw sockets); use the native engine',
     );
   }
+  if (opts.format === 'wireguard') {
+    throw new WeftError(
+      'WEFT_ERR_BACKEND_UNSUPPORTED',
+      'wireguard: the js engine has no WireGuard framing; use the native engine',
+    );
+  }
+  const format = opts.format;
   const log = opts.log ?? logger('dataplane-js');
   const once = new LogOnce();
   const counters = new Float64Array(COUNTERS_PER_WORKER);
@@ -117,7 +124,7 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
   /** A packet the kernel routed into the TUN: encapsulate and send, or drop (maybe ICMP back). */
   const fromTun: PacketSink = (pkt) => {
     count('tun_reads');
-    const r = encap(opts.format, table, cfg, pkt);
+    const r = encap(format, table, cfg, pkt);
     if (r.drop !== 'none' || !r.payload || r.peer === null) {
       drop(r.drop);
       if (r.icmp && writeTun(r.icmp)) count('icmp_sent');
@@ -175,7 +182,7 @@ export async function startJsEngine(opts: DataplaneOptions): Promise<Dataplane> 
       drop('unknown_source');
       return;
     }
-    const r = decap(opts.format, table, cfg, src, msg);
+    const r = decap(format, table, cfg, src, msg);
     if (r.drop !== 'none' || !r.tun) {
       drop(r.drop);
       return;

@@ -13,6 +13,8 @@ import type { Direction, WorkerMessage, WorkerResult, WorkerTask } from './messa
 import { OFFLOAD_NAMES, egressTapName, offloadsFromEnv } from './offloads.js';
 import type { OffloadName } from './offloads.js';
 import { encodePeerTable } from './peer-table.js';
+import { encodeWireguardPeers } from './wireguard-peers.js';
+import type { WireguardPeer } from './wireguard-peers.js';
 import { COUNTERS, DROP_REASONS, decodeCounters } from './stats.js';
 
 /**
@@ -121,6 +123,12 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       tapFailAt: Number(process.env.WEFT_TEST_TAP_FAIL_AT ?? 0) || 0,
       fifoPriority: opts.schedFifo ?? 0,
       persist: opts.persist ?? false,
+      ...(opts.wireguard
+        ? {
+            wgPrivateKey: opts.wireguard.privateKey,
+            ...(opts.wireguard.psk ? { wgPsk: opts.wireguard.psk } : {}),
+          }
+        : {}),
     });
   } catch (err) {
     throw new WeftError('WEFT_ERR_DATAPLANE', (err as Error).message, {
@@ -289,6 +297,15 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       if (phase === 'closing') return;
       native.engineUpdatePeers(id, delta.removed, delta.upserts);
     },
+    ...(created.wgPublicKey
+      ? {
+          wireguardPublicKey: created.wgPublicKey,
+          setWireguardPeers(peers: readonly WireguardPeer[]) {
+            if (phase === 'closing') return;
+            native.engineSetWgPeers(id, encodeWireguardPeers(peers));
+          },
+        }
+      : {}),
     stats() {
       if (phase === 'closing') return decodeCounters('native', []);
       return {

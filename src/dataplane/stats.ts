@@ -123,6 +123,26 @@ export const NATIVE_COUNTER_TABLE = [
     name: 'tap_disabled',
     help: '1 once the TAP refused a frame with EINVAL and TCP went back to the sockets (weft_dataplane_offload_enabled).',
   },
+  {
+    name: 'wg_handshakes_sent',
+    help: 'WireGuard handshake messages sent (initiations, responses).',
+    metric: 'weft_dataplane_wg_handshakes_sent_total',
+  },
+  {
+    name: 'wg_cookie_replies',
+    help: 'WireGuard cookie replies sent: under load (a flood of handshake messages), a handshake message without a valid mac2 is answered with one instead of being processed.',
+    metric: 'weft_dataplane_wg_cookie_replies_total',
+  },
+  {
+    name: 'wg_staged',
+    help: 'WireGuard packets queued for a peer without a session, sent once its handshake completes.',
+    metric: 'weft_dataplane_wg_staged_packets_total',
+  },
+  {
+    name: 'wg_keepalives',
+    help: 'WireGuard keepalives sent (passive and persistent) and received.',
+    metric: 'weft_dataplane_wg_keepalives_total',
+  },
 ] as const satisfies readonly CounterRow[];
 
 const DROPPED: LabelledFamily = {
@@ -151,6 +171,16 @@ export const DROP_REASON_TABLE = [
   drop('ttl_expired', 'The inner TTL / hop limit reached zero.'),
   drop('send_error', 'sendmmsg refused the datagram.'),
   drop('tun_write_error', 'The TUN refused the packet.'),
+  drop(
+    'wg_allowed_ips',
+    "WireGuard cryptokey routing: the decrypted inner source is outside the sending peer's AllowedIPs.",
+  ),
+  drop(
+    'wg_rejected',
+    'A WireGuard message that did not authenticate or apply (bad mac1, type, index, tag, replayed counter, expired key pair).',
+  ),
+  drop('wg_queue_full', 'A WireGuard peer without a session had its staging queue full.'),
+  drop('wg_no_peer', "The inner destination's peer has no WireGuard key."),
 ] as const satisfies readonly CounterRow[];
 
 const BPF_PASSED: LabelledFamily = {

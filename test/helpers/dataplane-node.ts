@@ -6,9 +6,12 @@
  *   {"cmd":"peers","peers":[{subnet, publicIP, port, vtepMac?}]}  → {"ok":true,"peers":n}
  *   {"cmd":"delta","removed":[...],"upserts":[...]}  updatePeerTable → {"ok":true}
  *   {"cmd":"stats"}                                               → {"ok":true,"stats":{...}}
+ *   {"cmd":"wgpeers","wg":[{publicKey (base64), endpoint, port, persistentKeepalive?}]}
+ *                           format wireguard: setWireguardPeers    → {"ok":true}
  *   {"cmd":"cycle","n":N}   close and start the dataplane N times → {"ok":true,"fds":[before,after]}
  *   {"cmd":"close"}                                               → {"ok":true} and exit
- * The first line out is {"ready":true,"tun":NAME} once the TUN is up. With `podBridge` (a name),
+ * The first line out is {"ready":true,"tun":NAME} once the TUN is up (format wireguard: with
+ * "wgPublicKey", base64; the config's `wireguard` holds base64 `privateKey` and `psk`). With `podBridge` (a name),
  * control's follower (control/netlink/pod-bridge.ts) hands the engine that bridge, as the
  * userspace backend does.
  */
@@ -28,8 +31,9 @@ import {
   peerEntry,
 } from '../../src/dataplane/peer-table.js';
 
-interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log'> {
+interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log' | 'wireguard'> {
   readonly vtepMac: string;
+  readonly wireguard?: { readonly privateKey: string; readonly psk?: string };
   /** Address for the TUN, e.g. 10.5.1.0/32, and the cluster route, e.g. 10.5.0.0/16. */
   readonly tunAddr: string;
   readonly clusterRoute: string;
@@ -51,7 +55,17 @@ const out = (o: unknown) => process.stdout.write(JSON.stringify(o) + '\n');
 
 const ipCmd = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
 async function start(): Promise<Dataplane> {
-  const d = await startDataplane({ ...cfg, vtepMac: parseMac(cfg.vtepMac)! });
+  const wg = cfg.wireguard;
+  const d = await startDataplane({
+    ...cfg,
+    vtepMac: parseMac(cfg.vtepMac)!,
+    wireguard: wg
+      ? {
+          privateKey: Buffer.from(wg.privateKey, 'base64'),
+          ...(wg.psk ? { psk: Buffer.from(wg.psk, 'base64') } : {}),
+        }
+      : undefined,
+  });
   ipCmd('link', 'set', d.tunName, 'mtu', String(cfg.tunMtu), 'up');
   ipCmd('addr', 'add', cfg.tunAddr, 'dev', d.tunName);
   ipCmd('route', 'add', cfg.clusterRoute, 'dev', d.tunName);
@@ -69,7 +83,12 @@ podBridge?.feed(dp);
 let peers: PeerEntry[] = [];
 /** The table as deltas left it (what a `cycle` hands the new engine). */
 let table: Buffer | null = null;
-out({ ready: true, tun: dp.tunName, engine: dp.engine });
+out({
+  ready: true,
+  tun: dp.tunName,
+  engine: dp.engine,
+  ...(dp.wireguardPublicKey ? { wgPublicKey: dp.wireguardPublicKey.toString('base64') } : {}),
+});
 
 const rl = createInterface({ input: process.stdin });
 for await (const line of rl) {
@@ -78,6 +97,7 @@ for await (const line of rl) {
     cmd: string;
     n?: number;
     peers?: PeerSpec[];
+    wg?: { publicKey: string; endpoint: string; port: number; persistentKeepalive?: number }[];
     removed?: PeerSpec[];
     upserts?: PeerSpec[];
   };
@@ -107,6 +127,12 @@ for await (const line of rl) {
         else dp.setPeers(peers);
       }
       out({ ok: true, fds: [before, fds()] });
+    } else if (m.cmd === 'wgpeers') {
+      if (!dp.setWireguardPeers) throw new Error('not a wireguard dataplane');
+      dp.setWireguardPeers(
+        (m.wg ?? []).map((p) => ({ ...p, publicKey: Buffer.from(p.publicKey, 'base64') })),
+      );
+      out({ ok: true });
     } else if (m.cmd === 'stats') {
       out({ ok: true, stats: dp.stats() });
     } else if (m.cmd === 'close') {

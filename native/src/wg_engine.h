@@ -1,0 +1,129 @@
+// The WireGuard framing's shared state in the packet engine (engine.h): one wg::Device (our
+// static key, the peers, the index table, handshakes, key pairs, timers) for all of an engine's
+// queues, and per peer where it is (its endpoint) and the packets waiting for its first session.
+//
+// What the backend hands the engine (the API a `wireguard` backend calls):
+//   - EngineConfig: format kWireguard, the private key, the cluster-wide PSK (flannel's net-conf
+//     `PSK`; optional), the listen port (`port`, 51820 by default in the TS options);
+//   - the peer table (peer_table.h) as for the other framings: AllowedIPs = the records' subnets,
+//     longest-prefix matched; a record names its peer by its public address;
+//   - SetPeers: one WgPeerConfig per peer (public key, endpoint, persistent keepalive), in the
+//     record format below. A record of the peer table whose public address has no WireGuard
+//     peer carries nothing (drop wg_no_peer).
+//
+// Locking: mu() guards the Device and everything here. Packet threads take it once per batch
+// (TX: while sealing a batch, released before sendmmsg; RX: while opening datagrams, released
+// before each TUN write), timers take it on the tick, SetPeers on a change. Transport keys are
+// sealed and opened with the Device's context under it, so a key pair's replay window has one
+// receiver at a time.
+#ifndef WEFT_NATIVE_WG_ENGINE_H_
+#define WEFT_NATIVE_WG_ENGINE_H_
+
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "wg_device.h"
+
+namespace weft {
+
+// One WireGuard peer record, 64 bytes (mirrored by src/dataplane/wireguard-peers.ts), multi-byte
+// fields in network byte order:
+//   0  u8[32]  the peer's public key (X25519)
+//   32 u8      endpoint family (4 | 6)
+//   33 u8      reserved, zero
+//   34 u16     endpoint UDP port (its listen port)
+//   36 u16     persistent keepalive interval, seconds (0: off)
+//   38 u8[10]  reserved, zero
+//   48 u8[16]  endpoint address (its public address; IPv4 in the first 4 bytes)
+constexpr size_t kWgPeerRecordSize = 64;
+
+struct WgPeerConfig {
+  uint8_t public_key[wg::kKeyLen] = {};
+  uint8_t family = 0;
+  uint16_t port = 0;  // host order
+  uint16_t keepalive_s = 0;
+  uint8_t addr[16] = {};
+};
+
+// Decodes `len` bytes of records; false with `error` naming the record when the length is not a
+// multiple of the record size, a family is neither 4 nor 6, the port is 0 or a key repeats.
+bool ParseWgPeers(const uint8_t* buf, size_t len, std::vector<WgPeerConfig>* out,
+                  std::string* error);
+
+class WgEngine {
+ public:
+  // Packets kept per peer while it has no session (wireguard-go keeps 128).
+  static constexpr size_t kStagedMax = 128;
+  // How often a queue's loop runs the timers (the loop's epoll timeout while idle).
+  static constexpr uint64_t kTickNs = 100 * 1000000ull;
+
+  struct PeerState {
+    wg::Peer* peer = nullptr;
+    WgPeerConfig cfg;
+    sockaddr_storage addr;  // the endpoint, ready for sendto
+    socklen_t addr_len = 0;
+    std::deque<std::vector<uint8_t>> staged;  // inner packets waiting for a session
+  };
+
+  // null with `error` when the key is unusable or OpenSSL lacks a primitive. `psk` may be null.
+  static std::unique_ptr<WgEngine> Create(const uint8_t private_key[wg::kKeyLen],
+                                          const uint8_t* psk, std::string* error);
+  const uint8_t* public_key() const { return dev_.public_key(); }
+
+  // Control thread: the peers from now on. A peer whose key stays keeps its sessions (its
+  // endpoint and keepalive are updated); a peer that goes has its keys zeroed.
+  void SetPeers(const std::vector<WgPeerConfig>& peers);
+  size_t peer_count();
+
+  // Everything below: with mu() held.
+  std::mutex& mu() { return mu_; }
+  wg::Device& device() { return dev_; }
+  // The peer whose endpoint address is `addr` (a peer table record's public address).
+  PeerState* ByAddress(uint8_t family, const uint8_t* addr);
+  PeerState* ByPeer(const wg::Peer* p);
+  const std::vector<std::unique_ptr<PeerState>>& peers() const { return peers_; }
+
+  // Lock-free: true for one caller once per kTickNs (that caller runs the timers).
+  bool TickDue(uint64_t now);
+
+  // Under load (wireguard-go: a handshake queue 1/8 full, and for UNDER_LOAD_AFTER_TIME after):
+  // more than kLoadHandshakes handshake messages since the last tick. The Device then wants
+  // mac2 (else answers with a cookie reply) and rate-limits handshakes per source address.
+  static constexpr uint32_t kLoadHandshakes = 64;
+  static constexpr uint64_t kUnderLoadAfterNs = 1000000000ull;
+  // A handshake message arrived (initiation, response or cookie reply).
+  void CountHandshake(uint64_t now);
+  // The timers' tick: the count starts again; the load flag goes once its time is over.
+  void TickLoad(uint64_t now);
+
+ private:
+  WgEngine() : dev_(&clock_) {}
+  static std::array<uint8_t, 17> AddressKey(uint8_t family, const uint8_t* addr);
+
+  wg::SystemClock clock_;
+  wg::Device dev_;
+  uint8_t psk_[wg::kKeyLen] = {};
+  bool has_psk_ = false;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<PeerState>> peers_;
+  std::map<std::array<uint8_t, 17>, PeerState*> by_address_;
+  std::unordered_map<const wg::Peer*, PeerState*> by_peer_;
+  std::atomic<uint64_t> next_tick_{0};
+  uint32_t handshakes_since_tick_ = 0;
+  uint64_t under_load_until_ = 0;  // 0: not under load
+};
+
+}  // namespace weft
+
+#endif  // WEFT_NATIVE_WG_ENGINE_H_

@@ -1,0 +1,50 @@
+/**
+ * The WireGuard peers the native engine's `wireguard` framing talks to, as the backend hands
+ * them over (Dataplane.setWireguardPeers): one fixed-size record per peer, the layout of
+ * native/src/wg_engine.h (64 bytes, network byte order):
+ *   0  u8[32]  public key           36 u16     persistent keepalive, s (0: off)
+ *   32 u8      endpoint family 4|6  38 u8[10]  reserved, zero
+ *   33 u8      reserved, zero       48 u8[16]  endpoint address (IPv4 in the first 4 bytes)
+ *   34 u16     endpoint port
+ * A peer's AllowedIPs are the peer table's subnets (peer-table.ts) whose public address is its
+ * endpoint address: flannel's `AllowedIPs = the peer's subnet(s)`, endpoint `PublicIP:Port`.
+ */
+import { WeftError } from '../common/errors.js';
+import { ipToBytes, parseIP } from '../common/ip.js';
+
+export const WG_PEER_RECORD_SIZE = 64;
+
+export interface WireguardPeer {
+  /** X25519 public key, 32 bytes. */
+  readonly publicKey: Buffer;
+  /** The peer's public address (its lease's PublicIP) and its listen port. */
+  readonly endpoint: string;
+  readonly port: number;
+  /** Persistent keepalive interval in seconds (flannel's PersistentKeepaliveInterval; 0: off). */
+  readonly persistentKeepalive?: number;
+}
+
+export function encodeWireguardPeers(peers: readonly WireguardPeer[]): Buffer {
+  const buf = Buffer.alloc(peers.length * WG_PEER_RECORD_SIZE);
+  peers.forEach((p, i) => {
+    const o = i * WG_PEER_RECORD_SIZE;
+    const bad = (rule: string) =>
+      new WeftError('WEFT_ERR_DATAPLANE', `wireguard peer ${i}: ${rule}`, {
+        details: { endpoint: p.endpoint, port: p.port },
+      });
+    if (p.publicKey.length !== 32) throw bad('publicKey must be 32 bytes');
+    const ip = parseIP(p.endpoint);
+    if (!ip) throw bad(`endpoint ${p.endpoint} is not an IP address`);
+    if (!Number.isInteger(p.port) || p.port < 1 || p.port > 65535)
+      throw bad('port must be 1..65535');
+    const keepalive = p.persistentKeepalive ?? 0;
+    if (!Number.isInteger(keepalive) || keepalive < 0 || keepalive > 65535)
+      throw bad('persistentKeepalive must be 0..65535 seconds');
+    p.publicKey.copy(buf, o);
+    buf[o + 32] = ip.family;
+    buf.writeUInt16BE(p.port, o + 34);
+    buf.writeUInt16BE(keepalive, o + 36);
+    ipToBytes(ip).copy(buf, o + 48);
+  });
+  return buf;
+}
