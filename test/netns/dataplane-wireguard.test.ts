@@ -19,11 +19,12 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { waitFor } from '../../src/testbed/cluster.js';
+import { UAPI_DIR, removeUapiDir, stopWireguardGo } from '../helpers/wireguard-go.js';
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync, uniqueDev } from '../../src/testbed/netns.js';
 import { iperf } from '../../src/testbed/probes.js';
 import { TCP_FIXED, delivered } from '../helpers/carried.js';
@@ -39,7 +40,6 @@ import {
 const hasWg =
   spawnSync('wireguard-go', ['--version']).status === 0 && spawnSync('wg', ['--help']).status === 0;
 const skip = isRoot() ? false : 'needs root (network namespaces)';
-const UAPI_DIR = '/var/run/wireguard';
 const KEEPALIVE = 25;
 
 type Totals = { counters: Record<string, number>; drops: Record<string, number> };
@@ -277,20 +277,13 @@ describe(
       uapiDirWasThere = existsSync(UAPI_DIR);
     });
     afterEach(async () => {
-      // wireguard-go removes its UAPI socket on SIGTERM (not on the scope's SIGKILL).
-      if (wireguardGo && wireguardGo.exitCode === null && wireguardGo.signalCode === null) {
-        const gone = new Promise((r) => wireguardGo!.once('exit', r));
-        wireguardGo.kill('SIGTERM');
-        await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
-      }
+      await stopWireguardGo(wireguardGo);
       wireguardGo = null;
     });
     after(() => {
       scope.cleanup();
       rmSync(dir, { recursive: true, force: true });
-      if (!uapiDirWasThere && existsSync(UAPI_DIR) && readdirSync(UAPI_DIR).length === 0) {
-        rmdirSync(UAPI_DIR);
-      }
+      removeUapiDir(uapiDirWasThere);
     });
 
     const wgTool = (args: string[], input?: string): string =>
