@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -758,11 +759,21 @@ class Engine::Loop {
       // Datagram k of a train starts where k-1 ended: its vnet header space (before the inner
       // packet) overlaps bytes of datagram k-1, which are consumed (copied or written) by then.
       // An empty datagram (len 0) is delivered once too, so the decap counts its drop.
+      // WireGuard binds cookies to the source address and its port: those bytes, once a message
+      // (the port sits at the same offset in sockaddr_in and sockaddr_in6).
+      static_assert(offsetof(sockaddr_in, sin_port) == offsetof(sockaddr_in6, sin6_port));
+      uint8_t wg_src[18];
+      if (e_->wg_) {
+        std::memcpy(wg_src, src, src_len);
+        std::memcpy(
+            wg_src + src_len,
+            reinterpret_cast<const uint8_t*>(&rx_addr_[i]) + offsetof(sockaddr_in, sin_port), 2);
+      }
       size_t off = 0;
       do {
         size_t dlen = len - off < seg ? len - off : seg;
         if (e_->wg_) {
-          WgDeliver(data + off, dlen, rx_addr_[i], fd, table);
+          WgDeliver(data + off, dlen, wg_src, src_len + 2, rx_addr_[i], fd, table);
         } else {
           Deliver(data + off, dlen, src_len, src, table);
         }
@@ -956,29 +967,13 @@ class Engine::Loop {
     SetMessage(o, &tx_addr_[o], ps->addr_len, &tx_iov_[v], 1, 1, 0, inner, WgFd(ps->cfg.family));
   }
 
-  // RX: one WireGuard datagram from `from` (received on `fd`). Handshake messages go to the
-  // Device (answers back to where they came from); a transport message is opened in place (the
-  // inner packet lands 16 bytes into the datagram), checked against the sending peer's
-  // AllowedIPs (cryptokey routing: the longest-prefix peer of the inner source must be the peer
-  // whose key opened it) and delivered.
-  void WgDeliver(uint8_t* dgram, size_t len, const sockaddr_storage& from, int fd,
-                 const PeerTable& table) {
-    uint8_t src[18];
-    size_t src_len;
-    socklen_t from_len;
-    if (from.ss_family == AF_INET) {
-      const auto* a = reinterpret_cast<const sockaddr_in*>(&from);
-      std::memcpy(src, &a->sin_addr, 4);
-      std::memcpy(src + 4, &a->sin_port, 2);
-      src_len = 6;
-      from_len = sizeof(sockaddr_in);
-    } else {
-      const auto* a = reinterpret_cast<const sockaddr_in6*>(&from);
-      std::memcpy(src, &a->sin6_addr, 16);
-      std::memcpy(src + 16, &a->sin6_port, 2);
-      src_len = 18;
-      from_len = sizeof(sockaddr_in6);
-    }
+  // RX: one WireGuard datagram from `from` (received on `fd`; `src`: its address and port
+  // bytes). Handshake messages go to the Device (answers back to where they came from); a
+  // transport message is opened in place (the inner packet lands 16 bytes into the datagram),
+  // checked against the sending peer's AllowedIPs (cryptokey routing: the longest-prefix peer of
+  // the inner source must be the peer whose key opened it) and delivered.
+  void WgDeliver(uint8_t* dgram, size_t len, const uint8_t* src, size_t src_len,
+                 const sockaddr_storage& from, int fd, const PeerTable& table) {
     const bool transport = len > wg::kTransportHeaderSize && dgram[0] == wg::kMessageTransport;
     uint8_t* out = transport ? dgram + wg::kTransportHeaderSize : wg_buf_.data();
     size_t cap = transport ? len - wg::kTransportHeaderSize : wg_buf_.size();
@@ -990,7 +985,9 @@ class Engine::Loop {
       case wg::Verdict::kResponse:
       case wg::Verdict::kHandshakeDone:
       case wg::Verdict::kCookieReply:
-        if (WgSendTo(fd, from, from_len, out, r.len)) {
+        if (WgSendTo(fd, from,
+                     from.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6), out,
+                     r.len)) {
           c_.Add(r.verdict == wg::Verdict::kCookieReply ? kWgCookieReplies : kWgHandshakesSent, 1);
         }
         if (ps != nullptr) WgFlushStaged(ps);
@@ -1015,8 +1012,7 @@ class Engine::Loop {
       return;
     }
     const PeerRecord* rec = table.Lookup(ip.addr_len, ip.src);
-    if (ps == nullptr || rec == nullptr ||
-        e_->wg_->ByAddress(rec->public_family, rec->public_ip) != ps) {
+    if (ps == nullptr || rec == nullptr || !ps->At(rec->public_family, rec->public_ip)) {
       c_.Drop(DropReason::kWgAllowedIps);
       return;
     }

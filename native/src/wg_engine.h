@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -74,6 +75,10 @@ class WgEngine {
     sockaddr_storage addr;  // the endpoint, ready for sendto
     socklen_t addr_len = 0;
     std::deque<std::vector<uint8_t>> staged;  // inner packets waiting for a session
+    // Whether its endpoint address is `addr` (the key ByAddress finds it under).
+    bool At(uint8_t fam, const uint8_t* addr) const {
+      return cfg.family == fam && std::memcmp(cfg.addr, addr, fam == 4 ? 4 : 16) == 0;
+    }
   };
 
   // null with `error` when the key is unusable or OpenSSL lacks a primitive. `psk` may be null.
