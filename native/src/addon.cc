@@ -1057,6 +1057,8 @@ Napi::Value Configure(const Napi::CallbackInfo& info) {
     case Format::kIpip:
       c.format = WEFT_FORMAT_IPIP;
       break;
+    case Format::kWireguard:
+      throw Napi::TypeError::New(env, "bpfConfigure: the programs have no WireGuard framing");
   }
   c.vni = o.Get("vni").ToNumber().Uint32Value();
   c.port = static_cast<uint16_t>(o.Get("port").ToNumber().Uint32Value());
