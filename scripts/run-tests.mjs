@@ -3,12 +3,16 @@
 // found here. Arguments narrow the run to directories or files (default: all of test/); the
 // flag --source starts the testbed's weft from the sources instead of a fresh dist/ build.
 //
-// Two lanes run side by side, each one file at a time: the namespace lane (test/netns,
-// test/integration: namespaces, daemons, etcd, traffic) and the process lane (test/unit,
-// test/native: no namespace, no device, no daemon). The namespace tests spend most of their time
-// waiting on daemons and handshakes, so the process lane's ~3 minutes fit beside them. The
-// namespace lane prints as it runs; the process lane's report follows it. --serial runs every
-// file in one lane, one at a time.
+// Two lanes run side by side: the namespace lane (test/netns, test/integration: namespaces,
+// daemons, etcd, traffic) and the process lane (test/unit, test/native: no namespace, no device,
+// no daemon), one file at a time. The namespace tests spend most of their time waiting on
+// daemons and handshakes, so the namespace lane runs two of its files at once (largest first, so
+// the longest files do not start last; --namespace-concurrency=N changes the two), and the
+// process lane's ~3 minutes fit beside it. Every namespace test works in namespaces and temp dirs
+// of its own; what the host has only one of (wireguard-go's UAPI directory) is taken under a lock
+// (test/helpers/host-lock.ts). The namespace lane prints as it runs, a file's report whole when
+// its turn comes; the process lane's report follows it. --serial runs every file in one lane,
+// one at a time.
 //
 // The run is guarded: the root network namespace (links, addresses, routes, rules, iptables,
 // nftables, /var/lib/cni, /sys/fs/bpf) is snapshotted before and after, and any difference fails
@@ -36,29 +40,49 @@ const targets = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 // --source: the testbed starts weft from the TypeScript sources through tsx (no build).
 const fromSource = process.argv.includes('--source');
 const serial = process.argv.includes('--serial');
+const NS_CONCURRENCY_FLAG = '--namespace-concurrency=';
+const nsConcurrencyArg = process.argv.find((a) => a.startsWith(NS_CONCURRENCY_FLAG));
+const nsConcurrency = serial ? 1 : Number(nsConcurrencyArg?.slice(NS_CONCURRENCY_FLAG.length) ?? 2);
+if (!Number.isInteger(nsConcurrency) || nsConcurrency < 1) {
+  console.error(`run-tests: ${NS_CONCURRENCY_FLAG}N takes a whole number ≥ 1`);
+  process.exit(2);
+}
 const flags = process.argv
   .slice(2)
-  .filter((a) => a.startsWith('-') && a !== '--source' && a !== '--serial');
+  .filter(
+    (a) =>
+      a.startsWith('-') &&
+      a !== '--source' &&
+      a !== '--serial' &&
+      !a.startsWith(NS_CONCURRENCY_FLAG),
+  );
 const files = [];
 for (const t of targets.length ? targets : ['test']) collect(join(root, t), files);
 if (files.length === 0) {
   console.error('run-tests: no test files found');
   process.exit(1);
 }
-/** Files that create namespaces, daemons or etcd: they run one at a time in their own lane. */
+/** Files that create namespaces, daemons or etcd: they run in their own lane. */
 const NAMESPACE_DIRS = ['test/netns/', 'test/integration/'];
 const inNamespaceLane = (f) => NAMESPACE_DIRS.some((d) => relative(root, f).startsWith(d));
+/** Largest first: a file's size is a fair guess at its running time, and the longest go first. */
+const bySizeDown = (a, b) => statSync(b).size - statSync(a).size || a.localeCompare(b);
 const lanes = (
-  serial ? [files] : [files.filter(inNamespaceLane), files.filter((f) => !inNamespaceLane(f))]
-).filter((l) => l.length > 0);
+  serial
+    ? [{ files, concurrency: 1 }]
+    : [
+        { files: files.filter(inNamespaceLane).sort(bySizeDown), concurrency: nsConcurrency },
+        { files: files.filter((f) => !inNamespaceLane(f)), concurrency: 1 },
+      ]
+).filter((l) => l.files.length > 0);
 const argsFor = (lane) => [
   '--import',
   'tsx',
   '--test',
-  '--test-concurrency=1',
+  `--test-concurrency=${lane.concurrency}`,
   '--test-reporter=spec',
   ...flags,
-  ...lane.map((f) => relative(process.cwd(), f)),
+  ...lane.files.map((f) => relative(process.cwd(), f)),
 ];
 // The testbed's daemons and CLI calls run from dist/ (bin/weft, as weft ships), built here from
 // the sources first so they are never stale: a start from dist/ skips compiling the TypeScript
@@ -84,7 +108,8 @@ const env = { ...process.env, WEFT_TEST_LAUNCHER: fromSource ? 'source' : 'dist'
  * (two spec reports interleaved line by line could not be read). Resolves to the exit status
  * and what a collected lane printed.
  */
-function runLane(lane, live) {
+function runLane(lane, i) {
+  const live = i === 0;
   return new Promise((resolve) => {
     const child = spawn(process.execPath, argsFor(lane), {
       env,
@@ -100,13 +125,15 @@ function runLane(lane, live) {
 }
 
 const before = snapshot();
-const running = lanes.map((lane, i) => runLane(lane, i === 0));
+const running = lanes.map((lane, i) => runLane(lane, i));
 const statuses = [];
 // In lane order: the live lane's report first, then each collected one.
 for (const [i, r] of running.entries()) {
   const { status, out } = await r;
   if (i > 0) {
-    const dirs = new Set(lanes[i].map((f) => relative(root, f).split('/').slice(0, 2).join('/')));
+    const dirs = new Set(
+      lanes[i].files.map((f) => relative(root, f).split('/').slice(0, 2).join('/')),
+    );
     process.stdout.write(
       `\n── run-tests: ${[...dirs].join(', ')} (ran beside the lane above) ──\n`,
     );

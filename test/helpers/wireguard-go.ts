@@ -5,6 +5,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, rmdirSync } from 'node:fs';
+import { hostLock } from './host-lock.js';
 
 /** wireguard-go's UAPI socket directory: one for the host, not per namespace. */
 export const UAPI_DIR = '/var/run/wireguard';
@@ -20,7 +21,22 @@ export async function stopWireguardGo(p: ChildProcess | null): Promise<void> {
   await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
 }
 
-/** Removes UAPI_DIR when it was not there before the test (`wasThere`) and is empty again. */
-export function removeUapiDir(wasThere: boolean): void {
-  if (!wasThere && existsSync(UAPI_DIR) && readdirSync(UAPI_DIR).length === 0) rmdirSync(UAPI_DIR);
+/**
+ * Takes UAPI_DIR for a test (or a describe) until the returned release: test files run two at a
+ * time, and "was the directory there before?" has one answer only for a holder of the lock. The
+ * release removes the directory when it was not there before and is empty again, then lets the
+ * next holder in.
+ */
+export async function claimUapiDir(): Promise<() => void> {
+  const unlock = await hostLock('wireguard-uapi');
+  const wasThere = existsSync(UAPI_DIR);
+  return () => {
+    try {
+      if (!wasThere && existsSync(UAPI_DIR) && readdirSync(UAPI_DIR).length === 0) {
+        rmdirSync(UAPI_DIR);
+      }
+    } finally {
+      unlock();
+    }
+  };
 }

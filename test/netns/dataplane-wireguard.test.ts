@@ -24,7 +24,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { waitFor } from '../../src/testbed/cluster.js';
-import { UAPI_DIR, removeUapiDir, stopWireguardGo } from '../helpers/wireguard-go.js';
+import { UAPI_DIR, claimUapiDir, stopWireguardGo } from '../helpers/wireguard-go.js';
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync, uniqueDev } from '../../src/testbed/netns.js';
 import { iperf } from '../../src/testbed/probes.js';
 import { TCP_FIXED, delivered } from '../helpers/carried.js';
@@ -270,11 +270,11 @@ describe(
     let B: Side;
     let wireguardGo: ChildProcess | null = null;
     let dir = '';
-    let uapiDirWasThere = true;
-    before(() => {
+    let releaseUapiDir: (() => void) | null = null;
+    before(async () => {
+      releaseUapiDir = await claimUapiDir();
       [A, B] = twoNodes(scope);
       dir = mkdtempSync(join(tmpdir(), 'weft-wg-engine-'));
-      uapiDirWasThere = existsSync(UAPI_DIR);
     });
     afterEach(async () => {
       await stopWireguardGo(wireguardGo);
@@ -283,7 +283,7 @@ describe(
     after(() => {
       scope.cleanup();
       rmSync(dir, { recursive: true, force: true });
-      removeUapiDir(uapiDirWasThere);
+      releaseUapiDir?.();
     });
 
     const wgTool = (args: string[], input?: string): string =>

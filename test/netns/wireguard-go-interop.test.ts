@@ -27,7 +27,7 @@ import { join } from 'node:path';
 import { afterEach, describe, it } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
 import { PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
-import { UAPI_DIR, removeUapiDir, stopWireguardGo } from '../helpers/wireguard-go.js';
+import { UAPI_DIR, claimUapiDir, stopWireguardGo } from '../helpers/wireguard-go.js';
 import { NetnsScope, ip, isRoot, nsExec, nsExecAsync, uniqueDev } from '../../src/testbed/netns.js';
 
 const native = loadNative();
@@ -52,7 +52,7 @@ const wgTool = (args: string[], input?: string): string =>
   execFileSync('wg', args, { encoding: 'utf8', input }).trim();
 
 let scope: NetnsScope | null = null;
-let uapiDirWasThere = true;
+let releaseUapiDir: (() => void) | null = null;
 let wireguardGo: ChildProcess | null = null;
 let dir = '';
 
@@ -63,7 +63,8 @@ afterEach(async () => {
   scope = null;
   if (dir) rmSync(dir, { recursive: true, force: true });
   dir = '';
-  removeUapiDir(uapiDirWasThere);
+  releaseUapiDir?.();
+  releaseUapiDir = null;
 });
 
 /** wireguard-go and weft's peer in a new namespace, keyed and configured; see the drawing. */
@@ -76,7 +77,7 @@ async function setup(opts: {
   const ns = scope.add();
   const dev = uniqueDev('g');
   dir = mkdtempSync(join(tmpdir(), 'weft-wg-'));
-  uapiDirWasThere = existsSync(UAPI_DIR);
+  releaseUapiDir = await claimUapiDir();
 
   const wgPriv = wgTool(['genkey']);
   const wgPub = wgTool(['pubkey'], wgPriv + '\n');
