@@ -86,3 +86,47 @@ test('lines across chunks, and one line over the cap refused before its newline'
     (err) => isWeftError(err, 'WEFT_ERR_STORE_RESPONSE_TOO_LARGE'),
   );
 });
+
+test('nulled members come as null, whatever the chunk boundaries; the rest exactly as sent', () => {
+  const nodes = [
+    {
+      metadata: {
+        name: 'a',
+        managedFields: [{ manager: 'kubelet', fieldsV1: { 'f:status': { '.': {} } } }],
+        annotations: { status: '{"not":"nulled"}', managedFields: 'kept' },
+      },
+      spec: { podCIDR: '10.0.1.0/24' },
+      status: { images: [{ names: ['x]}"'] }], conditions: [] },
+    },
+    // the names as values, a scalar status, managedFields outside metadata: all kept as sent
+    { metadata: { name: 'status', uid: 'managedFields' }, status: 'Ready', managedFields: [1] },
+    { status: [[{}]], metadata: { managedFields: null, name: 'c' } },
+  ];
+  const list = `{"metadata":{"resourceVersion":"7"},"items":[${nodes.map((n) => JSON.stringify(n)).join(',')}]}`;
+  const bytes = Buffer.from(list, 'utf8');
+  const want = [
+    {
+      metadata: { name: 'a', managedFields: null, annotations: nodes[0]!.metadata.annotations },
+      spec: { podCIDR: '10.0.1.0/24' },
+      status: null,
+    },
+    nodes[1],
+    { status: null, metadata: { managedFields: null, name: 'c' } },
+  ];
+  const scanWith = (cut: number[]) => {
+    const items: unknown[] = [];
+    const s = new ListScanner((b) => items.push(JSON.parse(b.toString('utf8'))), 1 << 20, 'list', [
+      ['status'],
+      ['metadata', 'managedFields'],
+    ]);
+    let at = 0;
+    for (const c of [...cut, bytes.length]) {
+      s.push(bytes.subarray(at, c));
+      at = c;
+    }
+    s.end();
+    return items;
+  };
+  assert.deepEqual(scanWith([]), want);
+  for (let i = 1; i < bytes.length; i++) assert.deepEqual(scanWith([i]), want, `cut at ${i}`);
+});
