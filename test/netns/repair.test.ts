@@ -163,10 +163,18 @@ describe('kernel vxlan: a deleted flannel.1 is created again', { skip }, () => {
   });
 
   test('/readyz is 503 while the device cannot be created, 200 once it is back', async () => {
-    c.ipIn(0, 'link', 'del', 'flannel.1');
-    // Same VNI, port and local address: the kernel refuses a second such device (EEXIST).
-    c.ipIn(0, 'link', 'add', 'weftblk', 'type', 'vxlan', 'id', '1', 'dstport', '8472');
-    c.ipIn(0, 'link', 'set', 'weftblk', 'up');
+    // The daemon is stopped while flannel.1 goes and the blocker comes, so it cannot make
+    // flannel.1 again in between: it wakes to find the device gone and its VNI taken. Same VNI,
+    // port and local address: the kernel refuses a second such device (EEXIST).
+    const daemon = c.nodes[0]!.daemon!;
+    daemon.kill('SIGSTOP');
+    try {
+      c.ipIn(0, 'link', 'del', 'flannel.1');
+      c.ipIn(0, 'link', 'add', 'weftblk', 'type', 'vxlan', 'id', '1', 'dstport', '8472');
+      c.ipIn(0, 'link', 'set', 'weftblk', 'up');
+    } finally {
+      daemon.kill('SIGCONT');
+    }
     try {
       await waitFor(
         async () => (await readyz(c.nodes[0]!.ns)) === 503,

@@ -31,7 +31,7 @@ test('a second taker waits until the first releases', async () => {
 test('a lock left by a process that is gone is taken over', async () => {
   const name = unique('dead');
   const dir = join(tmpdir(), `weft-test-lock.${name}`);
-  const gone = spawnSync('true').pid!; // exited and reaped: no such process now
+  const gone = spawnSync(process.execPath, ['-e', '']).pid!; // exited and reaped: no such process now
   mkdirSync(dir);
   writeFileSync(join(dir, 'pid'), String(gone));
   const release = await hostLock(name);
