@@ -135,6 +135,35 @@ size_t WgEngine::peer_count() {
   return peers_.size();
 }
 
+void WgEngine::Snapshot(std::vector<WgPeerState>* out) {
+  out->clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  out->reserve(peers_.size());
+  for (const auto& ps : peers_) {
+    WgPeerState s;
+    std::memcpy(s.public_key, ps->cfg.public_key, wg::kKeyLen);
+    s.has_psk = has_psk_;
+    if (ps->addr.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&ps->addr);
+      s.family = 4;
+      std::memcpy(s.addr, &a->sin_addr, 4);
+      s.port = ntohs(a->sin_port);
+    } else if (ps->addr.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&ps->addr);
+      s.family = 6;
+      std::memcpy(s.addr, &a->sin6_addr, 16);
+      s.port = ntohs(a->sin6_port);
+    }
+    s.lease_family = ps->cfg.family;
+    std::memcpy(s.lease_addr, ps->cfg.addr, 16);
+    s.keepalive_s = ps->cfg.keepalive_s;
+    s.last_handshake_wall_ns = ps->peer->last_handshake_wall();
+    s.rx_bytes = ps->rx_bytes;
+    s.tx_bytes = ps->tx_bytes;
+    out->push_back(s);
+  }
+}
+
 WgEngine::PeerState* WgEngine::ByAddress(uint8_t family, const uint8_t* addr) {
   auto it = by_address_.find(AddressKey(family, addr));
   return it == by_address_.end() ? nullptr : it->second;
