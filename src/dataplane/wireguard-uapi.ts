@@ -332,7 +332,11 @@ export async function startWireguardUapi(opts: WireguardUapiOptions): Promise<Wi
   };
 }
 
-/** Answers one connection's requests in order; never waits on the client while answering. */
+/**
+ * Answers one connection's requests in order; never waits on the client while answering. While
+ * an answer is not taken up by the client (the socket's buffer is full), no further request of
+ * it is answered or read: one connection holds at most one answer of memory beyond its socket.
+ */
 function serveConnection(
   sock: Socket,
   state: () => WireguardState,
@@ -340,22 +344,34 @@ function serveConnection(
   log: Logger,
 ): void {
   const reader = new UapiRequestReader();
+  const pending: UapiRequest[] = [];
+  let backedUp = false;
+  const pump = () => {
+    while (!backedUp && pending.length > 0) {
+      const req = pending.shift()!;
+      if (req.op === 'invalid') log.debug({ reason: req.reason }, 'wireguard uapi request refused');
+      const a = uapiAnswer(req, state, secrets);
+      if (a.close) {
+        pending.length = 0;
+        sock.end(a.text);
+        return;
+      }
+      if (!sock.write(a.text)) {
+        backedUp = true;
+        sock.pause();
+        sock.once('drain', () => {
+          backedUp = false;
+          sock.resume();
+          pump();
+        });
+      }
+    }
+  };
   sock.setEncoding('latin1');
   sock.setTimeout(UAPI_IDLE_MS, () => sock.destroy());
   sock.on('error', () => sock.destroy());
   sock.on('data', (chunk: string) => {
-    for (const req of reader.feed(chunk)) {
-      if (req.op === 'invalid') log.debug({ reason: req.reason }, 'wireguard uapi request refused');
-      const a = uapiAnswer(req, state, secrets);
-      if (a.close) {
-        sock.end(a.text);
-        return;
-      }
-      // A client that does not read: no further request is read until it has its answers.
-      if (!sock.write(a.text) && !sock.isPaused()) {
-        sock.pause();
-        sock.once('drain', () => sock.resume());
-      }
-    }
+    pending.push(...reader.feed(chunk));
+    pump();
   });
 }
