@@ -23,7 +23,14 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { x25519PublicKey } from '../../src/dataplane/wireguard-uapi.js';
 import { NetnsScope, isRoot, nsExec, nsExecAsync, uniqueDev } from '../../src/testbed/netns.js';
-import { type Node, type Side, PORT, startNode, stopPair, twoNodes } from '../helpers/dataplane-pair.js';
+import {
+  type Node,
+  type Side,
+  PORT,
+  startNode,
+  stopPair,
+  twoNodes,
+} from '../helpers/dataplane-pair.js';
 import { UAPI_DIR, removeUapiDir } from '../helpers/wireguard-go.js';
 
 const hasWg = spawnSync('wg', ['--help']).status === 0;
@@ -41,7 +48,7 @@ describe('wg show against the native engine (UAPI socket)', { skip }, () => {
   let B: Side;
   const psk = randomBytes(32);
   const priv = [randomBytes(32), randomBytes(32)] as const;
-  const pub = priv.map(x25519PublicKey);
+  const pub = [x25519PublicKey(priv[0]), x25519PublicKey(priv[1])] as const;
   const names = [uniqueDev('ua'), uniqueDev('ub')] as const;
   const sockets = names.map((n) => join(UAPI_DIR, `${n}.sock`));
   let dirWasThere = true;

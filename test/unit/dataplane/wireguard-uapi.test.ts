@@ -142,19 +142,27 @@ describe('uapiAnswer', () => {
   test('get: the state then errno=0 and an empty line', () => {
     const a = uapiAnswer({ op: 'get' }, () => state(), secrets);
     assert.equal(a.close, false);
-    assert.ok(a.text.endsWith('persistent_keepalive_interval=0\nallowed_ip=fd07:0:0:3::/64\nerrno=0\n\n'));
+    assert.ok(
+      a.text.endsWith('persistent_keepalive_interval=0\nallowed_ip=fd07:0:0:3::/64\nerrno=0\n\n'),
+    );
   });
   test('set: refused with EOPNOTSUPP, negated as wireguard-go writes errors', () => {
-    assert.deepEqual(uapiAnswer({ op: 'set' }, () => state(), secrets), {
-      text: 'errno=-95\n\n',
-      close: false,
-    });
+    assert.deepEqual(
+      uapiAnswer({ op: 'set' }, () => state(), secrets),
+      {
+        text: 'errno=-95\n\n',
+        close: false,
+      },
+    );
   });
   test('invalid: EINVAL and the connection closes', () => {
-    assert.deepEqual(uapiAnswer({ op: 'invalid', reason: 'x' }, () => state(), secrets), {
-      text: 'errno=-22\n\n',
-      close: true,
-    });
+    assert.deepEqual(
+      uapiAnswer({ op: 'invalid', reason: 'x' }, () => state(), secrets),
+      {
+        text: 'errno=-22\n\n',
+        close: true,
+      },
+    );
   });
   test('a state that cannot be read (engine closing): EIO', () => {
     const broken = () => {
