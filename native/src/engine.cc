@@ -991,6 +991,7 @@ class Engine::Loop {
         (r.verdict == wg::Verdict::kResponse || r.verdict == wg::Verdict::kHandshakeDone ||
          r.verdict == wg::Verdict::kKeepalive || r.verdict == wg::Verdict::kData)) {
       ps->rx_bytes += len;
+      e_->wg_->Roam(ps, from);
     }
     switch (r.verdict) {
       case wg::Verdict::kResponse:

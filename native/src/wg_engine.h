@@ -107,7 +107,7 @@ class WgEngine {
   struct PeerState {
     wg::Peer* peer = nullptr;
     WgPeerConfig cfg;
-    sockaddr_storage addr;  // the endpoint, ready for sendto
+    sockaddr_storage addr;  // the endpoint, ready for sendto: the lease's, or where it roamed
     socklen_t addr_len = 0;
     std::deque<std::vector<uint8_t>> staged;  // inner packets waiting for a session
     // Bytes of WireGuard datagrams (whole UDP payloads, handshake messages included) sealed for
@@ -139,6 +139,11 @@ class WgEngine {
   // The peer whose endpoint address is `addr` (a peer table record's public address).
   PeerState* ByAddress(uint8_t family, const uint8_t* addr);
   PeerState* ByPeer(const wg::Peer* p);
+  // Endpoint roaming (whitepaper §2.1; wireguard-go's SetEndpointFromPacket): an authenticated
+  // message from `ps` came from `from`, so datagrams to it go there from now on (same family
+  // only: the sockets are per family). True when it moved. SetPeers resets it to the lease's
+  // endpoint only when that changes.
+  bool Roam(PeerState* ps, const sockaddr_storage& from);
   const std::vector<std::unique_ptr<PeerState>>& peers() const { return peers_; }
 
   // Lock-free: true for one caller once per kTickNs (that caller runs the timers).

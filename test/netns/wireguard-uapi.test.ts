@@ -13,7 +13,8 @@
  *
  * (The UAPI directory is the host's, shared with wireguard-go tests: unique interface names,
  * only our own sockets removed, the directory only if we made it and it is empty.)
- * One ping A → B makes the session; then `wg show`, `wg show dump` and `wg set` on A and B.
+ * One ping A → B makes the session; then `wg show`, `wg show dump` and `wg set` on A and B; then
+ * A's lease for B names a wrong port, and B's pings still get their replies (roaming).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -149,6 +150,26 @@ describe('wg show against the native engine (UAPI socket)', { skip }, () => {
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /Unable to modify interface: Operation not supported/);
     assert.match(nsExec(A.ns, 'wg', ['show', names[0], 'listen-port']), /^51820$/m);
+  });
+
+  test('a peer is sent to where its packets come from (roaming), and wg show says so', async () => {
+    // A's lease for B now names a port nobody listens on; the session stays (same key). A's
+    // replies reach B only at the endpoint B's packets come from: 192.168.77.2:51820.
+    const r = await nodes![0].send({
+      cmd: 'wgpeers',
+      wg: [
+        {
+          publicKey: b64(pub[1]),
+          endpoint: B.under,
+          port: 51999,
+          persistentKeepalive: KEEPALIVE,
+        },
+      ],
+    });
+    assert.equal(r.ok, true, JSON.stringify(r));
+    await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '5', A.v4]);
+    const dump = nsExec(A.ns, 'wg', ['show', names[0], 'endpoints']);
+    assert.equal(dump.trim(), `${b64(pub[1])}\t${B.under}:51820`);
   });
 
   test('closing the node removes its socket', async () => {
