@@ -931,6 +931,57 @@ Napi::Value EngineSetWgPeers(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(e->wg_peer_count()));
 }
 
+// An address (family 4 | 6) as text: inet_ntop's form (IPv6 compressed, no brackets).
+std::string AddrText(uint8_t family, const uint8_t* addr) {
+  char text[INET6_ADDRSTRLEN] = {};
+  inet_ntop(family == 4 ? AF_INET : AF_INET6, addr, text, sizeof(text));
+  return text;
+}
+
+// engineWgState(id) → the WireGuard device as `wg show` reports it, or null (another format):
+// {publicKey, listenPort, peers: [{publicKey, hasPsk, endpoint: {address, port} | null,
+// allowedIps: ["net/len"], lastHandshakeSec, lastHandshakeNsec, rxBytes, txBytes,
+// persistentKeepalive}]}. A copy (Engine::WgState); byte counts are exact below 2^53.
+Napi::Value EngineWgState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<Engine> e = EngineArg(info);
+  WgDeviceState st;
+  if (!e->WgState(&st)) return env.Null();
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("publicKey", Napi::Buffer<uint8_t>::Copy(env, st.public_key, wg::kKeyLen));
+  out.Set("listenPort", st.listen_port);
+  Napi::Array peers = Napi::Array::New(env, st.peers.size());
+  for (size_t i = 0; i < st.peers.size(); i++) {
+    const WgPeerState& p = st.peers[i];
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("publicKey", Napi::Buffer<uint8_t>::Copy(env, p.public_key, wg::kKeyLen));
+    o.Set("hasPsk", p.has_psk);
+    if (p.family == 4 || p.family == 6) {
+      Napi::Object ep = Napi::Object::New(env);
+      ep.Set("address", AddrText(p.family, p.addr));
+      ep.Set("port", p.port);
+      o.Set("endpoint", ep);
+    } else {
+      o.Set("endpoint", env.Null());
+    }
+    Napi::Array allowed = Napi::Array::New(env, st.allowed_ips[i].size());
+    for (size_t k = 0; k < st.allowed_ips[i].size(); k++) {
+      const WgAllowedIp& a = st.allowed_ips[i][k];
+      allowed.Set(static_cast<uint32_t>(k),
+                  AddrText(a.family, a.addr) + "/" + std::to_string(a.prefix));
+    }
+    o.Set("allowedIps", allowed);
+    o.Set("lastHandshakeSec", static_cast<double>(p.last_handshake_wall_ns / 1000000000ull));
+    o.Set("lastHandshakeNsec", static_cast<double>(p.last_handshake_wall_ns % 1000000000ull));
+    o.Set("rxBytes", static_cast<double>(p.rx_bytes));
+    o.Set("txBytes", static_cast<double>(p.tx_bytes));
+    o.Set("persistentKeepalive", p.keepalive_s);
+    peers.Set(static_cast<uint32_t>(i), o);
+  }
+  out.Set("peers", peers);
+  return out;
+}
+
 // engineUpdatePeers(id, removed, upserts) → peers in the table after the change
 Napi::Value EngineUpdatePeers(const Napi::CallbackInfo& info) {
   std::shared_ptr<Engine> e = EngineArg(info);
@@ -988,6 +1039,7 @@ void DefineEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("exitWatchdog", Napi::Function::New(env, ExitWatchdog));
   exports.Set("engineSetPeers", Napi::Function::New(env, EngineSetPeers));
   exports.Set("engineSetWgPeers", Napi::Function::New(env, EngineSetWgPeers));
+  exports.Set("engineWgState", Napi::Function::New(env, EngineWgState));
   exports.Set("engineUpdatePeers", Napi::Function::New(env, EngineUpdatePeers));
   exports.Set("engineCounters", Napi::Function::New(env, EngineCounters));
   exports.Set("counterNames", Napi::Function::New(env, CounterNames));

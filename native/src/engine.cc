@@ -864,6 +864,7 @@ class Engine::Loop {
     if (n == 0) return;  // within REKEY_TIMEOUT of the last: the timers retry
     if (WgSendTo(WgFd(ps->cfg.family), ps->addr, ps->addr_len, wg_buf_.data(), n)) {
       c_.Add(kWgHandshakesSent, 1);
+      ps->tx_bytes += n;
     }
   }
 
@@ -880,6 +881,7 @@ class Engine::Loop {
           WgSendTo(WgFd(ps->cfg.family), ps->addr, ps->addr_len, wg_buf_.data(), n)) {
         c_.Add(kTxPackets, 1);
         c_.Add(kTxBytes, p.size());
+        ps->tx_bytes += n;
       }
       ps->staged.pop_front();
     }
@@ -899,6 +901,7 @@ class Engine::Loop {
                 wg::TransportStatus::kOk &&
             WgSendTo(WgFd(ps->cfg.family), ps->addr, ps->addr_len, wg_buf_.data(), n)) {
           c_.Add(kWgKeepalives, 1);
+          ps->tx_bytes += n;
         }
       }
       if ((due & (wg::PeerTimers::kZeroKeys | wg::PeerTimers::kGaveUp)) != 0 &&
@@ -959,6 +962,7 @@ class Engine::Loop {
       c_.Drop(DropReason::kOversized);
       return;
     }
+    ps->tx_bytes += n;  // sealed for it (a failed sendmmsg counts as send_error, not here)
     int o = out_++;
     int v = niov_++;
     tx_iov_[v].iov_base = out;
@@ -981,6 +985,14 @@ class Engine::Loop {
     if (!transport) e_->wg_->CountHandshake(NowNs());
     wg::Received r = e_->wg_->device().Receive(dgram, len, src, src_len, out, cap);
     WgEngine::PeerState* ps = r.peer != nullptr ? e_->wg_->ByPeer(r.peer) : nullptr;
+    // An authenticated message from the peer (a handshake message it took, or a transport
+    // message that opened): its bytes, as wireguard-go counts rx_bytes.
+    if (ps != nullptr &&
+        (r.verdict == wg::Verdict::kResponse || r.verdict == wg::Verdict::kHandshakeDone ||
+         r.verdict == wg::Verdict::kKeepalive || r.verdict == wg::Verdict::kData)) {
+      ps->rx_bytes += len;
+      e_->wg_->Roam(ps, from);
+    }
     switch (r.verdict) {
       case wg::Verdict::kResponse:
       case wg::Verdict::kHandshakeDone:
@@ -989,6 +1001,7 @@ class Engine::Loop {
                      from.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6), out,
                      r.len)) {
           c_.Add(r.verdict == wg::Verdict::kCookieReply ? kWgCookieReplies : kWgHandshakesSent, 1);
+          if (ps != nullptr && r.verdict != wg::Verdict::kCookieReply) ps->tx_bytes += r.len;
         }
         if (ps != nullptr) WgFlushStaged(ps);
         return;
@@ -1656,6 +1669,39 @@ bool Engine::SetWgPeers(const uint8_t* buf, size_t len, std::string* error) {
   std::vector<WgPeerConfig> peers;
   if (!ParseWgPeers(buf, len, &peers, error)) return false;
   wg_->SetPeers(peers);
+  return true;
+}
+
+bool Engine::WgState(WgDeviceState* out) {
+  if (!wg_) return false;
+  std::memcpy(out->public_key, wg_->public_key(), wg::kKeyLen);
+  out->listen_port = cfg_.port;
+  wg_->Snapshot(&out->peers);
+  out->allowed_ips.assign(out->peers.size(), {});
+  // AllowedIPs: the table's subnets whose public address is the peer's lease address (the
+  // table as it is now; control_mu_ keeps it from being reclaimed while it is read).
+  std::map<std::array<uint8_t, 17>, size_t> by_lease;
+  for (size_t i = 0; i < out->peers.size(); i++) {
+    std::array<uint8_t, 17> k{};
+    k[0] = out->peers[i].lease_family;
+    std::memcpy(k.data() + 1, out->peers[i].lease_addr, k[0] == 4 ? 4 : 16);
+    by_lease[k] = i;
+  }
+  std::lock_guard<std::mutex> lock(control_mu_);
+  const PeerTable* t = table_.load(std::memory_order_seq_cst);
+  for (size_t r = 0; r < t->size(); r++) {
+    const PeerRecord& rec = t->records()[r];
+    std::array<uint8_t, 17> k{};
+    k[0] = rec.public_family;
+    std::memcpy(k.data() + 1, rec.public_ip, rec.public_len());
+    auto it = by_lease.find(k);
+    if (it == by_lease.end()) continue;
+    WgAllowedIp a;
+    a.family = rec.family;
+    a.prefix = rec.prefix;
+    std::memcpy(a.addr, rec.subnet, 16);
+    out->allowed_ips[it->second].push_back(a);
+  }
   return true;
 }
 

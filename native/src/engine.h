@@ -150,6 +150,9 @@ class Engine {
   // Format kWireguard: our public key (32 bytes); null otherwise.
   const uint8_t* wg_public_key() const { return wg_ ? wg_->public_key() : nullptr; }
   size_t wg_peer_count() const { return wg_ ? wg_->peer_count() : 0; }
+  // Format kWireguard, control thread: the device as `wg show` reports it (a copy taken under
+  // the WireGuard lock, then the table's subnets as each peer's AllowedIPs); false otherwise.
+  bool WgState(WgDeviceState* out);
   // Any thread, lock-free: copies worker `w`'s counters (both directions summed) into
   // out[0..kCounterCount); relaxed reads, so a snapshot may mix a few packets' worth of moments.
   void ReadCounters(int w, uint64_t* out) const;

@@ -101,6 +101,10 @@ void WgEngine::SetPeers(const std::vector<WgPeerConfig>& peers) {
     std::array<uint8_t, wg::kKeyLen> k;
     std::memcpy(k.data(), c.public_key, wg::kKeyLen);
     PeerState* ps = have.count(k) != 0 ? have[k] : nullptr;
+    // A peer whose lease endpoint stays keeps the endpoint it roamed to (Roam).
+    const bool same_endpoint = ps != nullptr && ps->cfg.family == c.family &&
+                               ps->cfg.port == c.port &&
+                               std::memcmp(ps->cfg.addr, c.addr, sizeof(c.addr)) == 0;
     if (ps == nullptr) {
       wg::Peer* p = dev_.AddPeer(c.public_key, has_psk_ ? psk_ : nullptr,
                                  static_cast<uint64_t>(c.keepalive_s) * wg::kSecond);
@@ -110,6 +114,11 @@ void WgEngine::SetPeers(const std::vector<WgPeerConfig>& peers) {
       ps->peer = p;
     }
     ps->cfg = c;
+    if (same_endpoint) {
+      by_address_[AddressKey(c.family, c.addr)] = ps;
+      by_peer_[ps->peer] = ps;
+      continue;
+    }
     std::memset(&ps->addr, 0, sizeof(ps->addr));
     if (c.family == 4) {
       auto* a = reinterpret_cast<sockaddr_in*>(&ps->addr);
@@ -133,6 +142,57 @@ void WgEngine::SetPeers(const std::vector<WgPeerConfig>& peers) {
 size_t WgEngine::peer_count() {
   std::lock_guard<std::mutex> lock(mu_);
   return peers_.size();
+}
+
+bool WgEngine::Roam(PeerState* ps, const sockaddr_storage& from) {
+  if (from.ss_family != ps->addr.ss_family) return false;  // another family: another socket
+  const socklen_t n = from.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (from.ss_family == AF_INET) {
+    const auto* f = reinterpret_cast<const sockaddr_in*>(&from);
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ps->addr);
+    if (f->sin_port == a->sin_port && f->sin_addr.s_addr == a->sin_addr.s_addr) return false;
+  } else {
+    const auto* f = reinterpret_cast<const sockaddr_in6*>(&from);
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ps->addr);
+    if (f->sin6_port == a->sin6_port &&
+        std::memcmp(&f->sin6_addr, &a->sin6_addr, sizeof(in6_addr)) == 0 &&
+        f->sin6_scope_id == a->sin6_scope_id) {
+      return false;
+    }
+  }
+  std::memset(&ps->addr, 0, sizeof(ps->addr));
+  std::memcpy(&ps->addr, &from, n);
+  ps->addr_len = n;
+  return true;
+}
+
+void WgEngine::Snapshot(std::vector<WgPeerState>* out) {
+  out->clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  out->reserve(peers_.size());
+  for (const auto& ps : peers_) {
+    WgPeerState s;
+    std::memcpy(s.public_key, ps->cfg.public_key, wg::kKeyLen);
+    s.has_psk = has_psk_;
+    if (ps->addr.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&ps->addr);
+      s.family = 4;
+      std::memcpy(s.addr, &a->sin_addr, 4);
+      s.port = ntohs(a->sin_port);
+    } else if (ps->addr.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&ps->addr);
+      s.family = 6;
+      std::memcpy(s.addr, &a->sin6_addr, 16);
+      s.port = ntohs(a->sin6_port);
+    }
+    s.lease_family = ps->cfg.family;
+    std::memcpy(s.lease_addr, ps->cfg.addr, 16);
+    s.keepalive_s = ps->cfg.keepalive_s;
+    s.last_handshake_wall_ns = ps->peer->last_handshake_wall();
+    s.rx_bytes = ps->rx_bytes;
+    s.tx_bytes = ps->tx_bytes;
+    out->push_back(s);
+  }
 }
 
 WgEngine::PeerState* WgEngine::ByAddress(uint8_t family, const uint8_t* addr) {

@@ -62,6 +62,41 @@ struct WgPeerConfig {
 bool ParseWgPeers(const uint8_t* buf, size_t len, std::vector<WgPeerConfig>* out,
                   std::string* error);
 
+// One peer as `wg show` reports it (WgEngine::Snapshot): a copy, no secret in it.
+struct WgPeerState {
+  uint8_t public_key[wg::kKeyLen] = {};
+  bool has_psk = false;
+  // The endpoint datagrams to it go to now: family 4 | 6, address (IPv4 in the first 4
+  // bytes), port (host order).
+  uint8_t family = 0;
+  uint8_t addr[16] = {};
+  uint16_t port = 0;
+  // Its lease's public address (what the peer table's records name it by: its AllowedIPs).
+  uint8_t lease_family = 0;
+  uint8_t lease_addr[16] = {};
+  uint16_t keepalive_s = 0;
+  uint64_t last_handshake_wall_ns = 0;  // 0: no handshake yet
+  uint64_t rx_bytes = 0;
+  uint64_t tx_bytes = 0;
+};
+
+// A prefix of a peer's AllowedIPs (a subnet of the peer table; IPv4 in the first 4 bytes).
+struct WgAllowedIp {
+  uint8_t family = 0;
+  uint8_t prefix = 0;
+  uint8_t addr[16] = {};
+};
+
+// The device as `wg show` reports it (Engine::WgState): our public key, the listen port and
+// every peer, allowed_ips[i] the AllowedIPs of peers[i]. No private key, no PSK: the caller
+// that handed them to the engine has them.
+struct WgDeviceState {
+  uint8_t public_key[wg::kKeyLen] = {};
+  uint16_t listen_port = 0;
+  std::vector<WgPeerState> peers;
+  std::vector<std::vector<WgAllowedIp>> allowed_ips;
+};
+
 class WgEngine {
  public:
   // Packets kept per peer while it has no session (wireguard-go keeps 128).
@@ -72,9 +107,13 @@ class WgEngine {
   struct PeerState {
     wg::Peer* peer = nullptr;
     WgPeerConfig cfg;
-    sockaddr_storage addr;  // the endpoint, ready for sendto
+    sockaddr_storage addr;  // the endpoint, ready for sendto: the lease's, or where it roamed
     socklen_t addr_len = 0;
     std::deque<std::vector<uint8_t>> staged;  // inner packets waiting for a session
+    // Bytes of WireGuard datagrams (whole UDP payloads, handshake messages included) sealed for
+    // it and authenticated from it, as wireguard-go's tx_bytes / rx_bytes count them.
+    uint64_t tx_bytes = 0;
+    uint64_t rx_bytes = 0;
     // Whether its endpoint address is `addr` (the key ByAddress finds it under).
     bool At(uint8_t fam, const uint8_t* addr) const {
       return cfg.family == fam && std::memcmp(cfg.addr, addr, fam == 4 ? 4 : 16) == 0;
@@ -90,6 +129,9 @@ class WgEngine {
   // endpoint and keepalive are updated); a peer that goes has its keys zeroed.
   void SetPeers(const std::vector<WgPeerConfig>& peers);
   size_t peer_count();
+  // Control thread: every peer's state, copied under mu() (held only for the copy).
+  void Snapshot(std::vector<WgPeerState>* out);
+  bool has_psk() const { return has_psk_; }
 
   // Everything below: with mu() held.
   std::mutex& mu() { return mu_; }
@@ -97,6 +139,11 @@ class WgEngine {
   // The peer whose endpoint address is `addr` (a peer table record's public address).
   PeerState* ByAddress(uint8_t family, const uint8_t* addr);
   PeerState* ByPeer(const wg::Peer* p);
+  // Endpoint roaming (whitepaper §2.1; wireguard-go's SetEndpointFromPacket): an authenticated
+  // message from `ps` came from `from`, so datagrams to it go there from now on (same family
+  // only: the sockets are per family). True when it moved. SetPeers resets it to the lease's
+  // endpoint only when that changes.
+  bool Roam(PeerState* ps, const sockaddr_storage& from);
   const std::vector<std::unique_ptr<PeerState>>& peers() const { return peers_; }
 
   // Lock-free: true for one caller once per kTickNs (that caller runs the timers).

@@ -14,6 +14,23 @@
  */
 import type { Family } from './ip.js';
 
+/** engineWgState: one WireGuard device (native/src/wg_engine.h WgDeviceState). */
+export interface NativeWgState {
+  publicKey: Buffer;
+  listenPort: number;
+  peers: {
+    publicKey: Buffer;
+    hasPsk: boolean;
+    endpoint: { address: string; port: number } | null;
+    allowedIps: string[];
+    lastHandshakeSec: number;
+    lastHandshakeNsec: number;
+    rxBytes: number;
+    txBytes: number;
+    persistentKeepalive: number;
+  }[];
+}
+
 // ---- netlink (src/control/netlink/native-netlink.ts) ----
 
 export interface RawLink {
@@ -362,6 +379,11 @@ export interface NativeAddon {
    * → their number. Throws, peers kept, on a bad record or an engine of another format.
    */
   engineSetWgPeers(id: number, records: Buffer): number;
+  /**
+   * format wireguard: the device as `wg show` reports it, copied under the engine's WireGuard
+   * lock (src/dataplane/wireguard-peers.ts WireguardState); null for another format.
+   */
+  engineWgState(id: number): NativeWgState | null;
   /** workers × counterNames().length counters. */
   engineCounters(id: number): Float64Array;
 
@@ -504,6 +526,7 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   engineSetPeers: true,
   engineUpdatePeers: true,
   engineSetWgPeers: true,
+  engineWgState: true,
   engineCounters: true,
   engineStopAll: true,
   exitWatchdog: true,

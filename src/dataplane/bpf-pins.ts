@@ -44,9 +44,10 @@ export function bpfPinDir(tunName: string): string | null {
 
 /**
  * Why `path` is not a directory weft may trust with its pins (null: it is): it must be a
- * directory, not a symlink, owned by root, and not writable by group or others.
+ * directory, not a symlink, owned by root (or one of `owners`), and not writable by group or
+ * others.
  */
-export function untrustedDir(path: string): string | null {
+export function untrustedDir(path: string, owners: readonly number[] = [0]): string | null {
   let st;
   try {
     st = lstatSync(path);
@@ -55,7 +56,8 @@ export function untrustedDir(path: string): string | null {
   }
   if (st.isSymbolicLink()) return `${path} is a symlink`;
   if (!st.isDirectory()) return `${path} is not a directory`;
-  if (st.uid !== 0) return `${path} is owned by uid ${st.uid}, not root`;
+  if (!owners.includes(st.uid))
+    return `${path} is owned by uid ${st.uid}, not ${owners.map((u) => (u === 0 ? 'root' : `uid ${u}`)).join(' or ')}`;
   if ((st.mode & 0o022) !== 0)
     return `${path} is writable by ${st.mode & 0o002 ? 'others' : 'its group'} (mode ${(st.mode & 0o7777).toString(8)})`;
   return null;

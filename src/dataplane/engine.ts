@@ -6,7 +6,7 @@ import type { WeftError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { OffloadName } from './offloads.js';
 import type { PeerDelta, PeerEntry } from './peer-table.js';
-import type { WireguardPeer } from './wireguard-peers.js';
+import type { WireguardPeer, WireguardState } from './wireguard-peers.js';
 import type { DataplaneStats } from './stats.js';
 
 /**
@@ -127,6 +127,12 @@ export interface Dataplane {
    * zeroed. Throws, peers kept, on a bad entry.
    */
   setWireguardPeers?(peers: readonly WireguardPeer[]): void;
+  /**
+   * format wireguard: the device as `wg show` reports it (public key, listen port, per peer its
+   * endpoint, AllowedIPs, last handshake, rx/tx bytes, keepalive), a copy taken under the
+   * engine's lock; no keys but public ones. wireguard-uapi.ts serves it on the UAPI socket.
+   */
+  wireguardState?(): WireguardState;
   /** bpf: the bridge weft_bridge is on and its port map (MAC → the port's ifindex); null: none. */
   podBridge?(): { name: string; index: number; ports: ReadonlyMap<string, number> } | null;
 }

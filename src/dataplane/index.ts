@@ -53,8 +53,17 @@ export {
 export {
   WG_PEER_RECORD_SIZE,
   type WireguardPeer,
+  type WireguardPeerState,
+  type WireguardState,
   encodeWireguardPeers,
 } from './wireguard-peers.js';
+export {
+  UAPI_SOCKET_DIR,
+  type UapiSecrets,
+  type WireguardUapi,
+  type WireguardUapiOptions,
+  startWireguardUapi,
+} from './wireguard-uapi.js';
 export { registerDataplaneMetrics } from './stats-metrics.js';
 export { removeBpfPins } from './bpf-pins.js';
 export { type CleanupReport, cleanupHost } from './cleanup.js';

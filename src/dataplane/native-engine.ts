@@ -14,7 +14,7 @@ import { OFFLOAD_NAMES, egressTapName, offloadsFromEnv } from './offloads.js';
 import type { OffloadName } from './offloads.js';
 import { encodePeerTable } from './peer-table.js';
 import { encodeWireguardPeers } from './wireguard-peers.js';
-import type { WireguardPeer } from './wireguard-peers.js';
+import type { WireguardPeer, WireguardState } from './wireguard-peers.js';
 import { COUNTERS, DROP_REASONS, decodeCounters } from './stats.js';
 
 /**
@@ -303,6 +303,12 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
           setWireguardPeers(peers: readonly WireguardPeer[]) {
             if (phase === 'closing') return;
             native.engineSetWgPeers(id, encodeWireguardPeers(peers));
+          },
+          wireguardState(): WireguardState {
+            if (phase === 'closing') throw new WeftError('WEFT_ERR_DATAPLANE', 'dataplane closed');
+            const st = native.engineWgState(id);
+            if (!st) throw new WeftError('WEFT_ERR_DATAPLANE', 'not a wireguard dataplane');
+            return st;
           },
         }
       : {}),

@@ -24,6 +24,37 @@ export interface WireguardPeer {
   readonly persistentKeepalive?: number;
 }
 
+/**
+ * A WireGuard device as `wg show` reports it (Dataplane.wireguardState): a copy the engine took
+ * under its own lock. No secrets: the private key and the PSK stay with whoever handed them to
+ * the engine (wireguard-uapi.ts prints them from its own options).
+ */
+export interface WireguardState {
+  /** Our static public key (32 bytes). */
+  readonly publicKey: Buffer;
+  /** The UDP port we listen on (0: unknown, left out of `get=1`). */
+  readonly listenPort: number;
+  readonly peers: readonly WireguardPeerState[];
+}
+
+export interface WireguardPeerState {
+  readonly publicKey: Buffer;
+  /** Whether a preshared key is mixed into its handshakes (the cluster-wide PSK). */
+  readonly hasPsk: boolean;
+  /** Where datagrams to it go now (null: nowhere yet). */
+  readonly endpoint: { readonly address: string; readonly port: number } | null;
+  /** Its AllowedIPs: the peer table's subnets on its public address, `net/len`. */
+  readonly allowedIps: readonly string[];
+  /** Wall-clock time of its last completed handshake (0 and 0: none yet). */
+  readonly lastHandshakeSec: number;
+  readonly lastHandshakeNsec: number;
+  /** Bytes of WireGuard datagrams authenticated from it / sealed for it (handshakes included). */
+  readonly rxBytes: number;
+  readonly txBytes: number;
+  /** Persistent keepalive interval, seconds (0: off). */
+  readonly persistentKeepalive: number;
+}
+
 export function encodeWireguardPeers(peers: readonly WireguardPeer[]): Buffer {
   const buf = Buffer.alloc(peers.length * WG_PEER_RECORD_SIZE);
   peers.forEach((p, i) => {

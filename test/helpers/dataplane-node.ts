@@ -8,6 +8,8 @@
  *   {"cmd":"stats"}                                               → {"ok":true,"stats":{...}}
  *   {"cmd":"wgpeers","wg":[{publicKey (base64), endpoint, port, persistentKeepalive?}]}
  *                           format wireguard: setWireguardPeers    → {"ok":true}
+ *   {"cmd":"uapi","dir"?}   format wireguard: serve the UAPI for the TUN's name (wireguard-uapi.ts;
+ *                           dir: its socket directory, default /var/run/wireguard) → {"ok":true,"path"}
  *   {"cmd":"cycle","n":N}   close and start the dataplane N times → {"ok":true,"fds":[before,after]}
  *   {"cmd":"close"}                                               → {"ok":true} and exit
  * The first line out is {"ready":true,"tun":NAME} once the TUN is up (format wireguard: with
@@ -21,8 +23,8 @@ import { createInterface } from 'node:readline';
 import { logger } from '../../src/common/log.js';
 import { openNetlink } from '../../src/control/netlink/open-netlink.js';
 import { PodBridgeFollower } from '../../src/control/netlink/pod-bridge.js';
-import { startDataplane } from '../../src/dataplane/index.js';
-import type { Dataplane, DataplaneOptions } from '../../src/dataplane/index.js';
+import { startDataplane, startWireguardUapi } from '../../src/dataplane/index.js';
+import type { Dataplane, DataplaneOptions, WireguardUapi } from '../../src/dataplane/index.js';
 import type { PeerEntry } from '../../src/dataplane/peer-table.js';
 import {
   applyPeerDelta,
@@ -83,6 +85,7 @@ podBridge?.feed(dp);
 let peers: PeerEntry[] = [];
 /** The table as deltas left it (what a `cycle` hands the new engine). */
 let table: Buffer | null = null;
+let uapi: WireguardUapi | null = null;
 out({
   ready: true,
   tun: dp.tunName,
@@ -100,6 +103,7 @@ for await (const line of rl) {
     wg?: { publicKey: string; endpoint: string; port: number; persistentKeepalive?: number }[];
     removed?: PeerSpec[];
     upserts?: PeerSpec[];
+    dir?: string;
   };
   const entries = (ps: PeerSpec[] | undefined) =>
     (ps ?? []).map((p) => peerEntry(p.subnet, p.publicIP, p.port, p.vtepMac));
@@ -133,9 +137,24 @@ for await (const line of rl) {
         (m.wg ?? []).map((p) => ({ ...p, publicKey: Buffer.from(p.publicKey, 'base64') })),
       );
       out({ ok: true });
+    } else if (m.cmd === 'uapi') {
+      const wg = cfg.wireguard;
+      if (!wg || !dp.wireguardState) throw new Error('not a wireguard dataplane');
+      const engine = dp;
+      uapi = await startWireguardUapi({
+        interfaceName: dp.tunName,
+        state: () => engine.wireguardState!(),
+        secrets: {
+          privateKey: Buffer.from(wg.privateKey, 'base64'),
+          ...(wg.psk ? { psk: Buffer.from(wg.psk, 'base64') } : {}),
+        },
+        ...(m.dir ? { dir: m.dir } : {}),
+      });
+      out({ ok: true, path: uapi.path });
     } else if (m.cmd === 'stats') {
       out({ ok: true, stats: dp.stats() });
     } else if (m.cmd === 'close') {
+      await uapi?.close();
       podBridge?.close();
       nl?.close();
       await dp.close();
@@ -148,6 +167,7 @@ for await (const line of rl) {
     out({ ok: false, error: (err as Error).message });
   }
 }
+await uapi?.close();
 podBridge?.close();
 nl?.close();
 await dp.close();
