@@ -32,7 +32,7 @@ import {
   stopPair,
   twoNodes,
 } from '../helpers/dataplane-pair.js';
-import { UAPI_DIR, removeUapiDir } from '../helpers/wireguard-go.js';
+import { UAPI_DIR, claimUapiDir } from '../helpers/wireguard-go.js';
 
 const hasWg = spawnSync('wg', ['--help']).status === 0;
 const skip = !isRoot()
@@ -52,11 +52,11 @@ describe('wg show against the native engine (UAPI socket)', { skip }, () => {
   const pub = [x25519PublicKey(priv[0]), x25519PublicKey(priv[1])] as const;
   const names = [uniqueDev('ua'), uniqueDev('ub')] as const;
   const sockets = names.map((n) => join(UAPI_DIR, `${n}.sock`));
-  let dirWasThere = true;
+  let releaseUapiDir: (() => void) | null = null;
   let nodes: [Node, Node] | null = null;
 
   before(async () => {
-    dirWasThere = existsSync(UAPI_DIR);
+    releaseUapiDir = await claimUapiDir();
     [A, B] = twoNodes(scope);
     const sides = [A, B] as const;
     const started = sides.map((s, i) =>
@@ -103,7 +103,7 @@ describe('wg show against the native engine (UAPI socket)', { skip }, () => {
     } finally {
       scope.cleanup();
       for (const s of sockets) rmSync(s, { force: true }); // a node that did not close left it
-      removeUapiDir(dirWasThere);
+      releaseUapiDir?.();
     }
   });
 
