@@ -116,7 +116,9 @@ function udp6ChecksumOk(f: Buffer, ip6: number): boolean {
   const src = f.subarray(ip6 + 8, ip6 + 24);
   const dst = f.subarray(ip6 + 24, ip6 + 40);
   const u = ip6 + 40;
-  return f.readUInt16BE(u + 6) !== 0 && checksum(f, u, u + len, pseudoSumFor(src, dst, 17, len)) === 0;
+  return (
+    f.readUInt16BE(u + 6) !== 0 && checksum(f, u, u + len, pseudoSumFor(src, dst, 17, len)) === 0
+  );
 }
 
 /**

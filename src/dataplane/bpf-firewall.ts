@@ -127,8 +127,7 @@ export function iptablesRulesOnPort(
     if (!target || BUILTIN_TARGETS.has(target)) continue;
     if (tunnel === 'ipip') {
       const proto = /(!\s+)?-p (\S+)/.exec(m[2]!);
-      if (proto && !proto[1] && protoSpecIsIpip(proto[2]!))
-        found.push(`${tool} ${table}: ${line}`);
+      if (proto && !proto[1] && protoSpecIsIpip(proto[2]!)) found.push(`${tool} ${table}: ${line}`);
       continue;
     }
     if (!/-p udp\b/.test(m[2]!)) continue;
@@ -162,8 +161,7 @@ export function bypassedFirewallRules(
   }
   if (families.includes(6)) {
     const legacy6 = outputOf('ip6tables-legacy-save', []);
-    if (legacy6 !== null)
-      found.push(...iptablesRulesOnPort(legacy6, tunnel, 'ip6tables-legacy'));
+    if (legacy6 !== null) found.push(...iptablesRulesOnPort(legacy6, tunnel, 'ip6tables-legacy'));
   }
   return found;
 }
