@@ -11,8 +11,13 @@
  * outer packets never meet netfilter (tc ingress is before INPUT, redirect_neigh skips OUTPUT):
  * where the host has rules on the tunnel port (bpf-firewall.ts), the engine refuses to start.
  *
+ * Underlays: IPv4, IPv6 (IPv6-only clusters) or both (dual-stack: bindIp and bindIp6, flannel's
+ * flannel.<VNI> and flannel-v6.<VNI> in one engine); each peer record names the family its
+ * packets ride (IPIP: IPv4 only).
+ *
  * Start: the programs load (verifier), a probe runs them under BPF_PROG_TEST_RUN on a small and
- * a page-sized packet of each family and compares the bytes with the reference codec, then they
+ * a page-sized packet of each family over each underlay family and compares the bytes with the
+ * reference codec, then they
  * attach (tcx links, else clsact). Any failure throws WEFT_ERR_BPF_UNAVAILABLE naming the step;
  * the seam (index.ts) logs it and runs the native engine instead. setPeers writes the native
  * table and the BPF maps from the same records (the maps add before they remove). close()
