@@ -155,8 +155,7 @@ struct ip_info {
 
 // Reads the inner IP header (and the first 4 L4 bytes) at `off`; 0 if it parses as the reference
 // codec's parseIp would accept it with exactly `avail` bytes, -1 otherwise.
-static __noinline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avail,
-                                    struct ip_info* ip) {
+static __noinline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avail, struct ip_info* ip) {
   __u8 h[IP6_HLEN];
   if (avail < IP4_HLEN) return -1;
   if (bpf_skb_load_bytes(skb, off, h, IP4_HLEN) < 0) return -1;
@@ -309,8 +308,8 @@ static __always_inline __u32 sum_addr(const __u8* a, int v6) {
 // fragments, a zero UDP checksum, an L4 header shorter than its checksum field).
 static __always_inline __u32 udp6_checksum(struct __sk_buff* skb, __u32 inner_off,
                                            struct ip_info* ip, __u32 l4_len, const __u8* local6,
-                                           const __u8* peer6, const __u8* udp,
-                                           const __u8* head, __u32 head_len, int ttl_dec) {
+                                           const __u8* peer6, const __u8* udp, const __u8* head,
+                                           __u32 head_len, int ttl_dec) {
   int v6 = ip->version == 6;
   if (!ip->first_fragment || ip->more_fragments) return 0;
   __u32 min = ip->proto == PROTO_TCP ? 18 : ip->proto == PROTO_UDP ? 8 : 4;
@@ -451,8 +450,8 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
       o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
     }
     const __u8* after_udp = (const __u8*)&o + IP6_HLEN + UDP_HLEN;
-    __u32 check = udp6_checksum(skb, l2, &ip, l4_len, cfg->local_v6, peer.pub, o.udp, after_udp,
-                                head, udp);
+    __u32 check =
+        udp6_checksum(skb, l2, &ip, l4_len, cfg->local_v6, peer.pub, o.udp, after_udp, head, udp);
     if (!check) goto pass;
     o.udp[6] = check >> 8;
     o.udp[7] = check & 0xff;

@@ -789,9 +789,9 @@ std::vector<uint32_t> BpfEngine::ObjectIds() const {
     uint32_t len = sizeof(info);
     if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) ids.push_back(info.id);
   };
-  for (int fd : {prog_fd_[0], prog_fd_[1], prog_fd_[2], config_fd_, peers4_fd_, peers6_fd_,
-                 sources_fd_, sources6_fd_, counters_fd_, ports_fd_, link_fd_[0], link_fd_[1],
-                 bridge_link_fd_})
+  for (int fd :
+       {prog_fd_[0], prog_fd_[1], prog_fd_[2], config_fd_, peers4_fd_, peers6_fd_, sources_fd_,
+        sources6_fd_, counters_fd_, ports_fd_, link_fd_[0], link_fd_[1], bridge_link_fd_})
     add(fd);
   return ids;
 }
