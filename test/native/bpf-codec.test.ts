@@ -33,7 +33,7 @@ import {
   outerIpv6Ok,
   probeBpf,
 } from '../../src/dataplane/bpf-engine.js';
-import { JsPeerTable, encodePeerTable } from '../../src/dataplane/peer-table.js';
+import { JsPeerTable, encodePeerTable, peerEntry } from '../../src/dataplane/peer-table.js';
 import * as js from '../../src/dataplane/js-codec.js';
 import type { Format as CodecFormat } from '../../src/dataplane/js-codec.js';
 import {
@@ -540,6 +540,41 @@ describe(
         assert.equal(ok.verdict, TC_ACT_REDIRECT, 'the same datagram over IPv4 is taken');
       });
     }
+
+    it('an IPv6 lease holder added and removed by deltas: taken while it holds the lease', () => {
+      const id = bpf!.bpfLoad(bpfObjectPath());
+      try {
+        bpf!.bpfConfigure(id, {
+          format: 'vxlan',
+          vni: cfg.vni,
+          vtepMac: OUR_MAC,
+          port: PORT.vxlan,
+          localV6: LOCAL6,
+        });
+        const holder = encodePeerTable([
+          peerEntry('10.8.1.0/24', 'fd00::8:1', PORT.vxlan, '02:00:00:00:08:01'),
+        ]);
+        const p = makePacket(new Rng(251), {
+          src: Buffer.from([10, 8, 1, 7]),
+          dst: Buffer.from([10, 9, 0, 2]),
+          proto: 17,
+        });
+        const f = outerIpv6Frame(
+          'fd00::8:1',
+          LOCAL6,
+          PORT.vxlan,
+          Buffer.concat([vxlanHead(0x0800), p]),
+        );
+        const rx = () => bpf!.bpfTestRun(id, 'rx', f).verdict;
+        assert.equal(rx(), TC_ACT_UNSPEC, 'no lease yet');
+        bpf!.bpfUpdatePeers(id, Buffer.alloc(0), holder);
+        assert.equal(rx(), TC_ACT_REDIRECT, 'added: its source is a lease holder');
+        bpf!.bpfUpdatePeers(id, holder, Buffer.alloc(0));
+        assert.equal(rx(), TC_ACT_UNSPEC, 'removed: the source left with it');
+      } finally {
+        bpf!.bpfClose(id);
+      }
+    });
 
     it('IPv6 datagrams to another port or address, or with extension headers, are not looked at', () => {
       const id = ids6.vxlan!;
