@@ -10,7 +10,9 @@
  * Paths: underlay (node to node, no tunnel), host-gw, vxlan (kernel), udp (weft native engine),
  * vxlan-userspace (weft native engine), vxlan-bpf and udp-bpf (weft bpf engine: TC-BPF encap and
  * decap in the kernel), ipip-userspace (weft native engine, raw sockets) and ipip-bpf (the bpf
- * engine's IPIP framing), udp-js (weft js engine). Each weft path runs the real
+ * engine's IPIP framing), udp-js (weft js engine), and over an IPv6 underlay (an IPv6-only
+ * cluster: IPv6 pods, VXLAN in IPv6) vxlan6 (kernel, flannel-v6.1) and vxlan6-bpf (the bpf
+ * engine), whose ratio is to vxlan6 of the same round. Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
  * received pps and loss, ping RTT avg and p99, and CPU seconds per GB moved by one TCP stream:
  * the whole machine's (every row, kernel paths included: user, system, irq and softirq time of
@@ -39,6 +41,10 @@ interface PathDef {
   readonly daemonArgs?: readonly string[];
   /** Whether a userspace process moves the packets (the daemons' CPU per GB is measured). */
   readonly userspace: boolean;
+  /** An IPv6-only cluster: IPv6 underlay, IPv6 pods (their addresses are measured). */
+  readonly ipv6Only?: boolean;
+  /** The path its ratios are to (default: kernel vxlan over IPv4). */
+  readonly baseline?: string;
 }
 
 export const PATHS: readonly PathDef[] = [
@@ -79,6 +85,22 @@ export const PATHS: readonly PathDef[] = [
     label: 'weft ipip (bpf)',
     backend: { Type: 'ipip', Dataplane: 'userspace' },
     daemonArgs: ['--dataplane-engine=bpf'],
+    userspace: false,
+  },
+  {
+    name: 'vxlan6',
+    label: 'kernel vxlan over IPv6',
+    backend: { Type: 'vxlan' },
+    ipv6Only: true,
+    userspace: false,
+  },
+  {
+    name: 'vxlan6-bpf',
+    label: 'weft vxlan over IPv6 (bpf; ratio to kernel vxlan over IPv6)',
+    backend: { Type: 'vxlan', Dataplane: 'userspace' },
+    daemonArgs: ['--dataplane-engine=bpf'],
+    ipv6Only: true,
+    baseline: 'vxlan6',
     userspace: false,
   },
   {
@@ -160,6 +182,7 @@ async function buildBed(path: PathDef): Promise<Bed> {
     prefix: `weft-bench-${process.pid}`,
     backend: path.backend,
     flags: path.daemonArgs ?? [],
+    ...(path.ipv6Only ? { dualStack: true, netConf: { EnableIPv4: false } } : {}),
   });
   try {
     if (path.backend === null) {
@@ -176,7 +199,8 @@ async function buildBed(path: PathDef): Promise<Bed> {
     const pods = await cluster.addPods(1);
     const silent = await waitForMesh(pods, 15_000);
     if (silent > 0) throw new Error(`${silent} pod pair(s) unreachable after 15 s`);
-    return { path, cluster, src: pods[0]!, dst: pods[1]! };
+    const at = (p: (typeof pods)[number]) => ({ ns: p.ns, ip: p.ip || p.ip6! });
+    return { path, cluster, src: at(pods[0]!), dst: at(pods[1]!) };
   } catch (err) {
     await cluster.destroy();
     throw err;
@@ -256,7 +280,7 @@ function summarize(paths: readonly PathDef[], rounds: Array<Record<string, Sampl
       const ratios = rounds
         .map((r) => {
           const v = r[p.name]?.[f.key];
-          const base = r[BASELINE]?.[f.key];
+          const base = r[p.baseline ?? BASELINE]?.[f.key];
           return v !== undefined && base ? v / base : undefined;
         })
         .filter((v): v is number => v !== undefined);
@@ -441,7 +465,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   if (!saved.includes('latest.json'))
     process.stdout.write('(not a full run: bench/results/latest.* left as they were)\n');
   process.stdout.write(
-    `\n${table}\nmedians [min–max] and ratio to kernel vxlan in the same round; results in bench/results/\n`,
+    `\n${table}\nmedians [min–max] and ratio to kernel vxlan (or the path its label names) in the same round; results in bench/results/\n`,
   );
   for (const s of summaries)
     for (const e of new Set(s.errors)) process.stdout.write(`${s.path}: ${e}\n`);

@@ -4,12 +4,14 @@
 // same formats and the same decisions as the reference codec (src/dataplane/js-codec.ts).
 //
 //   weft_tx  egress of weft's TUN (no MAC header; under BPF_PROG_TEST_RUN an Ethernet header is
-//            in front): inner IPv4/IPv6 → peer (LPM trie) → adjust_room encap → outer IPv4, UDP
-//            (and VXLAN + inner Ethernet; IPIP: the outer IPv4 header alone, protocol 4) →
+//            in front): inner IPv4/IPv6 → peer (LPM trie) → adjust_room encap → outer IPv4 or
+//            IPv6 (the peer record's underlay family: dual-stack nodes send IPv4 pods to the
+//            peer's PublicIP, IPv6 pods to its PublicIPv6, as flannel.1 and flannel-v6.1 do),
+//            UDP (and VXLAN + inner Ethernet; IPIP: the outer IPv4 header alone, protocol 4) →
 //            bpf_redirect_neigh(underlay).
 //   weft_rx  ingress of the underlay (Ethernet): UDP to our port (IPIP: protocol 4) on our IPv4
-//            address from a peer's public address → VNI, inner MAC, anti-spoofing (TTL for
-//            flannel-udp, ECN for IPIP) →
+//            or IPv6 address from a peer's public address → VNI, inner MAC, anti-spoofing (TTL
+//            for flannel-udp, ECN for IPIP) →
 //            adjust_room decap → bpf_redirect(TUN, BPF_F_INGRESS): the inner packet enters the
 //            stack as received on the TUN, as kernel vxlan's enter on flannel.1 (so strict
 //            rp_filter, `-i flannel.1` rules and conntrack see what they see with kernel vxlan).
@@ -17,14 +19,14 @@
 //   weft_bridge  egress of the pods' bridge (--pod-bridge): a GSO packet for a pod → straight
 //            to the bridge port behind its MAC (the bridge would segment it in software).
 //
-// Anything either program does not handle exactly as the reference would (no peer, a peer behind
-// an IPv6 underlay, trailing bytes, TTL expiring, a bad header, an unknown sender, ...) leaves
-// the packet untouched and returns TC_ACT_UNSPEC (= TCX_NEXT): the next tc program on the hook
-// runs (TC_ACT_OK would end a tcx chain and skip every program attached after weft's), then it
-// reaches the TUN or the UDP socket, where the userspace engine handles it (or drops it with its
-// usual reason). So the drop reasons are counted in one place, the userspace engine; this file
-// counts what it moved, what it passed and the packets it changed half way and had to drop
-// (tx_error / rx_error), each packet under one slot.
+// Anything either program does not handle exactly as the reference would (no peer, trailing
+// bytes, TTL expiring, a bad header, an unknown sender, an outer IPv6 UDP checksum it cannot
+// derive, ...) leaves the packet untouched and returns TC_ACT_UNSPEC (= TCX_NEXT): the next tc
+// program on the hook runs (TC_ACT_OK would end a tcx chain and skip every program attached
+// after weft's), then it reaches the TUN or the UDP socket, where the userspace engine handles
+// it (or drops it with its usual reason). So the drop reasons are counted in one place, the
+// userspace engine; this file counts what it moved, what it passed and the packets it changed
+// half way and had to drop (tx_error / rx_error), each packet under one slot.
 //
 // Only stable helpers: map lookups, skb_load_bytes/store_bytes, skb_adjust_room, redirect_neigh,
 // redirect, get_prandom_u32.
@@ -48,9 +50,11 @@
 #define VXLAN_HLEN 8
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
+#define PROTO_ICMP 1
 #define PROTO_IPIP 4
 #define PROTO_TCP 6
 #define PROTO_UDP 17
+#define PROTO_ICMPV6 58
 #define MAX_UDP_PAYLOAD 65507
 #define MAX_IP_LEN 65535
 #define ECN_MASK 3
@@ -90,6 +94,14 @@ struct {
   __type(key, __u32);
   __type(value, __u32);
 } WEFT_MAP_SOURCES SEC(".maps");
+
+// Public IPv6 addresses holding a lease (the same, for IPv6 underlays).
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, WEFT_PEER_MAP_ENTRIES);
+  __type(key, struct weft_addr6);
+  __type(value, __u32);
+} WEFT_MAP_SOURCES6 SEC(".maps");
 
 // The bridge's ports by the MAC behind them (its FDB, learnt entries only): MAC in the low six
 // bytes of the key, the port's ifindex as the value.
@@ -133,6 +145,8 @@ struct ip_info {
   __u8 tos;  // IPv4 only (IPIP carries no IPv6)
   __u8 df;   // IPv4 only: the DF bit (IP_DF) of the flags byte
   __u8 first_fragment;
+  __u8 more_fragments;  // IPv4 only: MF set
+  __u32 hsum;           // IPv6 only: the header's word sum, the payload length left out
   __u8 src[16];
   __u8 dst[16];
   __u8 ports[4];
@@ -141,8 +155,7 @@ struct ip_info {
 
 // Reads the inner IP header (and the first 4 L4 bytes) at `off`; 0 if it parses as the reference
 // codec's parseIp would accept it with exactly `avail` bytes, -1 otherwise.
-static __always_inline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avail,
-                                    struct ip_info* ip) {
+static __noinline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avail, struct ip_info* ip) {
   __u8 h[IP6_HLEN];
   if (avail < IP4_HLEN) return -1;
   if (bpf_skb_load_bytes(skb, off, h, IP4_HLEN) < 0) return -1;
@@ -158,6 +171,7 @@ static __always_inline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avai
     ip->tos = h[1];
     ip->df = h[6] & IP_DF;
     ip->first_fragment = ((((__u32)h[6] << 8) | h[7]) & 0x1fff) == 0;
+    ip->more_fragments = (h[6] & 0x20) != 0;
     __builtin_memcpy(ip->src, h + 12, 4);
     __builtin_memcpy(ip->dst, h + 16, 4);
   } else if (ip->version == 6) {
@@ -170,6 +184,10 @@ static __always_inline int parse_ip(struct __sk_buff* skb, __u32 off, __u32 avai
     ip->proto = h[6];
     ip->ttl = h[7];
     ip->first_fragment = 1;
+    __u32 hs = ((__u32)h[0] << 8 | h[1]) + ((__u32)h[2] << 8 | h[3]) + ((__u32)h[6] << 8 | h[7]);
+#pragma unroll
+    for (int i = 8; i < IP6_HLEN; i += 2) hs += ((__u32)h[i] << 8) | h[i + 1];
+    ip->hsum = hs;
     __builtin_memcpy(ip->src, h + 8, 16);
     __builtin_memcpy(ip->dst, h + 24, 16);
   } else {
@@ -198,9 +216,9 @@ static __always_inline struct weft_peer* lookup_peer(struct ip_info* ip, const _
 
 #define FNV_STEP(h, b) ((h) = ((h) ^ (__u8)(b)) * 16777619u)
 
-// The VXLAN outer source port: FNV-1a over the inner addresses, protocol and ports, scaled into
-// [32768, 61000) (js-codec.ts vxlanSourcePort, native/src/vxlan.cc).
-static __always_inline __u16 vxlan_src_port(struct ip_info* ip) {
+// The inner flow's hash: FNV-1a over the inner addresses, protocol and ports (js-codec.ts
+// vxlanSourcePort, native/src/vxlan.cc).
+static __always_inline __u32 flow_hash(struct ip_info* ip) {
   __u32 h = 0x811c9dc5u;
   if (ip->version == 4) {
 #pragma unroll
@@ -218,6 +236,11 @@ static __always_inline __u16 vxlan_src_port(struct ip_info* ip) {
 #pragma unroll
     for (int i = 0; i < 4; i++) FNV_STEP(h, ip->ports[i]);
   }
+  return h;
+}
+
+// The VXLAN outer source port: the flow hash scaled into [32768, 61000).
+static __always_inline __u16 vxlan_src_port(__u32 h) {
   __u64 range = VXLAN_SRC_PORT_MAX - VXLAN_SRC_PORT_MIN;
   return (__u16)(VXLAN_SRC_PORT_MIN + (((__u64)h * range) >> 32));
 }
@@ -254,12 +277,87 @@ static __always_inline int same_mac(const __u8* a, const __u8* b) {
   return diff == 0;
 }
 
+// The one's-complement sum, not folded, of the 16-bit words of `n` bytes (n even).
+#define WORD_AT(b, i) (((__u32)(b)[i] << 8) | (b)[(i) + 1])
+
+static __always_inline __u32 sum_addr(const __u8* a, int v6) {
+  __u32 s = WORD_AT(a, 0) + WORD_AT(a, 2);
+  if (v6) {
+#pragma unroll
+    for (int i = 4; i < 16; i += 2) s += WORD_AT(a, i);
+  }
+  return s;
+}
+
+// The outer UDP checksum over an IPv6 underlay, where it is mandatory (RFC 8200 8.1; kernel vxlan
+// sends one and refuses a zero one unless its device has udp6zerocsumrx, which flannel never
+// sets). The program cannot sum a whole packet (up to 64 KB, maybe still partially checksummed),
+// and need not: an inner TCP, UDP or ICMPv6 packet whose own checksum is right (or left
+// CHECKSUM_PARTIAL, to be finished by the device or GSO: the field then holds the inner
+// pseudo-header sum) sums, from its L4 header on, to the complement of its inner pseudo-header
+// sum; an inner ICMP (IPv4) message to zero; an inner IPv4 header to zero (its checksum is right:
+// the stack wrote or checked it). So the sum is the outer pseudo-header, the UDP header, the
+// VXLAN header and inner Ethernet header, the inner IPv6 header (IPv4: nothing) and the
+// complement of the inner pseudo-header sum — headers only. The lengths are those of one
+// segment (`l4_len` bytes from the inner L4 header on): a GSO super-packet whose segments are all
+// gso_size long is cut by the kernel or the device into datagrams that each carry this same
+// checksum, right for every one of them (the tunnel GSO adjust_room sets, SKB_GSO_UDP_TUNNEL,
+// copies the outer checksum to each segment). An inner packet whose checksum is wrong gets an
+// outer checksum wrong by as much: the receiver drops it, as it would drop the inner packet.
+// Returns the checksum (never 0), or 0 when it cannot be derived so (other protocols,
+// fragments, a zero UDP checksum, an L4 header shorter than its checksum field).
+static __always_inline __u32 udp6_checksum(struct __sk_buff* skb, __u32 inner_off,
+                                           struct ip_info* ip, __u32 l4_len, const __u8* local6,
+                                           const __u8* peer6, const __u8* udp, const __u8* head,
+                                           __u32 head_len, int ttl_dec) {
+  int v6 = ip->version == 6;
+  if (!ip->first_fragment || ip->more_fragments) return 0;
+  __u32 min = ip->proto == PROTO_TCP ? 18 : ip->proto == PROTO_UDP ? 8 : 4;
+  if (ip->len < ip->l4_off + min) return 0;
+  __u32 sum = 0;
+  if (ip->proto == PROTO_TCP || ip->proto == PROTO_UDP || (v6 && ip->proto == PROTO_ICMPV6)) {
+    if (ip->proto == PROTO_UDP) {
+      __u16 field;
+      if (bpf_skb_load_bytes(skb, inner_off + (ip->l4_off & 0x3f) + 6, &field, 2) < 0) return 0;
+      if (field == 0) return 0;  // no checksum (IPv4): its sum is unknown
+    }
+    __u32 pseudo = sum_addr(ip->src, v6) + sum_addr(ip->dst, v6) + ip->proto + l4_len;
+    sum += ~fold(pseudo) & 0xffff;
+  } else if (v6 || ip->proto != PROTO_ICMP) {
+    return 0;
+  }
+  if (v6) sum += ip->hsum + l4_len - (ttl_dec ? 1 : 0);
+  __u32 udp_len = UDP_HLEN + head_len + ip->l4_off + l4_len;
+  sum += sum_addr(local6, 1) + sum_addr(peer6, 1) + PROTO_UDP + udp_len;
+  sum += WORD_AT(udp, 0) + WORD_AT(udp, 2) + udp_len;
+  if (head_len) {
+#pragma unroll
+    for (int i = 0; i < VXLAN_HLEN + ETH_HLEN; i += 2) sum += WORD_AT(head, i);
+  }
+  __u32 check = ~fold(sum) & 0xffff;
+  return check ? check : 0xffff;
+}
+
 struct outer_hdrs {
   __u8 ip[IP4_HLEN];
   __u8 udp[UDP_HLEN];
   __u8 vxlan[VXLAN_HLEN];
   __u8 eth[ETH_HLEN];
 };
+
+struct outer6_hdrs {
+  __u8 ip[IP6_HLEN];
+  __u8 udp[UDP_HLEN];
+  __u8 vxlan[VXLAN_HLEN];
+  __u8 eth[ETH_HLEN];
+};
+
+static __always_inline int has_v6(const struct weft_config* cfg) {
+  __u64 a, b;
+  __builtin_memcpy(&a, cfg->local_v6, 8);
+  __builtin_memcpy(&b, cfg->local_v6 + 8, 8);
+  return (a | b) != 0;
+}
 
 SEC("tc")
 int WEFT_PROG_TX(struct __sk_buff* skb) {
@@ -278,74 +376,159 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
   if (ipip ? ip.version != 4 || ip.len + IP4_HLEN > MAX_IP_LEN : ip.len + head > MAX_UDP_PAYLOAD)
     goto pass;
   struct weft_peer* p = lookup_peer(&ip, ip.dst);
-  if (!p || p->pub_family != 4 || (vx && !p->has_mac)) goto pass;
+  if (!p || (vx && !p->has_mac)) goto pass;
+  // The peer's underlay family: IPv4 (IPIP only there), or IPv6 where we have an address.
+  int v6 = p->pub_family == 6;
+  if (v6 ? ipip || !has_v6(cfg) : p->pub_family != 4 || cfg->local_v4 == 0) goto pass;
   if (udp && ip.ttl <= 1) goto pass;
   struct weft_peer peer = *p;
   __u32 segs = skb->gso_segs ? skb->gso_segs : 1;  // adjust_room zeroes it
+  __u32 h = flow_hash(&ip);
+  // UDP: VXLAN from a flow-hashed port, flannel-udp from the backend port.
+  __u16 sport = vx ? bpf_htons(vxlan_src_port(h)) : cfg->port;
+  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO;
+  if (vx) flags |= BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
+  __u32 outer_len;
+  __u32 written;
+  // One buffer for either outer family (the stack is 512 bytes).
+  union {
+    struct outer_hdrs v4;
+    struct outer6_hdrs v6;
+  } u;
+  __builtin_memset(&u, 0, sizeof(u));
 
-  struct outer_hdrs o = {};
-  __u32 outer_len = IP4_HLEN + (ipip ? 0 : UDP_HLEN + head);
-  __u32 total = outer_len + ip.len;
-  // Outer IPv4, no options, checksum computed here. UDP framings: DF clear, TTL 64, a random ID
-  // (so GSO segments and fragments of different packets do not share one). IPIP as the kernel's
-  // flannel.ipip (ttl inherit, tos 0, nopmtudisc; native/src/ipip.h): the inner TTL and DF, DSCP
-  // 0 with the inner ECN (CE sent as ECT(0), RFC 6040 normal mode), and the ID the kernel gives
-  // a packet without one (ip_select_ident): 0 with DF, else a random one.
-  o.ip[0] = 0x45;
-  o.ip[2] = total >> 8;
-  o.ip[3] = total & 0xff;
-  __u16 id = ipip && ip.df ? 0 : bpf_get_prandom_u32();
-  __builtin_memcpy(o.ip + 4, &id, 2);
-  o.ip[8] = 64;
-  o.ip[9] = PROTO_UDP;
-  if (ipip) {
-    __u8 ecn = ip.tos & ECN_MASK;
-    o.ip[1] = ecn == ECN_CE ? ECN_ECT0 : ecn;
-    o.ip[6] = ip.df;
-    o.ip[8] = ip.ttl;
-    o.ip[9] = PROTO_IPIP;
-  }
-  __builtin_memcpy(o.ip + 12, &cfg->local_v4, 4);
-  __builtin_memcpy(o.ip + 16, peer.pub, 4);
-  __u32 sum = 0;
+  if (v6) {
+    // Outer IPv6 as kernel vxlan (and the native engine's socket) sends it: traffic class 0,
+    // hop limit 64, a flow label from the inner flow (as the kernel's auto flow labels), no
+    // extension headers; UDP with its checksum (udp6_checksum).
+    struct outer6_hdrs* op = &u.v6;
+#define o (*op)
+    outer_len = IP6_HLEN + UDP_HLEN + head;
+    __u32 udp_len = UDP_HLEN + head + ip.len;
+    // One segment's L4 length: the whole packet's, or a GSO super-packet's segment (all alike,
+    // or it goes to the userspace engine, which sends each segment with its own checksum).
+    __u32 l4_len = ip.len - ip.l4_off;
+    __u32 gso = skb->gso_size;
+    if (gso) {
+      __u32 thl = UDP_HLEN;
+      if (ip.proto == PROTO_TCP) {
+        __u8 doff;
+        if (bpf_skb_load_bytes(skb, l2 + (ip.l4_off & 0x3f) + 12, &doff, 1) < 0) goto pass;
+        thl = (doff >> 4) * 4;
+      } else if (ip.proto != PROTO_UDP) {
+        goto pass;
+      }
+      if (l4_len < thl) goto pass;
+      __u32 data = l4_len - thl;
+      if (data > gso) {
+        if (data % gso != 0) goto pass;
+        l4_len = thl + gso;
+      }
+    }
+    o.ip[0] = 0x60;
+    o.ip[1] = (h >> 16) & 0x0f;
+    o.ip[2] = h >> 8;
+    o.ip[3] = h;
+    o.ip[4] = udp_len >> 8;
+    o.ip[5] = udp_len & 0xff;
+    o.ip[6] = PROTO_UDP;
+    o.ip[7] = 64;
+    __builtin_memcpy(o.ip + 8, cfg->local_v6, 16);
+    __builtin_memcpy(o.ip + 24, peer.pub, 16);
+    __builtin_memcpy(o.udp, &sport, 2);
+    __builtin_memcpy(o.udp + 2, &peer.port, 2);
+    o.udp[4] = udp_len >> 8;
+    o.udp[5] = udp_len & 0xff;
+    if (vx) {
+      o.vxlan[0] = 0x08;
+      o.vxlan[4] = cfg->vni >> 16;
+      o.vxlan[5] = cfg->vni >> 8;
+      o.vxlan[6] = cfg->vni;
+      __builtin_memcpy(o.eth, peer.mac, 6);
+      __builtin_memcpy(o.eth + 6, cfg->vtep_mac, 6);
+      o.eth[12] = ip.version == 4 ? 0x08 : 0x86;
+      o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
+    }
+    const __u8* after_udp = (const __u8*)&o + IP6_HLEN + UDP_HLEN;
+    __u32 check =
+        udp6_checksum(skb, l2, &ip, l4_len, cfg->local_v6, peer.pub, o.udp, after_udp, head, udp);
+    if (!check) goto pass;
+    o.udp[6] = check >> 8;
+    o.udp[7] = check & 0xff;
+    flags |= BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
+    // A refusal here (e.g. a GSO type adjust_room does not take) leaves the packet as it was.
+    if (bpf_skb_adjust_room(skb, outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) goto pass;
+    written = vx ? sizeof(o) : IP6_HLEN + UDP_HLEN;
+    if (bpf_skb_store_bytes(skb, l2, &o, written, 0) < 0) goto broken;
+#undef o
+  } else {
+    struct outer_hdrs* op = &u.v4;
+#define o (*op)
+    outer_len = IP4_HLEN + (ipip ? 0 : UDP_HLEN + head);
+    __u32 total = outer_len + ip.len;
+    // Outer IPv4, no options, checksum computed here. UDP framings: DF clear, TTL 64, a random
+    // ID (so GSO segments and fragments of different packets do not share one). IPIP as the
+    // kernel's flannel.ipip (ttl inherit, tos 0, nopmtudisc; native/src/ipip.h): the inner TTL
+    // and DF, DSCP 0 with the inner ECN (CE sent as ECT(0), RFC 6040 normal mode), and the ID
+    // the kernel gives a packet without one (ip_select_ident): 0 with DF, else a random one.
+    o.ip[0] = 0x45;
+    o.ip[2] = total >> 8;
+    o.ip[3] = total & 0xff;
+    __u16 id = ipip && ip.df ? 0 : bpf_get_prandom_u32();
+    __builtin_memcpy(o.ip + 4, &id, 2);
+    o.ip[8] = 64;
+    o.ip[9] = PROTO_UDP;
+    if (ipip) {
+      __u8 ecn = ip.tos & ECN_MASK;
+      o.ip[1] = ecn == ECN_CE ? ECN_ECT0 : ecn;
+      o.ip[6] = ip.df;
+      o.ip[8] = ip.ttl;
+      o.ip[9] = PROTO_IPIP;
+    }
+    __builtin_memcpy(o.ip + 12, &cfg->local_v4, 4);
+    __builtin_memcpy(o.ip + 16, peer.pub, 4);
+    __u32 sum = 0;
 #pragma unroll
-  for (int i = 0; i < IP4_HLEN; i += 2) sum += ((__u32)o.ip[i] << 8) | o.ip[i + 1];
-  __u16 csum = ~fold(sum) & 0xffff;
-  o.ip[10] = csum >> 8;
-  o.ip[11] = csum & 0xff;
-  // UDP: VXLAN from a flow-hashed port, flannel-udp from the backend port; checksum 0 (as kernel
-  // vxlan sends over IPv4).
-  __u16 sport = vx ? bpf_htons(vxlan_src_port(&ip)) : cfg->port;
-  __builtin_memcpy(o.udp, &sport, 2);
-  __builtin_memcpy(o.udp + 2, &peer.port, 2);
-  __u32 udp_len = total - IP4_HLEN;
-  o.udp[4] = udp_len >> 8;
-  o.udp[5] = udp_len & 0xff;
-
-  // IPIP: no L4 flag, so a GSO packet becomes SKB_GSO_IPXIP4 and goes whole where the device
-  // takes it (veth does), as the kernel's ipip device sends it.
-  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
-                (ipip ? 0 : BPF_F_ADJ_ROOM_ENCAP_L4_UDP);
-  if (vx) {
-    o.vxlan[0] = 0x08;
-    o.vxlan[4] = cfg->vni >> 16;
-    o.vxlan[5] = cfg->vni >> 8;
-    o.vxlan[6] = cfg->vni;
-    __builtin_memcpy(o.eth, peer.mac, 6);
-    __builtin_memcpy(o.eth + 6, cfg->vtep_mac, 6);
-    o.eth[12] = ip.version == 4 ? 0x08 : 0x86;
-    o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
-    flags |= BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
+    for (int i = 0; i < IP4_HLEN; i += 2) sum += WORD_AT(o.ip, i);
+    __u16 csum = ~fold(sum) & 0xffff;
+    o.ip[10] = csum >> 8;
+    o.ip[11] = csum & 0xff;
+    // UDP checksum 0 (as kernel vxlan sends over IPv4).
+    __builtin_memcpy(o.udp, &sport, 2);
+    __builtin_memcpy(o.udp + 2, &peer.port, 2);
+    __u32 udp_len = total - IP4_HLEN;
+    o.udp[4] = udp_len >> 8;
+    o.udp[5] = udp_len & 0xff;
+    // IPIP: no L4 flag, so a GSO packet becomes SKB_GSO_IPXIP4 and goes whole where the device
+    // takes it (veth does), as the kernel's ipip device sends it.
+    flags |= BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | (ipip ? 0 : BPF_F_ADJ_ROOM_ENCAP_L4_UDP);
+    if (vx) {
+      o.vxlan[0] = 0x08;
+      o.vxlan[4] = cfg->vni >> 16;
+      o.vxlan[5] = cfg->vni >> 8;
+      o.vxlan[6] = cfg->vni;
+      __builtin_memcpy(o.eth, peer.mac, 6);
+      __builtin_memcpy(o.eth + 6, cfg->vtep_mac, 6);
+      o.eth[12] = ip.version == 4 ? 0x08 : 0x86;
+      o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
+    }
+    // A refusal here (e.g. a GSO type adjust_room does not take) leaves the packet as it was.
+    if (bpf_skb_adjust_room(skb, outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) goto pass;
+    written = vx ? sizeof(o) : ipip ? IP4_HLEN : IP4_HLEN + UDP_HLEN;
+    if (bpf_skb_store_bytes(skb, l2, &o, written, 0) < 0) goto broken;
+#undef o
   }
-  // A refusal here (e.g. a GSO type adjust_room does not take) leaves the packet as it was.
-  if (bpf_skb_adjust_room(skb, outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) goto pass;
-  __u32 written = vx ? sizeof(o) : ipip ? IP4_HLEN : IP4_HLEN + UDP_HLEN;
-  if (bpf_skb_store_bytes(skb, l2, &o, written, 0) < 0) goto broken;
   // flannel-udp forwards the inner packet: one hop, as flanneld's proxy counts it.
   if (udp && decrement_ttl(skb, l2 + outer_len, &ip) < 0) goto broken;
-  // bpf_redirect_neigh needs a MAC header in front of the network header (it replaces it with
-  // the neighbour's): on the TUN there is none, so push an empty one.
-  if (l2 == 0 && bpf_skb_change_head(skb, ETH_HLEN, 0) < 0) goto broken;
+  if (l2 != 0) {
+    // An Ethernet header in front (test runs): it now carries the outer family.
+    __u16 proto = bpf_htons(v6 ? ETH_P_IPV6 : ETH_P_IP);
+    if (bpf_skb_store_bytes(skb, 12, &proto, 2, 0) < 0) goto broken;
+  } else if (bpf_skb_change_head(skb, ETH_HLEN, 0) < 0) {
+    // bpf_redirect_neigh needs a MAC header in front of the network header (it replaces it
+    // with the neighbour's): on the TUN there is none, so push an empty one.
+    goto broken;
+  }
   // Test runs: report the decision, send nothing.
   long verdict = l2 != 0 ? TC_ACT_REDIRECT : bpf_redirect_neigh(cfg->underlay_ifindex, 0, 0, 0);
   if (verdict != TC_ACT_REDIRECT) goto broken;
@@ -361,37 +544,92 @@ pass:
   return TC_ACT_UNSPEC;
 }
 
+// What weft_rx learns from the outer headers of a datagram (packet, IPIP) for us.
+struct outer_info {
+  __u32 off;  // the inner packet's (flannel-udp, IPIP) or the VXLAN header's offset
+  __u8 family;
+  __u8 tos;  // IPv4: the outer TOS (IPIP's ECN)
+  __u8 src[16];
+};
+
+// The outer IPv4 headers in `h` (loaded from the frame's start): 1 if they are a datagram (IPIP:
+// a packet) for us, filling `out`; 0 if not ours at all; -1 if ours but not exactly one.
+static __always_inline int outer_v4(struct __sk_buff* skb, struct weft_config* cfg, const __u8* h,
+                                    int ipip, struct outer_info* out) {
+  // IPv4 without options and not a fragment, to our address; UDP to our port, or (IPIP)
+  // protocol 4.
+  const __u8* o = h + ETH_HLEN;
+  if (o[0] != 0x45 || o[9] != (ipip ? PROTO_IPIP : PROTO_UDP)) return 0;
+  if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return 0;
+  __u32 dst;
+  __builtin_memcpy(&dst, o + 16, 4);
+  if (cfg->local_v4 == 0 || dst != cfg->local_v4) return 0;
+  const __u8* u = o + IP4_HLEN;
+  __u16 dport;
+  __builtin_memcpy(&dport, u + 2, 2);
+  if (!ipip && dport != cfg->port) return 0;
+  __u32 outer_tot = ((__u32)o[2] << 8) | o[3];
+  __u32 udp_len = ((__u32)u[4] << 8) | u[5];
+  // Exactly one datagram (packet), nothing after it (GSO trains and padding go to the socket).
+  if (outer_tot + ETH_HLEN != skb->len || (!ipip && udp_len + IP4_HLEN != outer_tot)) return -1;
+  __builtin_memcpy(out->src, o + 12, 4);
+  if (!bpf_map_lookup_elem(&WEFT_MAP_SOURCES, out->src)) return -1;
+  out->family = 4;
+  out->tos = o[1];
+  out->off = ETH_HLEN + IP4_HLEN + (ipip ? 0 : UDP_HLEN);
+  return 1;
+}
+
+// The same for outer IPv6 (UDP framings): no extension headers, to our address and port.
+static __always_inline int outer_v6(struct __sk_buff* skb, struct weft_config* cfg, const __u8* h,
+                                    struct outer_info* out) {
+  const __u8* o = h + ETH_HLEN;
+  if ((o[0] >> 4) != 6 || o[6] != PROTO_UDP || !has_v6(cfg)) return 0;
+  __u64 d[2], l[2];
+  __builtin_memcpy(d, o + 24, 16);
+  __builtin_memcpy(l, cfg->local_v6, 16);
+  if (d[0] != l[0] || d[1] != l[1]) return 0;
+  const __u8* u = o + IP6_HLEN;
+  __u16 dport;
+  __builtin_memcpy(&dport, u + 2, 2);
+  if (dport != cfg->port) return 0;
+  __u32 plen = ((__u32)o[4] << 8) | o[5];
+  __u32 udp_len = ((__u32)u[4] << 8) | u[5];
+  if (plen + ETH_HLEN + IP6_HLEN != skb->len || udp_len != plen) return -1;
+  // A zero UDP checksum is invalid over IPv6: the socket drops it, as kernel vxlan does.
+  if (u[6] == 0 && u[7] == 0) return -1;
+  __builtin_memcpy(out->src, o + 8, 16);
+  if (!bpf_map_lookup_elem(&WEFT_MAP_SOURCES6, out->src)) return -1;
+  out->family = 6;
+  out->tos = 0;
+  out->off = ETH_HLEN + IP6_HLEN + UDP_HLEN;
+  return 1;
+}
+
 SEC("tc")
 int WEFT_PROG_RX(struct __sk_buff* skb) {
   struct weft_config* cfg = config();
   if (!cfg) return TC_ACT_UNSPEC;
-  __u8 h[ETH_HLEN + IP4_HLEN + UDP_HLEN];
-  if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0) return TC_ACT_UNSPEC;
+  __u8 h[ETH_HLEN + IP6_HLEN + UDP_HLEN];
+  // Shorter frames cannot hold an IPv6 datagram: read what an IPv4 one needs.
+  if (bpf_skb_load_bytes(skb, 0, h, sizeof(h)) < 0 &&
+      bpf_skb_load_bytes(skb, 0, h, ETH_HLEN + IP4_HLEN + UDP_HLEN) < 0)
+    return TC_ACT_UNSPEC;
   int vx = cfg->format == WEFT_FORMAT_VXLAN;
   int ipip = cfg->format == WEFT_FORMAT_IPIP;
   int udp = !vx && !ipip;
-  // Outer: Ethernet, IPv4 without options and not a fragment, to our address; UDP to our port,
-  // or (IPIP) protocol 4.
-  if (h[12] != 0x08 || h[13] != 0x00) return TC_ACT_UNSPEC;
-  __u8* o = h + ETH_HLEN;
-  if (o[0] != 0x45 || o[9] != (ipip ? PROTO_IPIP : PROTO_UDP)) return TC_ACT_UNSPEC;
-  if (((((__u32)o[6] << 8) | o[7]) & 0x3fff) != 0) return TC_ACT_UNSPEC;
-  __u32 dst;
-  __builtin_memcpy(&dst, o + 16, 4);
-  if (dst != cfg->local_v4) return TC_ACT_UNSPEC;
-  __u8* u = o + IP4_HLEN;
-  __u16 dport;
-  __builtin_memcpy(&dport, u + 2, 2);
-  if (!ipip && dport != cfg->port) return TC_ACT_UNSPEC;
-  __u32 outer_tot = ((__u32)o[2] << 8) | o[3];
-  __u32 udp_len = ((__u32)u[4] << 8) | u[5];
-  // Exactly one datagram (packet), nothing after it (GSO trains and padding go to the socket).
-  if (outer_tot + ETH_HLEN != skb->len || (!ipip && udp_len + IP4_HLEN != outer_tot)) goto pass;
-  __u32 src;
-  __builtin_memcpy(&src, o + 12, 4);
-  if (!bpf_map_lookup_elem(&WEFT_MAP_SOURCES, &src)) goto pass;
+  struct outer_info out = {};
+  int ours;
+  if (h[12] == 0x08 && h[13] == 0x00)
+    ours = outer_v4(skb, cfg, h, ipip, &out);
+  else if (h[12] == 0x86 && h[13] == 0xdd && !ipip && skb->len >= sizeof(h))
+    ours = outer_v6(skb, cfg, h, &out);
+  else
+    return TC_ACT_UNSPEC;
+  if (ours == 0) return TC_ACT_UNSPEC;
+  if (ours < 0) goto pass;
 
-  __u32 off = ETH_HLEN + IP4_HLEN + (ipip ? 0 : UDP_HLEN);
+  __u32 off = out.off;
   __u16 inner_type = 0;
   if (vx) {
     __u8 v[VXLAN_HLEN + ETH_HLEN];
@@ -409,17 +647,20 @@ int WEFT_PROG_RX(struct __sk_buff* skb) {
   if (parse_ip(skb, off, skb->len - off, &ip) < 0) goto pass;
   if (vx && ip.version != (inner_type == ETH_P_IP ? 4 : 6)) goto pass;
   if (ipip && ip.version != 4) goto pass;
-  // Anti-spoofing: the inner source must be inside a subnet leased to the outer source.
+  // Anti-spoofing: the inner source must be inside a subnet leased to the outer source, in the
+  // underlay family that lease's peer record names.
   struct weft_peer* p = lookup_peer(&ip, ip.src);
-  if (!p || p->pub_family != 4) goto pass;
-  __u32 pub;
-  __builtin_memcpy(&pub, p->pub, 4);
-  if (pub != src) goto pass;
+  if (!p || p->pub_family != out.family) goto pass;
+  // (IPv4: the first 4 bytes of both, the rest zero.)
+  __u64 a[2], b[2];
+  __builtin_memcpy(a, p->pub, 16);
+  __builtin_memcpy(b, out.src, 16);
+  if (a[0] != b[0] || a[1] != b[1]) goto pass;
   if (udp && ip.ttl <= 1) goto pass;
   // IPIP, ECN decapsulation (RFC 6040, INET_ECN_decapsulate): outer CE on a Not-ECT inner packet
   // is dropped (by the userspace engine, counted), on an ECN-capable one marks it CE.
   __u8 inner_ecn = ip.tos & ECN_MASK;
-  int mark_ce = ipip && (o[1] & ECN_MASK) == ECN_CE && inner_ecn != ECN_CE;
+  int mark_ce = ipip && (out.tos & ECN_MASK) == ECN_CE && inner_ecn != ECN_CE;
   if (mark_ce && inner_ecn == 0) goto pass;
   // From here on the packet changes: a failure drops it, counted once as rx_error.
   if (udp && decrement_ttl(skb, off, &ip) < 0) goto broken;

@@ -31,6 +31,7 @@
 #define WEFT_MAP_PEERS4 weft_peers4
 #define WEFT_MAP_PEERS6 weft_peers6
 #define WEFT_MAP_SOURCES weft_sources
+#define WEFT_MAP_SOURCES6 weft_sources6
 #define WEFT_MAP_PORTS weft_ports
 #define WEFT_MAP_COUNTERS weft_counters
 #define WEFT_BPF_MAPS(X) \
@@ -38,6 +39,7 @@
   X(WEFT_MAP_PEERS4)     \
   X(WEFT_MAP_PEERS6)     \
   X(WEFT_MAP_SOURCES)    \
+  X(WEFT_MAP_SOURCES6)   \
   X(WEFT_MAP_PORTS)      \
   X(WEFT_MAP_COUNTERS)
 
@@ -45,7 +47,7 @@
 #define WEFT_BPF_NAME(n) WEFT_BPF_NAME_(n)
 #define WEFT_BPF_NAME_(n) #n
 
-// Entries each peer map (per family) and the source map hold; the port map's.
+// Entries each peer map (per family) and each source map (per family) hold; the port map's.
 #define WEFT_PEER_MAP_ENTRIES 65536
 #define WEFT_PORT_MAP_ENTRIES 4096
 
@@ -68,9 +70,15 @@ struct weft_config {
   __u32 vni;
   __u32 tun_ifindex;  // where weft_tx runs with no MAC header; weft_rx delivers into its ingress
   __u32 underlay_ifindex;  // where encapsulated packets leave
-  __u32 local_v4;          // our underlay address (network order)
+  __u32 local_v4;          // our underlay IPv4 address (network order); 0: none
   __u16 port;              // backend port (network order); 0 for IPIP
   __u8 vtep_mac[6];
+  __u8 local_v6[16];  // our underlay IPv6 address; all zero: none (IPv4 underlay only)
+};
+
+// weft_sources6's key: a public IPv6 address holding a lease.
+struct weft_addr6 {
+  __u8 addr[16];
 };
 
 // The peer maps' LPM keys (prefixlen in host order, then the address).
@@ -85,7 +93,8 @@ struct weft_lpm_v6 {
 };
 
 // One peer, as the native peer table has it (native/src/peer_table.h), trimmed to what the
-// programs use. pub_family 4 or 6; an IPv6 public address is never encapsulated here.
+// programs use. pub_family 4 or 6: the underlay family its packets ride (pub: the address, IPv4
+// in the first 4 bytes).
 struct weft_peer {
   __u8 pub_family;
   __u8 has_mac;

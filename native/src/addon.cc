@@ -1091,7 +1091,7 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, id);
 }
 
-// bpfConfigure(id, { format, vni, vtepMac, port, localV4, tun?, underlay? })
+// bpfConfigure(id, { format, vni, vtepMac, port, localV4?, localV6?, tun?, underlay? })
 Napi::Value Configure(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::shared_ptr<BpfEngine> e = Arg(info);
@@ -1118,9 +1118,21 @@ Napi::Value Configure(const Napi::CallbackInfo& info) {
   if (!mac.IsBuffer() || mac.As<Napi::Buffer<uint8_t>>().Length() != 6)
     throw Napi::TypeError::New(env, "bpf: vtepMac must be 6 bytes");
   std::memcpy(c.vtep_mac, mac.As<Napi::Buffer<uint8_t>>().Data(), 6);
-  std::string local = o.Get("localV4").ToString().Utf8Value();
-  if (inet_pton(AF_INET, local.c_str(), c.local_v4) != 1)
-    throw Napi::TypeError::New(env, "bpf: localV4 " + local + " is not an IPv4 address");
+  // Our underlay addresses: IPv4, IPv6 or both (dual-stack); at least one.
+  bool any = false;
+  if (o.Has("localV4") && !o.Get("localV4").IsUndefined()) {
+    std::string local = o.Get("localV4").ToString().Utf8Value();
+    if (inet_pton(AF_INET, local.c_str(), c.local_v4) != 1)
+      throw Napi::TypeError::New(env, "bpf: localV4 " + local + " is not an IPv4 address");
+    any = true;
+  }
+  if (o.Has("localV6") && !o.Get("localV6").IsUndefined()) {
+    std::string local = o.Get("localV6").ToString().Utf8Value();
+    if (inet_pton(AF_INET6, local.c_str(), c.local_v6) != 1)
+      throw Napi::TypeError::New(env, "bpf: localV6 " + local + " is not an IPv6 address");
+    any = true;
+  }
+  if (!any) throw Napi::TypeError::New(env, "bpf: localV4 or localV6 is required");
   if (o.Has("tun")) c.tun_ifindex = IfindexOf(env, o.Get("tun"), "tun");
   if (o.Has("underlay")) c.underlay_ifindex = IfindexOf(env, o.Get("underlay"), "underlay");
   int rc = e->Configure(c);

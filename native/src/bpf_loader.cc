@@ -200,6 +200,7 @@ std::unique_ptr<BpfEngine> BpfEngine::Load(const std::string& object_path, std::
               {WEFT_BPF_NAME(WEFT_MAP_PEERS4), &e->peers4_fd_},
               {WEFT_BPF_NAME(WEFT_MAP_PEERS6), &e->peers6_fd_},
               {WEFT_BPF_NAME(WEFT_MAP_SOURCES), &e->sources_fd_},
+              {WEFT_BPF_NAME(WEFT_MAP_SOURCES6), &e->sources6_fd_},
               {WEFT_BPF_NAME(WEFT_MAP_COUNTERS), &e->counters_fd_},
               {WEFT_BPF_NAME(WEFT_MAP_PORTS), &e->ports_fd_}};
   for (auto& m : maps) {
@@ -227,8 +228,20 @@ int BpfEngine::Configure(const BpfConfig& cfg) {
   std::memcpy(&v.local_v4, cfg.local_v4, 4);  // network order
   v.port = htons(cfg.port);
   std::memcpy(v.vtep_mac, cfg.vtep_mac, 6);
+  std::memcpy(v.local_v6, cfg.local_v6, 16);
   uint32_t zero = 0;
   return bpf_map_update_elem(config_fd_, &zero, &v, BPF_ANY) < 0 ? -errno : 0;
+}
+
+int BpfEngine::WriteSource(const std::string& addr, uint32_t n) {
+  int fd = addr.size() == 4 ? sources_fd_ : sources6_fd_;
+  return bpf_map_update_elem(fd, addr.data(), &n, BPF_ANY) < 0 ? -errno : 0;
+}
+
+int BpfEngine::DeleteSource(const std::string& addr) {
+  int fd = addr.size() == 4 ? sources_fd_ : sources6_fd_;
+  if (bpf_map_delete_elem(fd, addr.data()) < 0 && errno != ENOENT) return -errno;
+  return 0;
 }
 
 bool BpfEngine::WritePeer(int family, const uint8_t* key, const uint8_t* value,
@@ -269,12 +282,12 @@ void PeerEntryOf(const PeerRecord& r, std::string* key_out, std::string* value_o
   value_out->assign(reinterpret_cast<char*>(&v), sizeof(v));
 }
 
-// The IPv4 public address of a map value (the source map's key); false for an IPv6 one.
-bool SourceOf(const std::string& value, uint32_t* a) {
+// The public address of a map value (a source map's key: 4 bytes, or 16 for IPv6).
+bool SourceOf(const std::string& value, std::string* a) {
   weft_peer v;
   std::memcpy(&v, value.data(), sizeof(v));
-  if (v.pub_family != 4) return false;
-  std::memcpy(a, v.pub, 4);
+  if (v.pub_family != 4 && v.pub_family != 6) return false;
+  a->assign(reinterpret_cast<const char*>(v.pub), v.pub_family == 4 ? 4 : 16);
   return true;
 }
 
@@ -285,26 +298,26 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
   if (!t) return false;
   // The wanted contents (PeerEntryOf).
   std::map<std::string, std::string> want;
-  std::map<uint32_t, uint32_t> sources;
+  std::map<std::string, uint32_t> sources;
   for (size_t i = 0; i < t->size(); i++) {
     const PeerRecord& r = t->records()[i];
-    std::string k, v;
+    std::string k, v, a;
     PeerEntryOf(r, &k, &v);
     want[k] = v;
-    if (r.public_family == 4) {
-      uint32_t a;
-      std::memcpy(&a, r.public_ip, 4);
-      sources[a]++;
-    }
+    if (SourceOf(v, &a)) sources[a]++;
   }
   // A table the maps cannot hold is refused whole, before anything is written.
   size_t per_family[2] = {0, 0};
   for (auto& e : want) per_family[e.first[0] == 4 ? 0 : 1]++;
+  size_t src_family[2] = {0, 0};
+  for (auto& e : sources) src_family[e.first.size() == 4 ? 0 : 1]++;
   if (per_family[0] > kBpfMapEntries || per_family[1] > kBpfMapEntries ||
-      sources.size() > kBpfMapEntries) {
+      src_family[0] > kBpfMapEntries || src_family[1] > kBpfMapEntries) {
     *error = "peer table: " + std::to_string(per_family[0]) + " IPv4 and " +
-             std::to_string(per_family[1]) + " IPv6 subnets, " + std::to_string(sources.size()) +
-             " public addresses: the bpf maps hold " + std::to_string(kBpfMapEntries) + " each";
+             std::to_string(per_family[1]) + " IPv6 subnets, " +
+             std::to_string(src_family[0] + src_family[1]) +
+             " public addresses: the bpf maps hold " + std::to_string(kBpfMapEntries) +
+             " each (per family)";
     return false;
   }
   // Removals: entries that left, then sources no entry names any more. Always run, even after a
@@ -331,8 +344,7 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
         ++it;
         continue;
       }
-      uint32_t a = it->first;
-      if (bpf_map_delete_elem(sources_fd_, &a) < 0 && errno != ENOENT) {
+      if (DeleteSource(it->first) < 0) {
         if (ok) *err = Errno("source map delete", errno);
         ok = false;
         ++it;
@@ -346,7 +358,7 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
   auto add = [&](std::string* err) {
     for (auto& [a, n] : sources) {
       if (sources_.count(a)) continue;
-      if (bpf_map_update_elem(sources_fd_, &a, &n, BPF_ANY) < 0) {
+      if (WriteSource(a, n) < 0) {
         *err = Errno("source map update", errno);
         return false;
       }
@@ -369,11 +381,12 @@ bool BpfEngine::SetPeers(const uint8_t* table, size_t len, std::string* error) {
     if (!peers_.count(e.first)) fresh[e.first[0] == 4 ? 0 : 1]++;
   size_t held[2] = {0, 0};
   for (auto& e : peers_) held[e.first[0] == 4 ? 0 : 1]++;
-  size_t fresh_sources = 0;
+  size_t held_sources[2] = {0, 0};
+  for (auto& e : sources_) held_sources[e.first.size() == 4 ? 0 : 1]++;
   for (auto& e : sources)
-    if (!sources_.count(e.first)) fresh_sources++;
+    if (!sources_.count(e.first)) held_sources[e.first.size() == 4 ? 0 : 1]++;
   bool full = held[0] + fresh[0] > kBpfMapEntries || held[1] + fresh[1] > kBpfMapEntries ||
-              sources_.size() + fresh_sources > kBpfMapEntries;
+              held_sources[0] > kBpfMapEntries || held_sources[1] > kBpfMapEntries;
   std::string add_err, remove_err;
   bool ok;
   if (full) {
@@ -401,9 +414,9 @@ bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
     PeerEntryOf(d.upserts[i], &upserts[i].first, &upserts[i].second);
   }
   // Sources an entry leaves: deleted once no entry names them, after the entries change.
-  std::vector<uint32_t> left;
+  std::vector<std::string> left;
   auto leave = [&](const std::string& value) {
-    uint32_t a;
+    std::string a;
     if (SourceOf(value, &a) && --sources_[a] == 0) left.push_back(a);
   };
   // Adds and changes, each source before the entry that names it.
@@ -411,10 +424,9 @@ bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
     for (auto& [k, v] : upserts) {
       auto it = peers_.find(k);
       if (it != peers_.end() && it->second == v) continue;
-      uint32_t a;
+      std::string a;
       if (SourceOf(v, &a) && sources_[a]++ == 0) {
-        uint32_t one = 1;
-        if (bpf_map_update_elem(sources_fd_, &a, &one, BPF_ANY) < 0) {
+        if (WriteSource(a, 1) < 0) {
           if (--sources_[a] == 0) sources_.erase(a);
           *err = Errno("source map update", errno);
           return false;
@@ -451,10 +463,10 @@ bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
       leave(it->second);
       peers_.erase(it);
     }
-    for (uint32_t a : left) {
+    for (const std::string& a : left) {
       auto it = sources_.find(a);
       if (it == sources_.end() || it->second != 0) continue;
-      if (bpf_map_delete_elem(sources_fd_, &a) < 0 && errno != ENOENT) {
+      if (DeleteSource(a) < 0) {
         if (ok) *err = Errno("source map delete", errno);
         ok = false;
         continue;
@@ -468,14 +480,17 @@ bool BpfEngine::UpdatePeers(const PeerDelta& d, std::string* error) {
   size_t held[2] = {0, 0};
   for (auto& e : peers_) held[e.first[0] == 4 ? 0 : 1]++;
   size_t fresh[2] = {0, 0};
-  std::set<uint32_t> fresh_sources;
+  std::set<std::string> fresh_sources;
   for (auto& [k, v] : upserts) {
     if (!peers_.count(k)) fresh[k[0] == 4 ? 0 : 1]++;
-    uint32_t a;
+    std::string a;
     if (SourceOf(v, &a) && !sources_.count(a)) fresh_sources.insert(a);
   }
+  size_t held_sources[2] = {0, 0};
+  for (auto& e : sources_) held_sources[e.first.size() == 4 ? 0 : 1]++;
+  for (auto& a : fresh_sources) held_sources[a.size() == 4 ? 0 : 1]++;
   bool full = held[0] + fresh[0] > kBpfMapEntries || held[1] + fresh[1] > kBpfMapEntries ||
-              sources_.size() + fresh_sources.size() > kBpfMapEntries;
+              held_sources[0] > kBpfMapEntries || held_sources[1] > kBpfMapEntries;
   std::string add_err, remove_err;
   bool ok;
   if (full) {
@@ -774,8 +789,9 @@ std::vector<uint32_t> BpfEngine::ObjectIds() const {
     uint32_t len = sizeof(info);
     if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) ids.push_back(info.id);
   };
-  for (int fd : {prog_fd_[0], prog_fd_[1], prog_fd_[2], config_fd_, peers4_fd_, peers6_fd_,
-                 sources_fd_, counters_fd_, ports_fd_, link_fd_[0], link_fd_[1], bridge_link_fd_})
+  for (int fd :
+       {prog_fd_[0], prog_fd_[1], prog_fd_[2], config_fd_, peers4_fd_, peers6_fd_, sources_fd_,
+        sources6_fd_, counters_fd_, ports_fd_, link_fd_[0], link_fd_[1], bridge_link_fd_})
     add(fd);
   return ids;
 }
@@ -808,7 +824,8 @@ std::vector<BpfAbiStruct> BpfAbiStructs() {
        {WEFT_MEMBER(weft_config, format), WEFT_MEMBER(weft_config, vni),
         WEFT_MEMBER(weft_config, tun_ifindex), WEFT_MEMBER(weft_config, underlay_ifindex),
         WEFT_MEMBER(weft_config, local_v4), WEFT_MEMBER(weft_config, port),
-        WEFT_MEMBER(weft_config, vtep_mac)}},
+        WEFT_MEMBER(weft_config, vtep_mac), WEFT_MEMBER(weft_config, local_v6)}},
+      {"weft_addr6", sizeof(weft_addr6), {WEFT_MEMBER(weft_addr6, addr)}},
       {"weft_lpm_v4",
        sizeof(weft_lpm_v4),
        {WEFT_MEMBER(weft_lpm_v4, prefixlen), WEFT_MEMBER(weft_lpm_v4, addr)}},

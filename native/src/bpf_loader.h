@@ -39,9 +39,10 @@ struct BpfConfig {
   uint32_t vni = 0;
   uint32_t tun_ifindex = 0;
   uint32_t underlay_ifindex = 0;
-  uint8_t local_v4[4] = {};  // our underlay IPv4 address
+  uint8_t local_v4[4] = {};  // our underlay IPv4 address (all zero: none)
   uint16_t port = 0;         // host order
   uint8_t vtep_mac[6] = {};
+  uint8_t local_v6[16] = {};  // our underlay IPv6 address (all zero: none)
 };
 
 // Counter slots of the programs (weft_abi.h: the table in src/dataplane/stats.ts).
@@ -170,6 +171,7 @@ class BpfEngine {
   int peers4_fd_ = -1;
   int peers6_fd_ = -1;
   int sources_fd_ = -1;
+  int sources6_fd_ = -1;
   int counters_fd_ = -1;
   int ports_fd_ = -1;
   int link_fd_[2] = {-1, -1};
@@ -183,9 +185,12 @@ class BpfEngine {
   uint32_t attached_ifindex_[2] = {0, 0};
   bool created_hook_[2] = {false, false};
   // What the maps hold: LPM key bytes (family byte + prefixlen + address) → value bytes, and
-  // public IPv4 address → how many records name it.
+  // public address (4 or 16 bytes: weft_sources or weft_sources6) → how many records name it.
   std::map<std::string, std::string> peers_;
-  std::map<uint32_t, uint32_t> sources_;
+  std::map<std::string, uint32_t> sources_;
+  // Writes or deletes a source map entry (by the address's length).
+  int WriteSource(const std::string& addr, uint32_t n);
+  int DeleteSource(const std::string& addr);
 };
 
 }  // namespace weft

@@ -217,8 +217,12 @@ export interface BpfConfig {
   readonly vni: number;
   readonly vtepMac: Buffer;
   readonly port: number;
-  /** Our underlay IPv4 address (outer source; decapsulated only when it is the destination). */
-  readonly localV4: string;
+  /**
+   * Our underlay addresses (outer source; decapsulated only when one is the destination): IPv4,
+   * IPv6, or both on a dual-stack underlay (each peer record says which its packets ride).
+   */
+  readonly localV4?: string;
+  readonly localV6?: string;
   /** Device names (or ifindexes): weft's TUN and the underlay device. */
   readonly tun?: string | number;
   readonly underlay?: string | number;

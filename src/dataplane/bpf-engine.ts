@@ -11,8 +11,13 @@
  * outer packets never meet netfilter (tc ingress is before INPUT, redirect_neigh skips OUTPUT):
  * where the host has rules on the tunnel port (bpf-firewall.ts), the engine refuses to start.
  *
+ * Underlays: IPv4, IPv6 (IPv6-only clusters) or both (dual-stack: bindIp and bindIp6, flannel's
+ * flannel.<VNI> and flannel-v6.<VNI> in one engine); each peer record names the family its
+ * packets ride (IPIP: IPv4 only).
+ *
  * Start: the programs load (verifier), a probe runs them under BPF_PROG_TEST_RUN on a small and
- * a page-sized packet of each family and compares the bytes with the reference codec, then they
+ * a page-sized packet of each family over each underlay family and compares the bytes with the
+ * reference codec, then they
  * attach (tcx links, else clsact). Any failure throws WEFT_ERR_BPF_UNAVAILABLE naming the step;
  * the seam (index.ts) logs it and runs the native engine instead. setPeers writes the native
  * table and the BPF maps from the same records (the maps add before they remove). close()
@@ -41,7 +46,7 @@ import {
 } from './bpf-binding.js';
 import type { BpfAttachMode, BpfConfig, NativeBpf } from './bpf-binding.js';
 import type { Dataplane, DataplaneOptions, PodBridge } from './engine.js';
-import { checksum, decap, encap } from './js-codec.js';
+import { checksum, decap, encap, pseudoSumFor } from './js-codec.js';
 import { bypassedFirewallRules } from './bpf-firewall.js';
 import { preparePinDir, removeBpfPins } from './bpf-pins.js';
 import { startNativeEngine } from './native-engine.js';
@@ -59,7 +64,7 @@ function unavailable(step: string, err?: unknown): WeftError {
   });
 }
 
-/** A well-formed TCP/IP packet from `src` to `dst` with `len` bytes of payload. */
+/** A well-formed TCP/IP packet from `src` to `dst` with `len` bytes of payload (checksums right). */
 function probePacket(src: string, dst: string, len: number): Buffer {
   const s = parseIP(src)!;
   const d = parseIP(dst)!;
@@ -89,75 +94,116 @@ function probePacket(src: string, dst: string, len: number): Buffer {
   p.writeUInt16BE(80, hl + 2);
   p[hl + 12] = 0x50;
   p[hl + 13] = 0x18;
+  const pseudo = pseudoSumFor(addr(s), addr(d), 6, 20 + len);
+  p.writeUInt16BE(checksum(p, hl, p.length, pseudo), hl + 16);
   return p;
 }
 
-const PROBE_PEER_PUBLIC = '198.51.100.7';
+/** The probe's peer, on each underlay family. */
+const PROBE_PEER_PUBLIC = { 4: '198.51.100.7', 6: '2001:db8:77::7' } as const;
+
+/**
+ * Our underlay addresses: bindIp's family, and bindIp6 on a dual-stack underlay (flannel's
+ * flannel.<VNI> and flannel-v6.<VNI>: each peer record names the family its packets ride).
+ */
+export function underlayAddrs(opts: DataplaneOptions): { 4?: string; 6?: string } {
+  const a = parseIP(opts.bindIp);
+  const out: { 4?: string; 6?: string } = {};
+  if (a?.family === 4) out[4] = opts.bindIp;
+  if (a?.family === 6) out[6] = opts.bindIp;
+  if (opts.bindIp6 && parseIP(opts.bindIp6)?.family === 6) out[6] = opts.bindIp6;
+  return out;
+}
+
+/** Whether the outer UDP checksum of the IPv6 datagram at `ip6` (its header's offset) is right. */
+function udp6ChecksumOk(f: Buffer, ip6: number): boolean {
+  const len = f.readUInt16BE(ip6 + 4);
+  const src = f.subarray(ip6 + 8, ip6 + 24);
+  const dst = f.subarray(ip6 + 24, ip6 + 40);
+  const u = ip6 + 40;
+  return (
+    f.readUInt16BE(u + 6) !== 0 && checksum(f, u, u + len, pseudoSumFor(src, dst, 17, len)) === 0
+  );
+}
 
 /**
  * Configures the programs for `opts` (no devices yet), runs both on small and page-sized IPv4 and
- * IPv6 packets (IPIP: IPv4, the one family it carries) and compares every byte with the
- * reference codec; throws naming the first difference. Leaves the peer maps empty.
+ * IPv6 packets (IPIP: IPv4, the one family it carries) over each underlay family the node has
+ * (IPv4, IPv6, or both on a dual-stack underlay) and compares every byte with the reference
+ * codec (the UDP payload; over IPv6 also the outer header and a right UDP checksum); throws
+ * naming the first difference. Leaves the peer maps empty.
  */
 export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): void {
   if (process.env[PROBE_FAIL_ENV]) throw unavailable(`probe forced to fail by ${PROBE_FAIL_ENV}`);
   const format = opts.format;
   if (format === 'wireguard') throw unavailable('its programs have no WireGuard framing');
-  const local = parseIP(opts.bindIp);
-  if (local?.family !== 4) throw unavailable(`the underlay address ${opts.bindIp} is not IPv4`);
-  const peers = [
-    peerEntry('198.18.7.0/24', PROBE_PEER_PUBLIC, opts.port, '02:00:00:00:00:07'),
-    peerEntry('fd77:0:0:7::/64', PROBE_PEER_PUBLIC, opts.port, '02:00:00:00:00:07'),
-  ];
-  // Our own subnet as the reference sees it from the peer's side (for decap).
-  const ours = [
-    peerEntry('198.18.8.0/24', opts.bindIp, opts.port, formatMac(opts.vtepMac)),
-    peerEntry('fd77:0:0:8::/64', opts.bindIp, opts.port, formatMac(opts.vtepMac)),
-  ];
+  const local = underlayAddrs(opts);
+  const ipip = opts.format === 'ipip';
+  if (ipip && !local[4]) throw unavailable(`the underlay address ${opts.bindIp} is not IPv4`);
+  if (!local[4] && !local[6]) throw unavailable(`the underlay address ${opts.bindIp} is not an IP`);
   // Configured as it will run, minus the devices (a test run carries an Ethernet header).
   bpf.bpfConfigure(id, bpfConfigOf(opts));
-  const table = new JsPeerTable(encodePeerTable(peers));
-  const ourTable = new JsPeerTable(encodePeerTable(ours));
-  const ipip = opts.format === 'ipip';
   const base = { vni: opts.vni, vtepMac: opts.vtepMac, tunMtu: 65535 };
-  // IPIP's outer source is the sender's address: ours, and the peer's for what it sends us.
-  const cfg = { ...base, localIp: ipToBytes(local) };
-  const peerCfg = { ...base, localIp: ipToBytes(parseIP(PROBE_PEER_PUBLIC)!) };
   const pairs = [
     ['198.18.8.2', '198.18.7.9'],
     ['fd77:0:0:8::2', 'fd77:0:0:7::9'],
   ] as const;
-  bpf.bpfSetPeers(id, encodePeerTable(peers));
   try {
-    for (const [src, dst] of ipip ? pairs.slice(0, 1) : pairs) {
-      for (const len of [32, 2800]) {
-        const what = `${dst} ${len} B`;
-        // TX: inner packet → the reference's UDP payload behind outer IPv4 + UDP.
-        const p = probePacket(src, dst, len);
-        const eth = Buffer.alloc(14);
-        eth.writeUInt16BE(src.includes(':') ? 0x86dd : 0x0800, 12);
-        const tx = bpf.bpfTestRun(id, 'tx', Buffer.concat([eth, p]));
-        const ref = encap(format, table, cfg, p);
-        if (tx.verdict !== TC_ACT_REDIRECT || !ref.payload)
-          throw unavailable(`probe: encap of ${what} returned verdict ${tx.verdict}`);
-        // UDP framings: the UDP payload; IPIP: the whole outer packet (its ID is 0 with DF).
-        if (!tx.data.subarray(ipip ? 14 : 42).equals(ref.payload))
-          throw unavailable(`probe: encap of ${what} differs from the reference codec`);
-        if (checksum(tx.data, 14, 34) !== 0)
-          throw unavailable(`probe: outer IPv4 checksum of ${what} is wrong`);
-        // RX: a datagram from the peer to us, as the reference would have sent it.
-        const payload = encap(format, ourTable, peerCfg, probePacket(dst, src, len)).payload!;
-        const frame = ipip
-          ? Buffer.concat([eth, payload])
-          : outerIpv4Frame(PROBE_PEER_PUBLIC, opts.bindIp, opts.port, payload);
-        const expect = decap(format, table, cfg, parseIP(PROBE_PEER_PUBLIC)!, payload);
-        const rx = bpf.bpfTestRun(id, 'rx', frame);
-        if (
-          rx.verdict !== TC_ACT_REDIRECT ||
-          !expect.tun ||
-          !rx.data.subarray(14).equals(expect.tun.subarray(10))
-        )
-          throw unavailable(`probe: decap of ${what} differs from the reference codec`);
+    for (const family of [4, 6] as const) {
+      const ours = local[family];
+      if (!ours || (ipip && family === 6)) continue;
+      const peerPub = PROBE_PEER_PUBLIC[family];
+      const peers = [
+        peerEntry('198.18.7.0/24', peerPub, opts.port, '02:00:00:00:00:07'),
+        peerEntry('fd77:0:0:7::/64', peerPub, opts.port, '02:00:00:00:00:07'),
+      ];
+      // Our own subnet as the reference sees it from the peer's side (for decap).
+      const ourPeers = [
+        peerEntry('198.18.8.0/24', ours, opts.port, formatMac(opts.vtepMac)),
+        peerEntry('fd77:0:0:8::/64', ours, opts.port, formatMac(opts.vtepMac)),
+      ];
+      const table = new JsPeerTable(encodePeerTable(peers));
+      const ourTable = new JsPeerTable(encodePeerTable(ourPeers));
+      // IPIP's outer source is the sender's address: ours, and the peer's for what it sends us.
+      const cfg = { ...base, localIp: ipToBytes(parseIP(ours)!) };
+      const peerCfg = { ...base, localIp: ipToBytes(parseIP(peerPub)!) };
+      bpf.bpfSetPeers(id, encodePeerTable(peers));
+      // Outer IPv4 + UDP, IPv6 + UDP, or IPIP's IPv4 header (part of the reference's payload).
+      const outer = ipip ? 0 : family === 4 ? 28 : 48;
+      for (const [src, dst] of ipip ? pairs.slice(0, 1) : pairs) {
+        for (const len of [32, 2800]) {
+          const what = `${dst} ${len} B over IPv${family}`;
+          // TX: inner packet → the reference's UDP payload behind the outer headers.
+          const p = probePacket(src, dst, len);
+          const eth = Buffer.alloc(14);
+          eth.writeUInt16BE(src.includes(':') ? 0x86dd : 0x0800, 12);
+          const tx = bpf.bpfTestRun(id, 'tx', Buffer.concat([eth, p]));
+          const ref = encap(format, table, cfg, p);
+          if (tx.verdict !== TC_ACT_REDIRECT || !ref.payload)
+            throw unavailable(`probe: encap of ${what} returned verdict ${tx.verdict}`);
+          // UDP framings: the UDP payload; IPIP: the whole outer packet (its ID is 0 with DF).
+          if (!tx.data.subarray(14 + outer).equals(ref.payload))
+            throw unavailable(`probe: encap of ${what} differs from the reference codec`);
+          if (family === 4 && checksum(tx.data, 14, 34) !== 0)
+            throw unavailable(`probe: outer IPv4 checksum of ${what} is wrong`);
+          if (family === 6 && !outerIpv6Ok(tx.data, ours, peerPub, opts.port))
+            throw unavailable(`probe: outer IPv6 header or UDP checksum of ${what} is wrong`);
+          // RX: a datagram from the peer to us, as the reference would have sent it.
+          const payload = encap(format, ourTable, peerCfg, probePacket(dst, src, len)).payload!;
+          const frame = ipip
+            ? Buffer.concat([eth, payload])
+            : family === 4
+              ? outerIpv4Frame(peerPub, ours, opts.port, payload)
+              : outerIpv6Frame(peerPub, ours, opts.port, payload);
+          const expect = decap(format, table, cfg, parseIP(peerPub)!, payload);
+          const rx = bpf.bpfTestRun(id, 'rx', frame);
+          if (
+            rx.verdict !== TC_ACT_REDIRECT ||
+            !expect.tun ||
+            !rx.data.subarray(14).equals(expect.tun.subarray(10))
+          )
+            throw unavailable(`probe: decap of ${what} differs from the reference codec`);
+        }
       }
     }
   } finally {
@@ -165,15 +211,32 @@ export function probeBpf(bpf: NativeBpf, id: number, opts: DataplaneOptions): vo
   }
 }
 
+/**
+ * Whether the frame `f` (Ethernet) carries the outer IPv6 header and UDP header the programs
+ * must write: EtherType IPv6, traffic class 0, hop limit 64, UDP, `src` → `dst`, destination
+ * port `dport`, lengths that match, and a right (non-zero) UDP checksum.
+ */
+export function outerIpv6Ok(f: Buffer, src: string, dst: string, dport: number): boolean {
+  if (f.length < 62 || f.readUInt16BE(12) !== 0x86dd) return false;
+  if (f[14]! >> 4 !== 6 || (f.readUInt16BE(14) & 0x0ff0) !== 0) return false;
+  if (f[20] !== 17 || f[21] !== 64 || f.readUInt16BE(18) !== f.length - 54) return false;
+  if (!f.subarray(22, 38).equals(ipToBytes(parseIP(src)!))) return false;
+  if (!f.subarray(38, 54).equals(ipToBytes(parseIP(dst)!))) return false;
+  if (f.readUInt16BE(56) !== dport || f.readUInt16BE(58) !== f.length - 54) return false;
+  return udp6ChecksumOk(f, 14);
+}
+
 /** The programs' configuration for `opts`, without the devices. */
 function bpfConfigOf(opts: DataplaneOptions): BpfConfig {
   if (opts.format === 'wireguard') throw unavailable('its programs have no WireGuard framing');
+  const local = underlayAddrs(opts);
   return {
     format: opts.format,
     vni: opts.vni,
     vtepMac: opts.vtepMac,
     port: opts.port,
-    localV4: opts.bindIp,
+    ...(local[4] ? { localV4: local[4] } : {}),
+    ...(local[6] ? { localV6: local[6] } : {}),
   };
 }
 
@@ -192,6 +255,25 @@ export function outerIpv4Frame(src: string, dst: string, dport: number, payload:
   f.writeUInt16BE(dport, 36);
   f.writeUInt16BE(8 + payload.length, 38);
   payload.copy(f, 42);
+  return f;
+}
+
+/** An Ethernet + IPv6 + UDP frame carrying `payload` (source port 40000, hop limit 64, checksum). */
+export function outerIpv6Frame(src: string, dst: string, dport: number, payload: Buffer): Buffer {
+  const f = Buffer.alloc(62 + payload.length);
+  f.writeUInt16BE(0x86dd, 12);
+  f[14] = 0x60;
+  f.writeUInt16BE(8 + payload.length, 18);
+  f[20] = 17;
+  f[21] = 64;
+  ipToBytes(parseIP(src)!).copy(f, 22);
+  ipToBytes(parseIP(dst)!).copy(f, 38);
+  f.writeUInt16BE(40000, 54);
+  f.writeUInt16BE(dport, 56);
+  f.writeUInt16BE(8 + payload.length, 58);
+  payload.copy(f, 62);
+  const pseudo = pseudoSumFor(f.subarray(22, 38), f.subarray(38, 54), 17, 8 + payload.length);
+  f.writeUInt16BE(checksum(f, 54, f.length, pseudo) || 0xffff, 60);
   return f;
 }
 
@@ -229,10 +311,11 @@ export async function startBpfEngine(opts: DataplaneOptions): Promise<Dataplane>
   const log = opts.log ?? logger('dataplane-bpf');
   if (!opts.underlay) throw unavailable('no underlay device given');
   if (opts.format === 'wireguard') throw unavailable('its programs have no WireGuard framing');
-  if (opts.bindIp6) throw unavailable('its programs have one underlay family (IPv4)');
-  // The outer packets never meet netfilter here: a rule on the tunnel port would not apply.
+  // The outer packets never meet netfilter here: a rule on the tunnel port would not apply
+  // (iptables and ip6tables alike where the underlay has that family).
   const ipip = opts.format === 'ipip';
-  const rules = bypassedFirewallRules(ipip ? 'ipip' : opts.port);
+  const families = Object.keys(underlayAddrs(opts)).map(Number) as (4 | 6)[];
+  const rules = bypassedFirewallRules(ipip ? 'ipip' : opts.port, families);
   if (rules.length > 0) {
     const on = ipip ? 'IPIP (IP protocol 4)' : `UDP port ${opts.port}`;
     throw unavailable(

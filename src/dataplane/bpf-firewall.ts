@@ -7,8 +7,9 @@
  * native engine and would silently not apply; the engine refuses to start where one exists, so
  * the native engine (whose sockets meet every rule) runs instead.
  *
- * What is read: `nft list ruleset` (nftables and iptables-nft rules, tables of family ip and
- * inet), and `iptables-legacy-save` where the legacy backend is installed. A rule counts when it
+ * What is read: `nft list ruleset` (nftables, iptables-nft and ip6tables-nft rules: tables of
+ * family ip and inet, and ip6 where the underlay is IPv6), and `iptables-legacy-save` (and
+ * `ip6tables-legacy-save` for an IPv6 underlay) where the legacy backend is installed. A rule counts when it
  * matches the port as UDP (or transport) destination or source port — a number, a range or a
  * set holding it — or, for IPIP (no port), IP protocol 4 (`-p 4`, which the tools print as
  * `ipencap`; `ipip` in /etc/protocols is 94) — in a chain on the input, output, prerouting or
@@ -46,8 +47,21 @@ export function portSpecIncludes(spec: string, port: number): boolean {
   return false;
 }
 
-/** The rules of an `nft list ruleset` text that match `tunnel` with a verdict other than accept. */
-export function nftRulesOnPort(ruleset: string, tunnel: Tunnel): string[] {
+/** The underlay families whose outer packets the programs send and take. */
+export type UnderlayFamily = 4 | 6;
+
+/**
+ * The rules of an `nft list ruleset` text that match `tunnel` with a verdict other than accept,
+ * in tables that see the outer packets of `families` (ip: IPv4, ip6: IPv6, inet: both).
+ */
+export function nftRulesOnPort(
+  ruleset: string,
+  tunnel: Tunnel,
+  families: readonly UnderlayFamily[] = [4],
+): string[] {
+  const tables = new Set(['inet']);
+  if (families.includes(4)) tables.add('ip');
+  if (families.includes(6)) tables.add('ip6');
   const found: string[] = [];
   let family = '';
   let table = '';
@@ -69,7 +83,7 @@ export function nftRulesOnPort(ruleset: string, tunnel: Tunnel): string[] {
       hook = m[1]!;
       continue;
     }
-    if (family !== 'ip' && family !== 'inet') continue;
+    if (!tables.has(family)) continue;
     if (hook !== null && !HOOKS.has(hook)) continue;
     if (!/\b(drop|reject|queue|jump|goto)\b/.test(line)) continue;
     let hit: boolean;
@@ -88,8 +102,15 @@ export function nftRulesOnPort(ruleset: string, tunnel: Tunnel): string[] {
   return found;
 }
 
-/** The rules of an `iptables-save` text that match `tunnel` with a target other than ACCEPT. */
-export function iptablesRulesOnPort(save: string, tunnel: Tunnel): string[] {
+/**
+ * The rules of an `iptables-save` (or `ip6tables-save`) text that match `tunnel` with a target
+ * other than ACCEPT; `tool` names where they came from.
+ */
+export function iptablesRulesOnPort(
+  save: string,
+  tunnel: Tunnel,
+  tool = 'iptables-legacy',
+): string[] {
   const found: string[] = [];
   const builtin = new Set<string>();
   let table = '';
@@ -106,8 +127,7 @@ export function iptablesRulesOnPort(save: string, tunnel: Tunnel): string[] {
     if (!target || BUILTIN_TARGETS.has(target)) continue;
     if (tunnel === 'ipip') {
       const proto = /(!\s+)?-p (\S+)/.exec(m[2]!);
-      if (proto && !proto[1] && protoSpecIsIpip(proto[2]!))
-        found.push(`iptables-legacy ${table}: ${line}`);
+      if (proto && !proto[1] && protoSpecIsIpip(proto[2]!)) found.push(`${tool} ${table}: ${line}`);
       continue;
     }
     if (!/-p udp\b/.test(m[2]!)) continue;
@@ -117,7 +137,7 @@ export function iptablesRulesOnPort(save: string, tunnel: Tunnel): string[] {
       ),
     ];
     if (ports.some((p) => !p[1] && portSpecIncludes(p[2]!, tunnel))) {
-      found.push(`iptables-legacy ${table}: ${line}`);
+      found.push(`${tool} ${table}: ${line}`);
     }
   }
   return found;
@@ -125,14 +145,23 @@ export function iptablesRulesOnPort(save: string, tunnel: Tunnel): string[] {
 
 /**
  * The host's netfilter rules (this network namespace) on the tunnel (UDP port `tunnel`, or IPIP)
- * that the bpf engine's programs would bypass; [] when there are none or no firewall tool is
- * installed.
+ * that the bpf engine's programs would bypass for an underlay of `families`; [] when there are
+ * none or no firewall tool is installed.
  */
-export function bypassedFirewallRules(tunnel: Tunnel): string[] {
+export function bypassedFirewallRules(
+  tunnel: Tunnel,
+  families: readonly UnderlayFamily[] = [4],
+): string[] {
   const found: string[] = [];
   const nft = outputOf('nft', ['list', 'ruleset']);
-  if (nft !== null) found.push(...nftRulesOnPort(nft, tunnel));
-  const legacy = outputOf('iptables-legacy-save', []);
-  if (legacy !== null) found.push(...iptablesRulesOnPort(legacy, tunnel));
+  if (nft !== null) found.push(...nftRulesOnPort(nft, tunnel, families));
+  if (families.includes(4)) {
+    const legacy = outputOf('iptables-legacy-save', []);
+    if (legacy !== null) found.push(...iptablesRulesOnPort(legacy, tunnel));
+  }
+  if (families.includes(6)) {
+    const legacy6 = outputOf('ip6tables-legacy-save', []);
+    if (legacy6 !== null) found.push(...iptablesRulesOnPort(legacy6, tunnel, 'ip6tables-legacy'));
+  }
   return found;
 }

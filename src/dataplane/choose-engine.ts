@@ -25,7 +25,8 @@ export type EngineRequest = (typeof ENGINE_REQUESTS)[number];
 
 /**
  * The framings each engine serves. native: all (IPIP on raw IPPROTO_IPIP sockets). bpf: udp,
- * vxlan and IPIP (the native engine under it keeps the sockets as the slow path), not WireGuard
+ * vxlan and IPIP (the native engine under it keeps the sockets as the slow path), on IPv4, IPv6
+ * and dual-stack underlays alike (IPIP: IPv4, as flannel's), not WireGuard
  * (its programs have no such framing; asked for it, the native engine runs). js: not IPIP (Node
  * has no raw sockets) nor WireGuard (no crypto per packet in JS); asked for one, refused.
  */

@@ -102,7 +102,13 @@ function pseudoHeaderSum(b: Uint8Array, ip: IpInfo, l4Len: number): number {
   return fold(sum);
 }
 
-function pseudoSumFor(src: Uint8Array, dst: Uint8Array, proto: number, l4Len: number): number {
+/** The pseudo-header sum (folded, not inverted) of an L4 segment from `src` to `dst`. */
+export function pseudoSumFor(
+  src: Uint8Array,
+  dst: Uint8Array,
+  proto: number,
+  l4Len: number,
+): number {
   let sum = checksumSum(src, 0, src.length);
   sum = checksumSum(dst, 0, dst.length, sum);
   if (src.length === 4) sum += proto + (l4Len & 0xffff);

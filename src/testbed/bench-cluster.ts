@@ -14,6 +14,10 @@ export interface BenchClusterOptions {
   /** Extra daemon environment. */
   readonly env?: Readonly<Record<string, string>>;
   readonly prefix?: string;
+  /** IPv4 + IPv6 underlay and pods (with netConf `EnableIPv4: false`: IPv6 alone). */
+  readonly dualStack?: boolean;
+  /** More net-conf fields. */
+  readonly netConf?: Readonly<Record<string, unknown>>;
 }
 
 export function buildBenchCluster(o: BenchClusterOptions): Promise<Cluster> {
@@ -30,5 +34,7 @@ export function buildBenchCluster(o: BenchClusterOptions): Promise<Cluster> {
     ...(o.backend ? { backend: o.backend } : {}),
     flags: o.flags ?? [],
     ...(o.env ? { env: o.env } : {}),
+    ...(o.dualStack ? { dualStack: true } : {}),
+    ...(o.netConf ? { netConf: o.netConf } : {}),
   });
 }

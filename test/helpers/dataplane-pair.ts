@@ -171,9 +171,16 @@ export function twoNodes(scope: NetnsScope): [Side, Side] {
 /**
  * A kernel vxlan device "vx" in `s`'s namespace on `dev`, programmed as flannel does for `peer`
  * (VNI 1, port 8472, `s`'s VtepMAC; route, neighbour and fdb entry for the peer's subnets and
- * VtepMAC). Deleted by `ip link del vx` (or with the namespace).
+ * VtepMAC), over the IPv4 underlay or, with `under6`, an IPv6 one (as flannel-v6.1). Deleted by
+ * `ip link del vx` (or with the namespace).
  */
-export function addKernelVxlan(s: Side, dev: string, peer: Side): void {
+export function addKernelVxlan(
+  s: Side,
+  dev: string,
+  peer: Side,
+  /** An IPv6 underlay instead: our address and the peer's (MTU 1430, flannel-v6.1's). */
+  under6?: { readonly local: string; readonly peer: string },
+): void {
   ip(
     s.ns,
     'link',
@@ -186,12 +193,12 @@ export function addKernelVxlan(s: Side, dev: string, peer: Side): void {
     'dstport',
     String(PORT.vxlan),
     'local',
-    s.under,
+    under6?.local ?? s.under,
     'dev',
     dev,
     'nolearning',
   );
-  ip(s.ns, 'link', 'set', 'vx', 'address', s.mac, 'mtu', '1450', 'up');
+  ip(s.ns, 'link', 'set', 'vx', 'address', s.mac, 'mtu', under6 ? '1430' : '1450', 'up');
   ip(s.ns, 'addr', 'add', `${s.v4}/32`, 'dev', 'vx');
   ip(s.ns, 'addr', 'add', `${s.v6}/128`, 'dev', 'vx', 'nodad');
   ip(s.ns, 'route', 'add', peer.subnet, 'via', peer.v4, 'dev', 'vx', 'onlink');
@@ -205,7 +212,7 @@ export function addKernelVxlan(s: Side, dev: string, peer: Side): void {
     'dev',
     'vx',
     'dst',
-    peer.under,
+    under6?.peer ?? peer.under,
     'self',
     'permanent',
   ]);

@@ -1,10 +1,14 @@
 /**
  * The bpf engine's programs (native/bpf/weft.bpf.c) under BPF_PROG_TEST_RUN against the
  * TypeScript reference codec (src/dataplane/js-codec.ts), byte for byte, on thousands of random
- * IPv4/IPv6 packets (valid and broken), both directions, all three formats:
+ * IPv4/IPv6 packets (valid and broken), both directions, all three formats, over an IPv4, an
+ * IPv6 and a dual-stack underlay:
  * - whatever the reference encapsulates to a peer on an IPv4 underlay, weft_tx encapsulates to
  *   the same UDP payload behind a valid outer IPv4 + UDP header (IPIP: the same outer IPv4
- *   packet, its ID aside), and redirects;
+ *   packet, its ID aside), and redirects; to a peer on an IPv6 underlay, behind an outer IPv6 +
+ *   UDP header whose checksum is right once the inner packet's own checksums are (a partial one
+ *   finished, as the device or GSO finishes it), where the program can derive it from the
+ *   headers (TCP, UDP with a checksum, ICMP, ICMPv6; not a fragment);
  * - whatever the reference decapsulates, weft_rx decapsulates to the same inner packet and
  *   redirects it (into the TUN's ingress);
  * - everything else is left untouched (TC_ACT_UNSPEC = TCX_NEXT, same bytes) for the next tc
@@ -14,7 +18,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import { ipFromBytes } from '../../src/common/ip.js';
+import { ipFromBytes, ipToBytes } from '../../src/common/ip.js';
 import {
   BPF_COUNTERS,
   TC_ACT_REDIRECT,
@@ -22,12 +26,20 @@ import {
   bpfObjectPath,
   loadBpfBinding,
 } from '../../src/dataplane/bpf-binding.js';
-import { PROBE_FAIL_ENV, outerIpv4Frame, probeBpf } from '../../src/dataplane/bpf-engine.js';
+import {
+  PROBE_FAIL_ENV,
+  outerIpv4Frame,
+  outerIpv6Frame,
+  outerIpv6Ok,
+  probeBpf,
+} from '../../src/dataplane/bpf-engine.js';
+import { JsPeerTable, encodePeerTable, peerEntry } from '../../src/dataplane/peer-table.js';
 import * as js from '../../src/dataplane/js-codec.js';
 import type { Format as CodecFormat } from '../../src/dataplane/js-codec.js';
 import {
   OUR_MAC,
   cfg,
+  entries,
   ipipFrame,
   outerSource,
   randomPacket,
@@ -91,6 +103,16 @@ function withEcn(rng: Rng, p: Buffer): Buffer {
   return q;
 }
 
+/** A VXLAN header (our VNI) and inner Ethernet header to us with EtherType `type`. */
+function vxlanHead(type: number): Buffer {
+  const h = Buffer.alloc(22);
+  h[0] = 0x08;
+  h.writeUIntBE(cfg.vni, 4, 3);
+  OUR_MAC.copy(h, 8);
+  h.writeUInt16BE(type, 20);
+  return h;
+}
+
 /** An outer IPv4 header (and what follows) with its ID and checksum zeroed. */
 function withoutId(o: Buffer): Buffer {
   const b = Buffer.from(o);
@@ -130,6 +152,94 @@ function ipipFromPeer(inner: Buffer, ecn: number, from = [192, 168, 1, 2]): Buff
   return Buffer.concat([eth(0x0800), o, inner]);
 }
 
+/** Our underlay IPv6 address in the IPv6 and dual-stack cases. */
+const LOCAL6 = 'fd00::100';
+
+/** An IPv4 underlay address as the IPv6 corpus has it: fd00::c0a8:xxxx (fd00:: + the 4 bytes). */
+function v6Of(a: Buffer): Buffer {
+  if (a.length === 16) return a;
+  const b = Buffer.alloc(16);
+  b[0] = 0xfd;
+  a.copy(b, 12);
+  return b;
+}
+
+/** The corpus peers, each behind an IPv6 underlay address (v6Of of its IPv4 one). */
+const table6Buf = encodePeerTable(
+  entries.map((e) => ({ ...e, publicIP: ipFromBytes(v6Of(ipToBytes(e.publicIP))) })),
+);
+const table6 = new JsPeerTable(table6Buf);
+
+function ipv6Text(b: Buffer): string {
+  const parts: string[] = [];
+  for (let i = 0; i < 16; i += 2) parts.push(b.readUInt16BE(i).toString(16));
+  return parts.join(':');
+}
+
+/**
+ * Whether the program derives an outer IPv6 UDP checksum for inner packet `p` from its headers
+ * (weft.bpf.c udp6_checksum): TCP, UDP with a checksum, ICMP in IPv4, ICMPv6 in IPv6, with the
+ * L4 header's checksum field there, and not an IPv4 fragment. Others go to the userspace engine.
+ */
+function checksumDerivable(p: Buffer): boolean {
+  const v6 = p[0]! >> 4 === 6;
+  const hl = v6 ? 40 : (p[0]! & 15) * 4;
+  const proto = v6 ? p[6]! : p[9]!;
+  if (!v6 && (p.readUInt16BE(6) & 0x3fff) !== 0) return false;
+  const l4 = p.length - hl;
+  if (l4 < (proto === 6 ? 18 : proto === 17 ? 8 : 4)) return false;
+  if (proto === 6) return true;
+  if (proto === 17) return p.readUInt16BE(hl + 6) !== 0;
+  return v6 ? proto === 58 : proto === 1;
+}
+
+/**
+ * A copy of frame `f` with the inner packet at `off` made right, as it leaves the node: its IPv4
+ * header checksum and its L4 checksum (partial ones finished, wrong ones corrected).
+ */
+function finishedInner(f: Buffer, off: number): Buffer {
+  const b = Buffer.from(f);
+  const v6 = b[off]! >> 4 === 6;
+  const hl = v6 ? 40 : (b[off]! & 15) * 4;
+  const proto = v6 ? b[off + 6]! : b[off + 9]!;
+  if (!v6) {
+    b.writeUInt16BE(0, off + 10);
+    b.writeUInt16BE(js.checksum(b, off, off + hl), off + 10);
+  }
+  const at = proto === 6 ? 16 : proto === 17 ? 6 : 2;
+  const l4 = off + hl;
+  const len = b.length - l4;
+  b.writeUInt16BE(0, l4 + at);
+  const src = b.subarray(off + (v6 ? 8 : 12), off + (v6 ? 24 : 16));
+  const dst = b.subarray(off + (v6 ? 24 : 16), off + (v6 ? 40 : 20));
+  const pseudo = proto === 1 ? 0 : js.pseudoSumFor(src, dst, proto, len);
+  const c = js.checksum(b, l4, l4 + len, pseudo);
+  b.writeUInt16BE(proto === 17 && c === 0 ? 0xffff : c, l4 + at);
+  return b;
+}
+
+/**
+ * Asserts frame `r` is `payload` behind the outer IPv6 + UDP header from LOCAL6 to `pub`: the
+ * header as the programs must write it and a UDP checksum right once the inner packet is.
+ */
+function assertOuterIpv6(
+  r: Buffer,
+  payload: Buffer,
+  pub: string,
+  sport: number,
+  dport: number,
+  head: number,
+  what: string,
+): void {
+  assert.equal(r.length, 14 + 48 + payload.length, what);
+  assert.ok(r.subarray(62).equals(payload), `${what}: UDP payload`);
+  assert.equal(r.readUInt16BE(54), sport, `${what}: source port`);
+  assert.ok(
+    outerIpv6Ok(finishedInner(r, 62 + head), LOCAL6, pub, dport),
+    `${what}: outer IPv6 header and UDP checksum`,
+  );
+}
+
 /** The packet-count slots (bytes left out) that changed between two counter reads. */
 function counterDelta(a: ArrayLike<number>, b: ArrayLike<number>): Record<string, number> {
   const d: Record<string, number> = {};
@@ -160,23 +270,37 @@ describe(
   () => {
     const bpf = root ? loadBpfBinding() : null;
     const ids: Partial<Record<CodecFormat, number>> = {};
+    // Over an IPv6 underlay (the corpus peers behind IPv6 addresses), and dual-stack (the corpus
+    // as it is: IPv4 underlay addresses but one IPv6 one, fd00::7).
+    const ids6: Partial<Record<Format, number>> = {};
+    const idsDual: Partial<Record<Format, number>> = {};
 
     before(() => {
-      for (const format of ['udp', 'vxlan', 'ipip'] as CodecFormat[]) {
+      const load = (format: CodecFormat, local: { localV4?: string; localV6?: string }) => {
         const id = bpf!.bpfLoad(bpfObjectPath());
-        ids[format] = id;
         bpf!.bpfConfigure(id, {
           format,
           vni: cfg.vni,
           vtepMac: OUR_MAC,
-          port: format === 'ipip' ? 0 : PORT[format],
-          localV4: '192.168.1.100',
+          port: format === 'ipip' ? 0 : PORT[format as Format],
+          ...local,
         });
-        bpf!.bpfSetPeers(id, tableBuf);
+        return id;
+      };
+      for (const format of ['udp', 'vxlan', 'ipip'] as CodecFormat[]) {
+        ids[format] = load(format, { localV4: '192.168.1.100' });
+        bpf!.bpfSetPeers(ids[format], tableBuf);
+      }
+      for (const format of ['udp', 'vxlan'] as Format[]) {
+        ids6[format] = load(format, { localV6: LOCAL6 });
+        bpf!.bpfSetPeers(ids6[format], table6Buf);
+        idsDual[format] = load(format, { localV4: '192.168.1.100', localV6: LOCAL6 });
+        bpf!.bpfSetPeers(idsDual[format], tableBuf);
       }
     });
     after(() => {
-      for (const id of Object.values(ids)) bpf!.bpfClose(id);
+      for (const id of [...Object.values(ids), ...Object.values(ids6), ...Object.values(idsDual)])
+        bpf!.bpfClose(id);
     });
 
     for (const format of ['udp', 'vxlan'] as Format[]) {
@@ -268,6 +392,214 @@ describe(
       });
     }
 
+    for (const format of ['udp', 'vxlan'] as Format[]) {
+      const head = format === 'vxlan' ? js.VXLAN_ENCAP_LEN : 0;
+      const sportOf = (p: Buffer) => (format === 'vxlan' ? js.vxlanSourcePort(p) : PORT.udp);
+
+      it(`${format} over an IPv6 underlay: encap matches on 4000 random packets`, () => {
+        const id = ids6[format]!;
+        const rng = new Rng(format === 'udp' ? 211 : 212);
+        let handled = 0;
+        let passed = 0;
+        let underived = 0;
+        const before = bpf!.bpfCounters(id);
+        for (let i = 0; i < 4000; i++) {
+          const p = randomPacket(rng, BIG_MAX);
+          if (tooShortForTestRun(p)) continue;
+          const frame = Buffer.concat([eth(etherTypeOf(p)), p]);
+          const r = bpf!.bpfTestRun(id, 'tx', frame);
+          const ref = js.encap(format, table6, cfg, p);
+          const sendable = ref.drop === 'none' && !hasTrailer(p);
+          const want = sendable && checksumDerivable(p);
+          if (sendable && !want) underived++;
+          const what = `packet ${i} ${p.toString('hex')}`;
+          if (!want) {
+            assert.equal(r.verdict, TC_ACT_UNSPEC, `${what}: left to the next program`);
+            assert.ok(r.data.equals(frame), `${what}: untouched`);
+            passed++;
+            continue;
+          }
+          handled++;
+          assert.equal(r.verdict, TC_ACT_REDIRECT, what);
+          const peer = table6.peers[ref.peer!]!;
+          const pub = ipv6Text(ipToBytes(peer.publicIP));
+          assertOuterIpv6(r.data, ref.payload!, pub, sportOf(p), peer.port, head, what);
+        }
+        assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+        assert.ok(underived > 50, `${underived} sendable packets whose checksum is not derived`);
+        assert.deepEqual(counterDelta(before, bpf!.bpfCounters(id)), {
+          tx_packets: handled,
+          tx_passed: passed,
+        });
+      });
+
+      it(`${format} over an IPv6 underlay: decap matches on 4000 random datagrams`, () => {
+        const id = ids6[format]!;
+        const rng = new Rng(format === 'udp' ? 221 : 222);
+        let handled = 0;
+        let passed = 0;
+        const before = bpf!.bpfCounters(id);
+        for (let i = 0; i < 4000; i++) {
+          const p = randomPacket(rng, BIG_MAX);
+          const d = format === 'vxlan' ? vxlanFrame(rng, p) : p;
+          const src = v6Of(outerSource(rng, p));
+          const frame = outerIpv6Frame(ipv6Text(src), LOCAL6, PORT[format], d);
+          // A zero UDP checksum is invalid over IPv6: left to the socket, which drops it.
+          const zero = rng.chance(0.05);
+          if (zero) frame.writeUInt16BE(0, 60);
+          const r = bpf!.bpfTestRun(id, 'rx', frame);
+          const ref = js.decap(format, table6, rxCfg, ipFromBytes(src), d);
+          const inner = d.subarray(head);
+          const want = ref.drop === 'none' && !hasTrailer(inner) && !zero;
+          const what = `datagram ${i} ${d.toString('hex')}`;
+          assert.equal(r.verdict, want ? TC_ACT_REDIRECT : TC_ACT_UNSPEC, what);
+          if (!want) {
+            assert.ok(r.data.equals(frame), `${what}: untouched`);
+            passed++;
+            continue;
+          }
+          handled++;
+          assert.ok(r.data.subarray(14).equals(ref.tun!.subarray(10)), `${what}: inner packet`);
+          assert.equal(r.data.readUInt16BE(12), etherTypeOf(inner), `${what}: EtherType`);
+        }
+        assert.ok(handled > 1000 && passed > 500, `handled ${handled}, passed ${passed}`);
+        assert.deepEqual(counterDelta(before, bpf!.bpfCounters(id)), {
+          rx_packets: handled,
+          rx_passed: passed,
+        });
+      });
+
+      it(`${format} dual-stack: each peer in its underlay family, one engine, both ways`, () => {
+        const id = idsDual[format]!;
+        const rng = new Rng(format === 'udp' ? 231 : 232);
+        const sent = { 4: 0, 6: 0 };
+        const took = { 4: 0, 6: 0 };
+        for (let i = 0; i < 3000; i++) {
+          const p = randomPacket(rng, BIG_MAX);
+          if (tooShortForTestRun(p)) continue;
+          const frame = Buffer.concat([eth(etherTypeOf(p)), p]);
+          const r = bpf!.bpfTestRun(id, 'tx', frame);
+          const ref = js.encap(format, table, cfg, p);
+          const peer = ref.peer === null ? null : table.peers[ref.peer]!;
+          const family = peer?.publicIP.family;
+          const want =
+            ref.drop === 'none' && !hasTrailer(p) && (family === 4 || checksumDerivable(p));
+          const what = `packet ${i} ${p.toString('hex')}`;
+          assert.equal(r.verdict, want ? TC_ACT_REDIRECT : TC_ACT_UNSPEC, what);
+          if (!want) continue;
+          sent[family!]++;
+          if (family === 6) {
+            const pub = ipv6Text(ipToBytes(peer!.publicIP));
+            assertOuterIpv6(r.data, ref.payload!, pub, sportOf(p), peer!.port, head, what);
+          } else {
+            assert.equal(r.data.readUInt16BE(12), 0x0800, `${what}: outer IPv4`);
+            assert.ok(r.data.subarray(42).equals(ref.payload!), `${what}: UDP payload`);
+            assert.deepEqual(r.data.subarray(26, 30), LOCAL, `${what}: outer source`);
+          }
+          // And back: the same peer's datagram in its family, decapsulated.
+          const back = format === 'vxlan' ? vxlanFrame(new Rng(i), p) : p;
+          const src = ipToBytes(peer!.publicIP);
+          const f =
+            family === 6
+              ? outerIpv6Frame(ipv6Text(src), LOCAL6, PORT[format], back)
+              : outerFrame(src, PORT[format], back);
+          const rx = bpf!.bpfTestRun(id, 'rx', f);
+          const dec = js.decap(format, table, rxCfg, peer!.publicIP, back);
+          const take = dec.drop === 'none' && !hasTrailer(back.subarray(head));
+          assert.equal(rx.verdict, take ? TC_ACT_REDIRECT : TC_ACT_UNSPEC, `${what}: back`);
+          if (take) took[family!]++;
+        }
+        assert.ok(sent[4] > 500 && sent[6] > 50, `sent ${JSON.stringify(sent)}`);
+        assert.ok(took[4] > 50 && took[6] > 5, `took ${JSON.stringify(took)}`);
+      });
+
+      it(`${format} dual-stack: a datagram in the other family than the lease names is not taken`, () => {
+        // 10.5.1.7 is 192.168.1.2's (IPv4 underlay): from fd00::c0a8:102 it is spoofed; and an
+        // IPv4 peer's record never sends over IPv6.
+        const id = idsDual[format]!;
+        const p = makePacket(new Rng(233), {
+          src: Buffer.from([10, 5, 1, 7]),
+          dst: Buffer.from([10, 9, 0, 2]),
+          proto: 17,
+        });
+        const d = format === 'vxlan' ? Buffer.concat([vxlanHead(0x0800), p]) : p;
+        const f = outerIpv6Frame(
+          ipv6Text(v6Of(Buffer.from([192, 168, 1, 2]))),
+          LOCAL6,
+          PORT[format],
+          d,
+        );
+        const r = bpf!.bpfTestRun(id, 'rx', f);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
+        assert.deepEqual(r.data, f);
+        const ok = bpf!.bpfTestRun(
+          id,
+          'rx',
+          outerFrame(Buffer.from([192, 168, 1, 2]), PORT[format], d),
+        );
+        assert.equal(ok.verdict, TC_ACT_REDIRECT, 'the same datagram over IPv4 is taken');
+      });
+    }
+
+    it('an IPv6 lease holder added and removed by deltas: taken while it holds the lease', () => {
+      const id = bpf!.bpfLoad(bpfObjectPath());
+      try {
+        bpf!.bpfConfigure(id, {
+          format: 'vxlan',
+          vni: cfg.vni,
+          vtepMac: OUR_MAC,
+          port: PORT.vxlan,
+          localV6: LOCAL6,
+        });
+        const holder = encodePeerTable([
+          peerEntry('10.8.1.0/24', 'fd00::8:1', PORT.vxlan, '02:00:00:00:08:01'),
+        ]);
+        const p = makePacket(new Rng(251), {
+          src: Buffer.from([10, 8, 1, 7]),
+          dst: Buffer.from([10, 9, 0, 2]),
+          proto: 17,
+        });
+        const f = outerIpv6Frame(
+          'fd00::8:1',
+          LOCAL6,
+          PORT.vxlan,
+          Buffer.concat([vxlanHead(0x0800), p]),
+        );
+        const rx = () => bpf!.bpfTestRun(id, 'rx', f).verdict;
+        assert.equal(rx(), TC_ACT_UNSPEC, 'no lease yet');
+        bpf!.bpfUpdatePeers(id, Buffer.alloc(0), holder);
+        assert.equal(rx(), TC_ACT_REDIRECT, 'added: its source is a lease holder');
+        bpf!.bpfUpdatePeers(id, holder, Buffer.alloc(0));
+        assert.equal(rx(), TC_ACT_UNSPEC, 'removed: the source left with it');
+      } finally {
+        bpf!.bpfClose(id);
+      }
+    });
+
+    it('IPv6 datagrams to another port or address, or with extension headers, are not looked at', () => {
+      const id = ids6.vxlan!;
+      const rng = new Rng(241);
+      const p = randomPacket(rng, BIG_MAX);
+      const src = ipv6Text(v6Of(Buffer.from([192, 168, 1, 2])));
+      const good = outerIpv6Frame(src, LOCAL6, PORT.vxlan, vxlanFrame(rng, p));
+      const variants = [
+        outerIpv6Frame(src, LOCAL6, 4789, vxlanFrame(rng, p)),
+        outerIpv6Frame(src, 'fd00::101', PORT.vxlan, vxlanFrame(rng, p)),
+        (() => {
+          const f = Buffer.from(good);
+          f[20] = 0; // a hop-by-hop options header first
+          return f;
+        })(),
+      ];
+      const before = bpf!.bpfCounters(id)[BPF_COUNTERS.indexOf('rx_passed')]!;
+      for (const f of variants) {
+        const r = bpf!.bpfTestRun(id, 'rx', f);
+        assert.equal(r.verdict, TC_ACT_UNSPEC);
+        assert.deepEqual(r.data, f);
+      }
+      assert.equal(bpf!.bpfCounters(id)[BPF_COUNTERS.indexOf('rx_passed')], before);
+    });
+
     it('datagrams to another port or address, and fragments, are not looked at', () => {
       const id = ids.vxlan!;
       const rng = new Rng(131);
@@ -335,10 +667,14 @@ describe(
             vtepMac: OUR_MAC,
           };
           probeBpf(bpf!, id, opts);
+          // Dual-stack: both underlay families, each with both pod families (IPIP: IPv4 alone).
+          probeBpf(bpf!, id, { ...opts, bindIp6: 'fd00::10' });
           process.env[PROBE_FAIL_ENV] = '1';
           assert.throws(() => probeBpf(bpf!, id, opts), { code: 'WEFT_ERR_BPF_UNAVAILABLE' });
           delete process.env[PROBE_FAIL_ENV];
-          assert.throws(() => probeBpf(bpf!, id, { ...opts, bindIp: 'fd00::1' }), /not IPv4/);
+          const v6only = { ...opts, bindIp: 'fd00::1' };
+          if (format === 'ipip') assert.throws(() => probeBpf(bpf!, id, v6only), /not IPv4/);
+          else probeBpf(bpf!, id, v6only);
         } finally {
           delete process.env[PROBE_FAIL_ENV];
           bpf!.bpfClose(id);
@@ -501,7 +837,7 @@ describe(
     it('close releases every program and map this process held', () => {
       const id = bpf!.bpfLoad(bpfObjectPath());
       const held = bpf!.bpfObjectIds(id);
-      assert.equal(held.length, 9, 'three programs and six maps');
+      assert.equal(held.length, 10, 'three programs and seven maps');
       const open = heldBpfIds();
       for (const x of held) assert.ok(open.includes(x), `id ${x} held through an fd`);
       bpf!.bpfClose(id);

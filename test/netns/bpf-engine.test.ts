@@ -9,7 +9,8 @@
  *   veth va 192.168.77.1/24 ─────────────────── veth vb 192.168.77.2/24
  *   (weft_rx on its ingress)
  *
- * The programs only ever attach to devices inside these namespaces.
+ * The programs only ever attach to devices inside these namespaces. The last describe adds an
+ * IPv6 underlay (va fd00:77::1 ⇄ vb fd00:77::2) to the same drawing.
  */
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -32,6 +33,8 @@ import { ipipMissing } from '../helpers/ipip.js';
 import { iperf as probeIperf } from '../../src/testbed/probes.js';
 import { TCP_FIXED, delivered } from '../helpers/carried.js';
 import { attachedIn, leftovers } from '../helpers/bpf.js';
+import { captureText } from '../helpers/capture.js';
+import { OFFLOAD_NAMES } from '../../src/dataplane/offloads.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
 const noIpip = isRoot() ? ipipMissing() : null;
@@ -411,5 +414,170 @@ describe('bpf engine between two namespaces', { skip }, () => {
     a.proc.kill('SIGKILL');
     await exited;
     assert.deepEqual(await leftovers(A.ns, 'va', 'flannel.1', ids), []);
+  });
+});
+
+/**
+ * The same two namespaces with an IPv6 underlay beside the IPv4 one (va fd00:77::1 ⇄ vb
+ * fd00:77::2): the bpf engine over IPv6 alone (IPv4 and IPv6 pods in IPv6 outer packets, as an
+ * IPv6-only cluster's nodes) and dual-stack (IPv4 pods to the peer's IPv4 address, IPv6 pods to
+ * its IPv6 one: flannel.1 and flannel-v6.1 in one engine), against the native engine and a
+ * kernel vxlan device over IPv6 (flannel-v6.1 as flannel makes it).
+ */
+describe('bpf engine over an IPv6 underlay, and dual-stack', { skip }, () => {
+  const scope = new NetnsScope();
+  let A: Side;
+  let B: Side;
+  const U6 = { A: 'fd00:77::1', B: 'fd00:77::2' } as const;
+  // The IPv6 outer header is 20 bytes longer: TUN MTU 1430 for vxlan, 1452 for udp.
+  const MTU6 = { vxlan: 1430, udp: 1452 } as const;
+  before(() => {
+    [A, B] = twoNodes(scope);
+    ip(A.ns, 'addr', 'add', `${U6.A}/64`, 'dev', 'va', 'nodad');
+    ip(B.ns, 'addr', 'add', `${U6.B}/64`, 'dev', 'vb', 'nodad');
+  });
+  after(() => scope.cleanup());
+
+  const u6 = (s: Side) => (s === A ? U6.A : U6.B);
+  type Underlay = 'v6' | 'dual';
+
+  /** `s`'s peer records: both subnets over IPv6, or (dual) each subnet in its own family. */
+  function peers6(s: Side, format: 'vxlan' | 'udp', under: Underlay) {
+    return peersOf(s, format).map((p) =>
+      under === 'v6' || p.subnet.includes(':') ? { ...p, publicIP: u6(s) } : p,
+    );
+  }
+
+  async function start6(
+    side: Side,
+    format: 'vxlan' | 'udp',
+    engine: 'bpf' | 'native',
+    under: Underlay,
+    extra: Record<string, unknown> = {},
+  ): Promise<Node> {
+    const opts =
+      under === 'v6'
+        ? { bindIp: u6(side), tunMtu: MTU6[format], ...extra }
+        : { bindIp: side.under, bindIp6: u6(side), tunMtu: MTU6[format], ...extra };
+    const n = startNode(scope, side, format, engine, {
+      underlay: side === A ? 'va' : 'vb',
+      ...opts,
+    });
+    const ready = await n.ready;
+    assert.equal(ready.ready, true, JSON.stringify(ready));
+    return n;
+  }
+
+  /** iperf3 TCP (4 MiB) from `from` to `to` over the pods' `family`; the bytes that arrived. */
+  async function tcp(from: Side, to: Side, family: 4 | 6): Promise<number> {
+    const [src, dst] = family === 4 ? [from.v4, to.v4] : [from.v6, to.v6];
+    return delivered(
+      (await probeIperf(scope, to.ns, dst, from.ns, ['-B', src, ...TCP_FIXED])).json,
+    );
+  }
+
+  /** Udp6 InCsumErrors in `ns` (/proc/net/snmp6). */
+  function udp6CsumErrors(ns: string): number {
+    const m = /^Udp6InCsumErrors\s+(\d+)$/m.exec(nsExec(ns, 'cat', ['/proc/net/snmp6']));
+    assert.ok(m, 'Udp6InCsumErrors in /proc/net/snmp6');
+    return Number(m[1]);
+  }
+
+  for (const [format, under] of [
+    ['vxlan', 'v6'],
+    ['udp', 'v6'],
+    ['vxlan', 'dual'],
+  ] as const) {
+    const what = under === 'v6' ? 'over IPv6' : 'dual-stack';
+    test(`${format} ${what}: bpf ⇄ native: ping v4/v6 both ways, iperf3 TCP both ways`, async () => {
+      const nodes: [Node, Node] = [
+        await start6(A, format, 'bpf', under),
+        await start6(B, format, 'native', under),
+      ];
+      try {
+        assert.equal((await nodes[0].ready).engine, 'bpf');
+        await nodes[0].send({ cmd: 'peers', peers: peers6(B, format, under) });
+        await nodes[1].send({ cmd: 'peers', peers: peers6(A, format, under) });
+        await pingBoth(A, B);
+        const sent = await tcp(A, B, 4);
+        const back = await tcp(B, A, 6);
+        const s = await stats(nodes[0]);
+        // The programs sent it; and took (or, for the native sender's UDP GSO trains, left to
+        // the socket) what came back.
+        assert.ok(s.bpf!.tx_bytes! >= sent, JSON.stringify(s.bpf));
+        assert.ok(s.total.counters.rx_bytes! >= back, JSON.stringify(s.total.counters));
+        assert.ok(s.bpf!.rx_packets! + s.bpf!.rx_passed! > 0, JSON.stringify(s.bpf));
+        if (under === 'dual') {
+          // Each pod family in its own underlay family, on the wire into B.
+          const port = format === 'vxlan' ? 8472 : 8285;
+          const seen = (filter: string, dst: string) =>
+            captureText(
+              scope,
+              B.ns,
+              `${filter} and udp dst port ${port}`,
+              2,
+              () => nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', dst]),
+              'vb',
+            );
+          assert.match(await seen('ip6', B.v6), /IP6 fd00:77::1\.\d+ > fd00:77::2\./);
+          assert.match(await seen('ip', B.v4), /IP 192\.168\.77\.1\.\d+ > 192\.168\.77\.2\./);
+        }
+      } finally {
+        await stopPair(nodes);
+      }
+    });
+  }
+
+  test('vxlan over IPv6: bpf ⇄ a kernel vxlan device: super-packets whole, every segment checksummed', async () => {
+    try {
+      addKernelVxlan(B, 'vb', A, { local: U6.B, peer: U6.A });
+      // The userspace engine behind the programs sends one datagram per segment (no UDP GSO, no
+      // egress TAP): only the programs' packets can be larger than the MTU on the veth.
+      const offloads = OFFLOAD_NAMES.filter((o) => o !== 'udp_gso' && o !== 'tap_gso');
+      const a = await start6(A, 'vxlan', 'bpf', 'v6', { offloads });
+      try {
+        await a.send({ cmd: 'peers', peers: peers6(B, 'vxlan', 'v6') });
+        await pingBoth(A, B);
+        const errors = udp6CsumErrors(B.ns);
+        // TCP super-packets cross the veth whole (SKB_GSO_UDP_TUNNEL; segmented, no frame would
+        // be over 1514 bytes: the 1500-byte MTU and the Ethernet header), the kernel device
+        // takes them.
+        const s0 = await stats(a);
+        let before = txOf(A.ns, 'va');
+        const whole = await tcp(A, B, 4);
+        let after = txOf(A.ns, 'va');
+        const perPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
+        assert.ok(perPacket > 1514, `${perPacket} bytes per veth packet`);
+        const s1 = await stats(a);
+        // Without checksum offload on the veth, the kernel cuts them in software into
+        // datagrams that carry the program's outer UDP checksum, which the receiver checks:
+        // right for every segment.
+        nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'off']);
+        before = txOf(A.ns, 'va');
+        const cut = (await tcp(A, B, 4)) + (await tcp(A, B, 6));
+        after = txOf(A.ns, 'va');
+        const segPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
+        // (A frame's bytes include its Ethernet header: 1514 at the 1500-byte MTU.)
+        assert.ok(segPacket <= 1514, `${segPacket} bytes per veth packet`);
+        assert.equal(udp6CsumErrors(B.ns), errors, 'the kernel found no bad UDP checksum');
+        const s2 = await stats(a);
+        // The programs sent in both runs (a super-packet whose last segment is short goes to
+        // the userspace engine, which checksums each datagram itself); weft sent it all.
+        assert.ok(s1.bpf!.tx_bytes! > s0.bpf!.tx_bytes!, JSON.stringify(s1.bpf));
+        assert.ok(s2.bpf!.tx_bytes! > s1.bpf!.tx_bytes!, JSON.stringify(s2.bpf));
+        const total = s2.total.counters.tx_bytes! - s0.total.counters.tx_bytes!;
+        assert.ok(total >= whole + cut, `${total} < ${whole + cut}`);
+        const back = (await tcp(B, A, 4)) + (await tcp(B, A, 6));
+        const s = await stats(a);
+        assert.ok(s.bpf!.rx_bytes! >= back, JSON.stringify(s.bpf));
+      } finally {
+        const exited = new Promise((r) => a.proc.once('exit', r));
+        await a.send({ cmd: 'close' });
+        await exited;
+      }
+    } finally {
+      ip(B.ns, 'link', 'del', 'vx');
+      nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'on']);
+    }
   });
 });

@@ -14,15 +14,42 @@
  *
  * Pods ping both ways and iperf3 TCP and UDP cross both ways; B's /metrics shows the programs,
  * not the userspace engine, carried it (and the kernel's TCP super-packets went past B's bridge).
+ *
+ * The second describe: dual-stack, one weft node (`--dataplane-engine=bpf`, embedded store)
+ * against a kernel node built as flannel builds a dual-stack one (test/helpers/kernel-vxlan-node.ts):
+ *
+ *            underlay br0 (L2)          10.250.0.0/24, fd00:250::/64
+ *     ┌──────────┴──────────────────────────┐
+ *   node 0 (bpf): TUN flannel.1 (both        kernel node: eth0 10.250.0.9, fd00:250::9
+ *   families), weft_tx/weft_rx; eth0         flannel.1    vxlan local 10.250.0.9
+ *   10.250.0.1, fd00:250::1                  flannel-v6.1 vxlan local fd00:250::9
+ *   pod 10.5.x.2, fd00:5:…::2                kpod 10.5.200.2, fd00:5:0:ff00::2
+ *
+ * IPv4 pods ride IPv4 VXLAN to the kernel node's flannel.1, IPv6 pods IPv6 VXLAN to its
+ * flannel-v6.1, both from the programs of one engine.
  */
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Cluster, type ClusterNode, HEALTH_PORT, PACKAGE_ROOT } from '../../src/testbed/cluster.js';
+import {
+  Cluster,
+  type ClusterNode,
+  HEALTH_PORT,
+  PACKAGE_ROOT,
+  waitFor,
+} from '../../src/testbed/cluster.js';
 import { isRoot, nsExecAsync } from '../../src/testbed/netns.js';
 import { iperf, ping, waitForMesh } from '../../src/testbed/probes.js';
-import { TCP_FIXED, UDP_PACED, assertCounted, delivered } from '../helpers/carried.js';
+import {
+  TCP_FIXED,
+  UDP_PACED,
+  assertBothWays,
+  assertCounted,
+  delivered,
+} from '../helpers/carried.js';
 import { sample, scrape } from '../helpers/scrape.js';
+import { captureText } from '../helpers/capture.js';
+import { KERNEL_NODE, addKernelVxlanNode } from '../helpers/kernel-vxlan-node.js';
 
 const KUBE_APISERVER = join(PACKAGE_ROOT, 'test', 'helpers', 'kube-apiserver-child.ts');
 const skip = isRoot() ? false : 'needs root (network namespaces, bpf)';
@@ -95,3 +122,77 @@ describe('bpf engine ⇄ weft kernel vxlan node (real daemons)', { skip }, () =>
     assert.ok(grew('weft_dataplane_bpf_bridge_bypass_packets_total') > 0);
   });
 });
+
+describe(
+  'bpf engine, dual-stack ⇄ a dual-stack kernel vxlan node (flannel.1 + flannel-v6.1)',
+  { skip },
+  () => {
+    let c: Cluster;
+    let kns = '';
+    let kpod = '';
+    const KPOD = { ip: KERNEL_NODE.pod, ip6: KERNEL_NODE.pod6 };
+    const metrics = () => scrape(c.nodes[0]!.ns, HEALTH_PORT);
+    /** `count` replies (-w: sending on until they came, ≤ 30 s; a late reply is no failure). */
+    const ping6 = (ns: string, dst: string, count = 1) =>
+      nsExecAsync(ns, 'ping', ['-c', String(count), '-i', '0.2', '-w', '30', dst], 60_000);
+
+    before(async () => {
+      c = await Cluster.create({
+        nodes: 1,
+        dualStack: true,
+        backend: { Type: 'vxlan', Dataplane: 'userspace' },
+        flags: ['--dataplane-engine=bpf'],
+      });
+      const k = await addKernelVxlanNode(c, true);
+      kns = k.ns;
+      kpod = k.pod;
+    });
+    after(async () => {
+      await c?.destroy();
+    });
+
+    test('the node runs the bpf engine on a dual-stack underlay', async () => {
+      assert.equal(sample(await metrics(), 'weft_dataplane_engine', '{engine="bpf"}'), 1);
+    });
+
+    test('IPv4 pods ride IPv4 VXLAN, IPv6 pods IPv6 VXLAN, both ways (captured on the kernel node)', async () => {
+      const pod = c.pods[0]!;
+      await waitFor(
+        async () => {
+          await ping6(pod.ns, KPOD.ip);
+          await ping6(pod.ns, KPOD.ip6);
+          return true;
+        },
+        20_000,
+        'bpf → kernel pings',
+      );
+      await ping6(kpod, pod.ip, 2);
+      await ping6(kpod, pod.ip6!, 2);
+      const seen = (filter: string, dst: string) =>
+        captureText(c.scope, kns, filter, 2, () => ping6(pod.ns, dst, 2));
+      const v6 = await seen('ip6 and udp dst port 8472', KPOD.ip6);
+      assert.match(v6, /IP6 fd00:250::1\.\d+ > fd00:250::9\.8472: /, v6);
+      const v4 = await seen('ip and udp dst port 8472', KPOD.ip);
+      assert.match(v4, /IP 10\.250\.0\.1\.\d+ > 10\.250\.0\.9\.8472: /, v4);
+    });
+
+    test('iperf3 TCP both ways, IPv4 and IPv6, through the programs', async () => {
+      const pod = c.pods[0]!;
+      const m0 = await metrics();
+      for (const [podIp, kIp] of [
+        [pod.ip, KPOD.ip],
+        [pod.ip6!, KPOD.ip6],
+      ] as const) {
+        // What arrived, in the node's counters; not a rate (the machine's load).
+        await assertBothWays(c, pod, podIp, { ns: kpod, ip: kIp }, TCP_FIXED, () => metrics());
+      }
+      const m1 = await metrics();
+      // The programs moved it: the userspace engine read almost nothing from its TUN, and the
+      // kernel sender's datagrams (well-formed, one each) were all decapsulated in the kernel.
+      const grew = (name: string, labels = '') =>
+        sample(m1, name, labels) - sample(m0, name, labels);
+      assert.ok(grew('weft_dataplane_tun_reads_total') < 100);
+      assert.equal(grew('weft_dataplane_bpf_passed_packets_total', '{direction="rx"}'), 0);
+    });
+  },
+);

@@ -64,6 +64,26 @@ describe('bpf-firewall: rules the programs would bypass', () => {
     assert.deepEqual(nftRulesOnPort(NFT, 4789), []);
   });
 
+  it('nft, IPv6 underlay: ip6 and inet tables count, ip tables do not; dual-stack: all three', () => {
+    const v6 = nftRulesOnPort(NFT, 8472, [6]);
+    assert.equal(v6.length, 2, v6.join('\n'));
+    assert.match(v6[0]!, /^nft ip6 filter6 INPUT \(hook input\): udp dport 8472 drop/);
+    assert.match(v6[1]!, /inet fw quarantine/);
+    assert.equal(nftRulesOnPort(NFT, 8472, [4, 6]).length, 4);
+  });
+
+  it('ip6tables-legacy-save: the same rules, named by their tool', () => {
+    const save = [
+      '*filter',
+      ':INPUT ACCEPT [0:0]',
+      '-A INPUT -s fd00::1/128 -p udp -m udp --dport 8472 -j DROP',
+      'COMMIT',
+    ].join('\n');
+    assert.deepEqual(iptablesRulesOnPort(save, 8472, 'ip6tables-legacy'), [
+      'ip6tables-legacy filter: -A INPUT -s fd00::1/128 -p udp -m udp --dport 8472 -j DROP',
+    ]);
+  });
+
   it('iptables-legacy-save: non-ACCEPT targets on the port in INPUT/OUTPUT and user chains', () => {
     const save = [
       '*filter',

@@ -25,6 +25,7 @@ const TOOLS: Record<string, string | null> = {
   'ip6tables-save': 'iptables',
   'ip6tables-restore': 'iptables',
   'iptables-legacy-save': 'iptables',
+  'ip6tables-legacy-save': 'iptables',
   nft: 'nftables',
   modprobe: 'kmod',
   etcd: 'etcd-server',
