@@ -352,6 +352,19 @@ struct outer6_hdrs {
   __u8 eth[ETH_HLEN];
 };
 
+/** The VXLAN header (flags, our VNI) and the inner Ethernet header to the peer's VTEP MAC. */
+static __always_inline void put_vxlan(__u8* vxlan, __u8* eth, const struct weft_config* cfg,
+                                      const __u8* peer_mac, __u8 version) {
+  vxlan[0] = 0x08;
+  vxlan[4] = cfg->vni >> 16;
+  vxlan[5] = cfg->vni >> 8;
+  vxlan[6] = cfg->vni;
+  __builtin_memcpy(eth, peer_mac, 6);
+  __builtin_memcpy(eth + 6, cfg->vtep_mac, 6);
+  eth[12] = version == 4 ? 0x08 : 0x86;
+  eth[13] = version == 4 ? 0x00 : 0xdd;
+}
+
 static __always_inline int has_v6(const struct weft_config* cfg) {
   __u64 a, b;
   __builtin_memcpy(&a, cfg->local_v6, 8);
@@ -439,16 +452,7 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
     __builtin_memcpy(o.udp + 2, &peer.port, 2);
     o.udp[4] = udp_len >> 8;
     o.udp[5] = udp_len & 0xff;
-    if (vx) {
-      o.vxlan[0] = 0x08;
-      o.vxlan[4] = cfg->vni >> 16;
-      o.vxlan[5] = cfg->vni >> 8;
-      o.vxlan[6] = cfg->vni;
-      __builtin_memcpy(o.eth, peer.mac, 6);
-      __builtin_memcpy(o.eth + 6, cfg->vtep_mac, 6);
-      o.eth[12] = ip.version == 4 ? 0x08 : 0x86;
-      o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
-    }
+    if (vx) put_vxlan(o.vxlan, o.eth, cfg, peer.mac, ip.version);
     const __u8* after_udp = (const __u8*)&o + IP6_HLEN + UDP_HLEN;
     __u32 check =
         udp6_checksum(skb, l2, &ip, l4_len, cfg->local_v6, peer.pub, o.udp, after_udp, head, udp);
@@ -502,16 +506,7 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
     // IPIP: no L4 flag, so a GSO packet becomes SKB_GSO_IPXIP4 and goes whole where the device
     // takes it (veth does), as the kernel's ipip device sends it.
     flags |= BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | (ipip ? 0 : BPF_F_ADJ_ROOM_ENCAP_L4_UDP);
-    if (vx) {
-      o.vxlan[0] = 0x08;
-      o.vxlan[4] = cfg->vni >> 16;
-      o.vxlan[5] = cfg->vni >> 8;
-      o.vxlan[6] = cfg->vni;
-      __builtin_memcpy(o.eth, peer.mac, 6);
-      __builtin_memcpy(o.eth + 6, cfg->vtep_mac, 6);
-      o.eth[12] = ip.version == 4 ? 0x08 : 0x86;
-      o.eth[13] = ip.version == 4 ? 0x00 : 0xdd;
-    }
+    if (vx) put_vxlan(o.vxlan, o.eth, cfg, peer.mac, ip.version);
     // A refusal here (e.g. a GSO type adjust_room does not take) leaves the packet as it was.
     if (bpf_skb_adjust_room(skb, outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) goto pass;
     written = vx ? sizeof(o) : ipip ? IP4_HLEN : IP4_HLEN + UDP_HLEN;
