@@ -10,14 +10,27 @@ import type { DataplaneEngine } from '../../src/dataplane/index.js';
 import { PACKAGE_ROOT as ROOT } from '../../src/testbed/cluster.js';
 import { type NetnsScope, ip, nsExec } from '../../src/testbed/netns.js';
 
-/** One dataplane-node.ts process: its first line (ready) and one reply per command. */
+/**
+ * One dataplane-node.ts process: its first line (ready) and one reply per command. A process
+ * that ends with its ready line or a reply still owed fails them (naming how it ended), so a
+ * test whose node died fails instead of waiting forever.
+ */
 export class Node {
-  readonly #replies: ((v: Record<string, unknown>) => void)[] = [];
+  readonly #replies: Array<{
+    resolve: (v: Record<string, unknown>) => void;
+    reject: (e: Error) => void;
+  }> = [];
   readonly ready: Promise<Record<string, unknown>>;
+  /** Resolves once the process has ended and its output is read. */
+  readonly closed: Promise<void>;
+  #ended: Error | null = null;
   constructor(readonly proc: ChildProcess) {
+    this.closed = new Promise((r) => proc.once('close', () => r()));
     const rl = createInterface({ input: proc.stdout! });
-    let first: (v: Record<string, unknown>) => void;
-    this.ready = new Promise((r) => (first = r));
+    let first: { resolve: (v: Record<string, unknown>) => void; reject: (e: Error) => void };
+    this.ready = new Promise((resolve, reject) => (first = { resolve, reject }));
+    // Whoever awaits `ready` sees the failure; nobody awaiting it is no unhandled rejection.
+    this.ready.catch(() => undefined);
     let gotFirst = false;
     rl.on('line', (line) => {
       let v: Record<string, unknown>;
@@ -28,13 +41,20 @@ export class Node {
       }
       if (!gotFirst) {
         gotFirst = true;
-        first(v);
-      } else this.#replies.shift()?.(v);
+        first.resolve(v);
+      } else this.#replies.shift()?.resolve(v);
+    });
+    // 'close': after its output is read to the end, so every line it wrote counts first.
+    proc.once('close', (code, signal) => {
+      this.#ended = new Error(`dataplane-node ended (${signal ?? `exit ${code}`})`);
+      if (!gotFirst) first.reject(this.#ended);
+      for (const r of this.#replies.splice(0)) r.reject(this.#ended);
     });
   }
   send(cmd: Record<string, unknown>): Promise<Record<string, unknown>> {
-    return new Promise((resolve) => {
-      this.#replies.push(resolve);
+    if (this.#ended) return Promise.reject(this.#ended);
+    return new Promise((resolve, reject) => {
+      this.#replies.push({ resolve, reject });
       this.proc.stdin!.write(JSON.stringify(cmd) + '\n');
     });
   }
@@ -137,9 +157,9 @@ export async function startPair(
 export async function stopPair(nodes: [Node, Node]): Promise<void> {
   await Promise.all(
     nodes.map(async (n) => {
-      const exited = new Promise((r) => n.proc.once('exit', r));
-      await n.send({ cmd: 'close' });
-      await exited;
+      // A node that already died has nothing to close: its test fails on its own error.
+      await n.send({ cmd: 'close' }).catch(() => undefined);
+      await n.closed;
     }),
   );
 }

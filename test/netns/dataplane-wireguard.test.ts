@@ -45,9 +45,8 @@ const KEEPALIVE = 25;
 type Totals = { counters: Record<string, number>; drops: Record<string, number> };
 
 async function stopNode(n: Node): Promise<void> {
-  const exited = new Promise((r) => n.proc.once('exit', r));
   await n.send({ cmd: 'close' });
-  await exited;
+  await n.closed;
 }
 
 interface Keys {
