@@ -43,6 +43,10 @@ export const ERROR_CODES = {
   WEFT_ERR_NFTABLES: { exit: 1, summary: 'nft failed to list or write the flannel tables' },
   WEFT_ERR_NATIVE_UNAVAILABLE: { exit: 1, summary: 'the native addon is not built or cannot load' },
   WEFT_ERR_DATAPLANE: { exit: 1, summary: 'the packet engine failed' },
+  WEFT_ERR_WIREGUARD_KEY: {
+    exit: 1,
+    summary: 'the WireGuard key file cannot be read, parsed or written',
+  },
   WEFT_ERR_BPF_UNAVAILABLE: {
     exit: 1,
     summary: 'the bpf engine cannot run here (load, probe or attach failed); native runs instead',

@@ -56,6 +56,7 @@ export {
   encodeWireguardPeers,
 } from './wireguard-peers.js';
 export { registerDataplaneMetrics } from './stats-metrics.js';
+export { type DataplaneStats, sumStats } from './stats.js';
 export { removeBpfPins } from './bpf-pins.js';
 export { type CleanupReport, cleanupHost } from './cleanup.js';
 
