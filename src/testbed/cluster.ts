@@ -678,6 +678,8 @@ export class Cluster {
       ...process.env,
       WEFT_LOG_LEVEL: 'info',
       NODE_NAME: node.name,
+      // the wireguard backend's key, per node and never the host's /run/flannel/wgkey
+      WIREGUARD_KEY_FILE: join(node.dir, 'wgkey'),
       ...(this.bpffs ? { WEFT_BPF_PIN_DIR: join(this.bpffs.dir, 'weft') } : {}),
       ...o.env,
       ...start.env,
