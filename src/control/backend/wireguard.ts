@@ -40,6 +40,8 @@ import type { NetConfig } from '../config/net-config.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import type { Backend, BackendContext, BackendSpec, CloseHow, PreparedBackend } from './backend.js';
 import { enabledFamilies, kernelMetrics, leasePublicIP, leaseSubnet } from './kernel-common.js';
+import { openNetlink } from '../netlink/open-netlink.js';
+import { applyAll } from '../netlink/netlink.js';
 import { sendAddress } from './send-address.js';
 import { type PeerSidecar, UserspaceBackend, type UserspaceSpec } from './userspace.js';
 import { type WgKeyPair, keyFilePath, loadWgKey, parseWgKey } from './wireguard-key.js';
@@ -463,6 +465,7 @@ export class WireguardBackend implements Backend {
       { path: key.path, created: key.created, publicKey: key.publicKey.toString('base64') },
       key.created ? 'wireguard key created' : 'wireguard key loaded',
     );
+    await this.#removeUnusedTun();
     let mtu = 0;
     for (const b of this.#inner) mtu = (await b.prepare()).mtu;
     registerDataplaneMetrics(ctx.metrics, () =>
@@ -483,6 +486,28 @@ export class WireguardBackend implements Backend {
       },
       mtu,
     };
+  }
+
+  /**
+   * A persistent TUN of the other name (flannel-wg-v6 after a change to a one-tunnel Mode or to
+   * IPv4 only; flannel-wg after one to IPv6 only), left by an earlier run, would keep its
+   * address and route: it goes, as flanneld removes a link it no longer makes. Only a TUN
+   * that no process holds (weft's own, from before) is removed.
+   */
+  async #removeUnusedTun(): Promise<void> {
+    const unused = [WG_DEV, WG_DEV_V6].filter((d) => !this.#tunnels.some((t) => t.dev === d));
+    if (unused.length === 0) return;
+    const nl = openNetlink();
+    try {
+      for (const dev of unused) {
+        const link = await nl.getLink(dev);
+        if (link?.kind !== 'tun' || !link.tun?.persist || link.tun.queues > 0) continue;
+        this.#ctx.log.info({ tun: dev }, 'removing the wireguard tun an earlier Mode left');
+        await applyAll(nl, [{ op: 'delLink', dev }]);
+      }
+    } finally {
+      nl.close();
+    }
   }
 
   async start(lease: Lease): Promise<void> {
