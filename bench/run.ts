@@ -10,14 +10,16 @@
  * Paths: underlay (node to node, no tunnel), host-gw, vxlan (kernel), udp (weft native engine),
  * vxlan-userspace (weft native engine), vxlan-bpf and udp-bpf (weft bpf engine: TC-BPF encap and
  * decap in the kernel), ipip-userspace (weft native engine, raw sockets) and ipip-bpf (the bpf
- * engine's IPIP framing), udp-js (weft js engine). Each weft path runs the real
+ * engine's IPIP framing), wireguard (weft native engine's WireGuard framing), wireguard-go
+ * (no weft: Debian's wireguard-go on each node, set up as flanneld sets up flannel-wg), udp-js
+ * (weft js engine). Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
  * received pps and loss, ping RTT avg and p99, dataplane-process CPU seconds per GB moved.
  * Output: a table (medians, ranges, ratios), bench/results/<time>.json; a full run (every path,
  * not --quick) also replaces latest.json, latest.svg and latest.md, which the README shows.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
 import { Progress } from '../src/control/demo/progress.js';
@@ -25,6 +27,11 @@ import { buildBenchCluster } from '../src/testbed/bench-cluster.js';
 import type { Cluster } from '../src/testbed/cluster.js';
 import { iperf, ping, waitForMesh } from '../src/testbed/probes.js';
 import { isRoot } from '../src/testbed/netns.js';
+import {
+  WG_UAPI_DIR,
+  removeUapiDirIfMade,
+  startWireguardGoNodes,
+} from '../src/testbed/wireguard-go-nodes.js';
 import { isFullRun, markdownTable, saveResults } from './report.js';
 
 interface PathDef {
@@ -35,6 +42,11 @@ interface PathDef {
   readonly daemonArgs?: readonly string[];
   /** Whether a userspace process moves the packets (CPU per GB is measured for those). */
   readonly userspace: boolean;
+  /**
+   * Not weft: every node set up as flanneld sets up its wireguard link, with Debian's
+   * wireguard-go (src/testbed/wireguard-go-nodes.ts); backend is then null.
+   */
+  readonly wireguardGo?: boolean;
 }
 
 export const PATHS: readonly PathDef[] = [
@@ -76,6 +88,20 @@ export const PATHS: readonly PathDef[] = [
     backend: { Type: 'ipip', Dataplane: 'userspace' },
     daemonArgs: ['--dataplane-engine=bpf'],
     userspace: false,
+  },
+  {
+    name: 'wireguard',
+    label: 'weft wireguard (native)',
+    backend: { Type: 'wireguard' },
+    daemonArgs: ['--dataplane-engine=native'],
+    userspace: true,
+  },
+  {
+    name: 'wireguard-go',
+    label: 'wireguard-go (Debian, as flanneld)',
+    backend: null,
+    userspace: true,
+    wireguardGo: true,
   },
   {
     name: 'udp-js',
@@ -145,6 +171,13 @@ async function buildBed(path: PathDef): Promise<Bed> {
     flags: path.daemonArgs ?? [],
   });
   try {
+    if (path.wireguardGo) {
+      // wireguard-go is each node's `daemon`: its CPU is counted, destroy() stops it
+      const pods = await startWireguardGoNodes(cluster, 1500);
+      const silent = await waitForMesh(pods, 15_000);
+      if (silent > 0) throw new Error(`${silent} pod pair(s) unreachable after 15 s`);
+      return { path, cluster, src: pods[0]!, dst: pods[1]! };
+    }
     if (path.backend === null) {
       const [a, b] = cluster.nodes;
       return { path, cluster, src: { ns: a!.ns, ip: a!.ip }, dst: { ns: b!.ns, ip: b!.ip } };
@@ -357,11 +390,13 @@ export async function main(argv: readonly string[]): Promise<number> {
   const progress = new Progress();
   const beds = new Map<string, Bed>();
   const failed = new Map<string, string>();
+  const uapiDirWasThere = existsSync(WG_UAPI_DIR);
   const cleanup = async () => {
     for (const b of beds.values()) {
       await b.cluster.destroy();
     }
     beds.clear();
+    removeUapiDirIfMade(uapiDirWasThere);
   };
   const onSignal = () => void cleanup().finally(() => process.exit(130));
   process.on('SIGINT', onSignal);
