@@ -239,4 +239,20 @@ describe('wireguard backend: weft ⇄ weft and weft ⇄ wireguard-go', { skip },
     await ping(pod(1).ns, WG.addr);
     await ping(wgNs, pod(1).ip);
   });
+
+  test('a TUN deleted by hand: the new engine greets its peers, which carry again', async () => {
+    const sent = async () =>
+      sample(await metrics(c.nodes[0]!.ns), 'weft_dataplane_wg_handshakes_sent_total');
+    ip(c.nodes[0]!.ns, 'link', 'del', 'flannel-wg');
+    await waitFor(
+      () => /inet 10\.5\./.test(c.ipIn(0, 'addr', 'show', 'flannel-wg')),
+      30_000,
+      'flannel-wg back with its address',
+    );
+    // node 1 and wireguard-go still hold sessions with the engine that went: the new engine
+    // (its counters start at 0) initiates to its peers with no traffic of its own to send
+    await waitFor(async () => (await sent()) >= 2, 30_000, 'the new engine initiated');
+    await ping(pod(1).ns, pod(0).ip);
+    await ping(pod(0).ns, pod(1).ip);
+  });
 });

@@ -434,7 +434,13 @@ export class WireguardBackend implements Backend {
       vni: 0,
       vtepMac: null,
       attrs: { backendType: WIREGUARD },
-      wireguard: { privateKey: key.privateKey, ...(this.#cfg.psk ? { psk: this.#cfg.psk } : {}) },
+      // greet: a new engine handshakes with its peers at once (a restarted daemon or a TUN made
+      // again: they may hold sessions with the engine it replaces, until their 15 s timeout)
+      wireguard: {
+        privateKey: key.privateKey,
+        greet: true,
+        ...(this.#cfg.psk ? { psk: this.#cfg.psk } : {}),
+      },
       sidecar,
       fastStart: false,
       peerFor: (lease, family) => {
