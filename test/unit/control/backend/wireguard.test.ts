@@ -23,6 +23,11 @@ import {
 } from '../../../../src/control/backend/wireguard.js';
 import { backendFactory, checkBackendConfig } from '../../../../src/control/backend/registry.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
+import {
+  desiredAnnotations,
+  kubeAnnotations,
+  nodeToLease,
+} from '../../../../src/control/kube/kube-manager.js';
 import { EXT, FAM, backendContext, peerLease } from './fixtures.js';
 
 const KEY = randomBytes(32);
@@ -382,5 +387,55 @@ describe('fanOut', () => {
       [1, 2, 3],
       [1, 2, 3],
     ]);
+  });
+});
+
+describe('wireguard in kube mode: flannel’s annotations', () => {
+  const names = kubeAnnotations('flannel.alpha.coreos.com');
+  const node = (annotations: Record<string, string>) => ({
+    metadata: { name: 'n1', annotations },
+    spec: { podCIDRs: ['10.5.7.0/24', 'fc00:0:0:7::/64'] },
+  });
+
+  it('our lease data goes into backend-data and backend-v6-data as flannel writes them', () => {
+    const ann = desiredAnnotations(node({}), names, {
+      publicIP: '192.168.1.7',
+      publicIPv6: '2001:db8:1::7',
+      backendType: 'wireguard',
+      backendData: wireguardLeaseData(KEY, 51820),
+      backendV6Data: wireguardLeaseData(KEY, 51821),
+    });
+    assert.equal(ann['flannel.alpha.coreos.com/backend-type'], 'wireguard');
+    assert.equal(
+      ann['flannel.alpha.coreos.com/backend-data'],
+      `{"PublicKey":"${KEY_B64}","Port":51820}`,
+    );
+    assert.equal(
+      ann['flannel.alpha.coreos.com/backend-v6-data'],
+      `{"PublicKey":"${KEY_B64}","Port":51821}`,
+    );
+  });
+
+  it("a flanneld node's annotations (one without Port) make a peer on each tunnel", () => {
+    const cfg = backendContext({ Type: 'wireguard' }).netConfig;
+    const r = nodeToLease(
+      node({
+        'flannel.alpha.coreos.com/backend-type': 'wireguard',
+        'flannel.alpha.coreos.com/backend-data': `{"PublicKey":"${KEY_B64}","Port":6000}`,
+        'flannel.alpha.coreos.com/backend-v6-data': `{"PublicKey":"${KEY_B64}"}`,
+        'flannel.alpha.coreos.com/public-ip': '192.168.1.7',
+        'flannel.alpha.coreos.com/public-ipv6': '2001:db8:1::7',
+        'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
+      }),
+      names,
+      cfg,
+    );
+    assert.ok(r.ok);
+    const [t4, t6] = wireguardTunnels(parseWireguardConfig({}), [4, 6]) as [Tunnel, Tunnel];
+    const p4 = wireguardPeerFor(r.value, t4, EXT, 0);
+    const p6 = wireguardPeerFor(r.value, t6, EXT, 0);
+    assert.ok(!('skip' in p4) && !('skip' in p6));
+    assert.deepEqual([p4.peer.endpoint, p4.peer.port], ['192.168.1.7', 6000]);
+    assert.deepEqual([p6.peer.endpoint, p6.peer.port], ['2001:db8:1::7', 51821]);
   });
 });
