@@ -54,6 +54,7 @@ export {
   WG_PEER_RECORD_SIZE,
   type WireguardPeer,
   encodeWireguardPeers,
+  decodeWireguardPeers,
 } from './wireguard-peers.js';
 export { registerDataplaneMetrics } from './stats-metrics.js';
 export { type DataplaneStats, sumStats } from './stats.js';

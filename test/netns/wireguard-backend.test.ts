@@ -227,12 +227,15 @@ describe('wireguard backend: weft ⇄ weft and weft ⇄ wireguard-go', { skip },
     await ping(pod(0).ns, WG.addr);
   });
 
-  test('a restarted daemon keeps its key: weft and wireguard-go handshake with it again', async () => {
+  test('a restarted daemon keeps its key, starts early with its peers, and handshakes again', async () => {
     const key = leaseOf(1).BackendData!.PublicKey;
     await c.stopDaemon(1);
     await c.startDaemon(1);
     assert.equal(leaseOf(1).BackendData!.PublicKey, key);
-    assert.match(c.nodes[1]!.logs.map((l) => l.msg).join('\n'), /wireguard key loaded/);
+    const msgs = c.nodes[1]!.logs.map((l) => l.msg).join('\n');
+    assert.match(msgs, /wireguard key loaded/);
+    // fast start: the engine ran on the kept TUN with the last run's peers before the store
+    assert.match(msgs, /forwarding with the last run’s peers until the store answers/);
     // the new engine has no session: each of these needs a new handshake
     await ping(pod(1).ns, pod(0).ip);
     await ping(pod(0).ns, pod(1).ip);

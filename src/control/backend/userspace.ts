@@ -120,8 +120,8 @@ export interface UserspaceSpec {
   readonly sidecar?: PeerSidecar;
   /**
    * Whether the next run may start this engine early from a record beside the subnet file
-   * (fast-start.ts); default true. The wireguard backend says no: the record would hold the
-   * private key, and the engine cannot move a packet before the peers' keys are known.
+   * (fast-start.ts); default true. The wireguard backend says no when it runs two engines (one
+   * record per subnet file).
    */
   readonly fastStart?: boolean;
 }
@@ -135,6 +135,8 @@ export interface UserspaceSpec {
 export interface PeerSidecar {
   update(batch: readonly LeaseEvent[], ownKey: string | null): boolean;
   handOver(dp: Dataplane): void;
+  /** What the engine was last handed, encoded, for the fast-start record; absent: nothing. */
+  encoded?(): Buffer;
 }
 
 /**
@@ -448,6 +450,8 @@ class PeerFeed {
       const delta = this.#records.takeDelta();
       if (delta.changes === 0) {
         this.sidecar?.handOver(this.engine());
+        const sidecar = this.sidecar;
+        if (sidecar?.encoded) this.record?.wgPeers(() => sidecar.encoded!());
         return;
       }
       try {
@@ -463,6 +467,8 @@ class PeerFeed {
       }
     }
     this.record?.peers(() => this.#records.table());
+    const sidecar = this.sidecar;
+    if (sidecar?.encoded) this.record?.wgPeers(() => sidecar.encoded!());
   }
 }
 

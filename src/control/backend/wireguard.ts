@@ -33,6 +33,7 @@ import {
   type Dataplane,
   type PeerEntry,
   type WireguardPeer,
+  encodeWireguardPeers,
   registerDataplaneMetrics,
   sumStats,
 } from '../../dataplane/index.js';
@@ -323,6 +324,11 @@ export class WireguardPeers implements PeerSidecar {
     return out;
   }
 
+  /** The peers as the engine takes them (the fast-start record keeps them). */
+  encoded(): Buffer {
+    return encodeWireguardPeers(this.list());
+  }
+
   handOver(dp: Dataplane): void {
     const list = this.list();
     const text = JSON.stringify(
@@ -401,15 +407,17 @@ export class WireguardBackend implements Backend {
         tctx,
         {
           type: WIREGUARD,
-          fastStart: false,
-          resolve: async () => this.#spec(t, sidecar),
+          // fast start (fast-start.ts: the record keeps the key and the peers) for one engine:
+          // one record per subnet file
+          fastStart: !several,
+          resolve: async () => this.#spec(t, sidecar, !several),
         },
         { registerMetrics: false },
       );
     });
   }
 
-  #spec(t: Tunnel, sidecar: WireguardPeers): UserspaceSpec {
+  #spec(t: Tunnel, sidecar: WireguardPeers, fastStart: boolean): UserspaceSpec {
     const ctx = this.#ctx;
     const key = this.#key!;
     const mtu = (this.#cfg.mtu ?? ctx.extIface.mtu) - WG_OVERHEAD;
@@ -442,7 +450,7 @@ export class WireguardBackend implements Backend {
         ...(this.#cfg.psk ? { psk: this.#cfg.psk } : {}),
       },
       sidecar,
-      fastStart: false,
+      fastStart,
       peerFor: (lease, family) => {
         const p = wireguardPeerFor(lease, t, ctx.extIface, this.#cfg.keepalive);
         if ('skip' in p) return p;
