@@ -20,6 +20,11 @@
  *             (the engine's peer table); PSK and keepalive from net-conf. A lease of another
  *             type or with bad data is skipped, logged once and counted.
  *
+ *   engine    a new engine handshakes with its first peers at once (wireguard.greet: it may
+ *             replace one whose sessions they still hold); a one-engine node starts early after a
+ *             restart (fast-start.ts: the record keeps the keys and the peers).
+ *   UAPI      not served yet: the place it starts is marked in #spec's `prepared`.
+ *
  * One difference from flanneld: in auto/ipv4/ipv6, flanneld publishes ListenPortV6 in
  * BackendV6Data while its one link listens on ListenPort only; weft publishes ListenPort there
  * (the port that answers). Where the chosen family has no public address (auto), weft tries the
