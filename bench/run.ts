@@ -10,9 +10,11 @@
  * Paths: underlay (node to node, no tunnel), host-gw, vxlan (kernel), udp (weft native engine),
  * vxlan-userspace (weft native engine), vxlan-bpf and udp-bpf (weft bpf engine: TC-BPF encap and
  * decap in the kernel), ipip-userspace (weft native engine, raw sockets) and ipip-bpf (the bpf
- * engine's IPIP framing), udp-js (weft js engine), and over an IPv6 underlay (an IPv6-only
- * cluster: IPv6 pods, VXLAN in IPv6) vxlan6 (kernel, flannel-v6.1) and vxlan6-bpf (the bpf
- * engine), whose ratio is to vxlan6 of the same round. Each weft path runs the real
+ * engine's IPIP framing), wireguard (weft native engine's WireGuard framing), wireguard-go
+ * (no weft: Debian's wireguard-go on each node, set up as flanneld sets up flannel-wg), udp-js
+ * (weft js engine), and over an IPv6 underlay (an IPv6-only cluster: IPv6 pods, VXLAN in IPv6)
+ * vxlan6 (kernel, flannel-v6.1) and vxlan6-bpf (the bpf engine), whose ratio is to vxlan6 of the
+ * same round. Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
  * received pps and loss, ping RTT avg and p99, and CPU seconds per GB moved by one TCP stream:
  * the whole machine's (every row, kernel paths included: user, system, irq and softirq time of
@@ -23,7 +25,7 @@
  * not --quick) also replaces latest.json, latest.svg and latest.md, which the README shows.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
 import { Progress } from '../src/control/demo/progress.js';
@@ -31,6 +33,11 @@ import { buildBenchCluster } from '../src/testbed/bench-cluster.js';
 import type { Cluster } from '../src/testbed/cluster.js';
 import { iperf, ping, waitForMesh } from '../src/testbed/probes.js';
 import { isRoot } from '../src/testbed/netns.js';
+import {
+  WG_UAPI_DIR,
+  removeUapiDirIfMade,
+  startWireguardGoNodes,
+} from '../src/testbed/wireguard-go-nodes.js';
 import { isFullRun, markdownTable, saveResults } from './report.js';
 
 interface PathDef {
@@ -45,6 +52,11 @@ interface PathDef {
   readonly ipv6Only?: boolean;
   /** The path its ratios are to (default: kernel vxlan over IPv4). */
   readonly baseline?: string;
+  /**
+   * Not weft: every node set up as flanneld sets up its wireguard link, with Debian's
+   * wireguard-go (src/testbed/wireguard-go-nodes.ts); backend is then null.
+   */
+  readonly wireguardGo?: boolean;
 }
 
 export const PATHS: readonly PathDef[] = [
@@ -102,6 +114,20 @@ export const PATHS: readonly PathDef[] = [
     ipv6Only: true,
     baseline: 'vxlan6',
     userspace: false,
+  },
+  {
+    name: 'wireguard',
+    label: 'weft wireguard (native)',
+    backend: { Type: 'wireguard' },
+    daemonArgs: ['--dataplane-engine=native'],
+    userspace: true,
+  },
+  {
+    name: 'wireguard-go',
+    label: 'wireguard-go (Debian, as flanneld)',
+    backend: null,
+    userspace: true,
+    wireguardGo: true,
   },
   {
     name: 'udp-js',
@@ -185,6 +211,13 @@ async function buildBed(path: PathDef): Promise<Bed> {
     ...(path.ipv6Only ? { dualStack: true, netConf: { EnableIPv4: false } } : {}),
   });
   try {
+    if (path.wireguardGo) {
+      // wireguard-go is each node's `daemon`: its CPU is counted, destroy() stops it
+      const pods = await startWireguardGoNodes(cluster, 1500);
+      const silent = await waitForMesh(pods, 15_000);
+      if (silent > 0) throw new Error(`${silent} pod pair(s) unreachable after 15 s`);
+      return { path, cluster, src: pods[0]!, dst: pods[1]! };
+    }
     if (path.backend === null) {
       const [a, b] = cluster.nodes;
       return { path, cluster, src: { ns: a!.ns, ip: a!.ip }, dst: { ns: b!.ns, ip: b!.ip } };
@@ -401,11 +434,13 @@ export async function main(argv: readonly string[]): Promise<number> {
   const progress = new Progress();
   const beds = new Map<string, Bed>();
   const failed = new Map<string, string>();
+  const uapiDirWasThere = existsSync(WG_UAPI_DIR);
   const cleanup = async () => {
     for (const b of beds.values()) {
       await b.cluster.destroy();
     }
     beds.clear();
+    removeUapiDirIfMade(uapiDirWasThere);
   };
   const onSignal = () => void cleanup().finally(() => process.exit(130));
   process.on('SIGINT', onSignal);

@@ -15,6 +15,7 @@
  * `destroy()`, on any path.
  */
 import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { encodeLeaseAttrs } from '../../src/control/lease/lease-json.js';
@@ -206,14 +207,17 @@ export class Bed {
 
   /** A lease value this bed's backend programs (a vxlan one needs a VtepMAC). */
   leaseValue(publicIP: string, vxlan: { vni?: number; mac?: string } = {}): string {
-    const isVxlan = this.backend.leaseType === 'vxlan';
+    const type = this.backend.leaseType;
     return encodeLeaseAttrs({
       publicIP,
       publicIPv6: null,
-      backendType: this.backend.leaseType,
-      backendData: isVxlan
-        ? { VNI: vxlan.vni ?? 1, VtepMAC: vxlan.mac ?? '0a:00:00:00:00:fa' }
-        : undefined,
+      backendType: type,
+      backendData:
+        type === 'vxlan'
+          ? { VNI: vxlan.vni ?? 1, VtepMAC: vxlan.mac ?? '0a:00:00:00:00:fa' }
+          : type === 'wireguard'
+            ? { PublicKey: randomBytes(32).toString('base64'), Port: 51820 }
+            : undefined,
     });
   }
 

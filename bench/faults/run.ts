@@ -26,9 +26,16 @@ import { type FaultResult, exitStatus, faultTable, resultOf, tally } from './rep
 import { ROWS, type RowOptions } from './rows.js';
 
 /**
- * The four backends and the bpf engine on the two userspace framings (vxlan-bpf, udp-bpf:
- * --dataplane-engine=bpf), as the bench names and configures them.
+ * The four backends, the bpf engine on the two userspace framings (vxlan-bpf, udp-bpf:
+ * --dataplane-engine=bpf) and wireguard (native engine), as the bench names and configures them.
  */
+const DEVICES: Readonly<Record<string, string>> = {
+  udp: 'flannel0',
+  vxlan: 'flannel.1',
+  wireguard: 'flannel-wg',
+};
+const PORTS: Readonly<Record<string, number>> = { udp: 8285, vxlan: 8472, wireguard: 51820 };
+
 export const BACKENDS: readonly FaultBackend[] = [
   'vxlan',
   'host-gw',
@@ -36,6 +43,7 @@ export const BACKENDS: readonly FaultBackend[] = [
   'vxlan-userspace',
   'vxlan-bpf',
   'udp-bpf',
+  'wireguard',
 ].map((name) => {
   const p = PATHS.find((x) => x.name === name)!;
   const type = String(p.backend!.Type);
@@ -47,8 +55,8 @@ export const BACKENDS: readonly FaultBackend[] = [
     flags,
     // the bpf engine has the TUN and the UDP socket too (the native engine is its slow path)
     userspace: p.userspace || flags.includes('--dataplane-engine=bpf'),
-    dev: type === 'udp' ? 'flannel0' : type === 'vxlan' ? 'flannel.1' : null,
-    port: type === 'udp' ? 8285 : type === 'vxlan' ? 8472 : null,
+    dev: DEVICES[type] ?? null,
+    port: PORTS[type] ?? null,
     leaseType: type === 'udp' ? '' : type,
   };
 });

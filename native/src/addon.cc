@@ -833,6 +833,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
       std::memcpy(cfg.wg_psk, psk.As<Napi::Buffer<uint8_t>>().Data(), 32);
       cfg.wg_has_psk = true;
     }
+    cfg.wg_greet = o.Get("wgGreet").ToBoolean().Value();
   }
   std::string error;
   std::unique_ptr<Engine> e = Engine::Create(cfg, &error);

@@ -1133,6 +1133,7 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* err
   if (cfg.format == Format::kWireguard) {
     e->wg_ = WgEngine::Create(cfg.wg_private_key, cfg.wg_has_psk ? cfg.wg_psk : nullptr, error);
     if (!e->wg_) return nullptr;
+    e->wg_->set_greet_first_peers(cfg.wg_greet);
     // The keys live in the WgEngine (zeroed with its Device); not in the config copy.
     wg::Wipe(e->cfg_.wg_private_key, sizeof(e->cfg_.wg_private_key));
     wg::Wipe(e->cfg_.wg_psk, sizeof(e->cfg_.wg_psk));

@@ -84,6 +84,9 @@ struct EngineConfig {
   uint8_t wg_private_key[32] = {};
   uint8_t wg_psk[32] = {};
   bool wg_has_psk = false;
+  // The first peers get a handshake from us at once (WgEngine::set_greet_first_peers): the
+  // backend's engines may replace an earlier one whose sessions the peers still hold.
+  bool wg_greet = false;
 };
 
 // Counter indexes, followed by one counter per DropReason (kDropBase + reason), from the table

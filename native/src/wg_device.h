@@ -155,6 +155,10 @@ class Device {
   Peer* FindPeer(const uint8_t pub[kKeyLen]) const;
   // Forgets a peer: its key material is zeroed and its indices go; `peer` is dangling after.
   void RemovePeer(Peer* peer);
+  // Asks for a handshake with `peer` as if data waited for one (Tick then initiates, and goes
+  // on until one is made): an engine that replaces another greets the peers that may still
+  // hold a session with the one it replaces.
+  void WantHandshake(Peer* peer) { peer->handshake_wanted_ = true; }
   // The load flag (the caller's handshake queue depth decides it): mac2 is then required.
   void set_under_load(bool on) { under_load_ = on; }
 

@@ -109,6 +109,11 @@ void WgEngine::SetPeers(const std::vector<WgPeerConfig>& peers) {
       wg::Peer* p = dev_.AddPeer(c.public_key, has_psk_ ? psk_ : nullptr,
                                  static_cast<uint64_t>(c.keepalive_s) * wg::kSecond);
       if (p == nullptr) continue;  // our own key: nothing to talk to
+      // The engine's first peers (greeting asked for): this engine may replace one (a
+      // restarted daemon, a TUN made again) whose sessions they still hold and would send into
+      // until their own 15 s timeout; a handshake from us replaces those sessions at once.
+      // Later peers wait for traffic, as the kernel's.
+      if (first_peers_) dev_.WantHandshake(p);
       peers_.push_back(std::make_unique<PeerState>());
       ps = peers_.back().get();
       ps->peer = p;
@@ -136,6 +141,7 @@ void WgEngine::SetPeers(const std::vector<WgPeerConfig>& peers) {
     by_address_[AddressKey(c.family, c.addr)] = ps;
     by_peer_[ps->peer] = ps;
   }
+  if (!peers.empty()) first_peers_ = false;
   next_tick_.store(0, std::memory_order_relaxed);  // keepalives of new peers: at the next tick
 }
 

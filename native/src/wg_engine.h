@@ -128,6 +128,9 @@ class WgEngine {
   // Control thread: the peers from now on. A peer whose key stays keeps its sessions (its
   // endpoint and keepalive are updated); a peer that goes has its keys zeroed.
   void SetPeers(const std::vector<WgPeerConfig>& peers);
+  // Whether the first non-empty SetPeers asks for a handshake with each of its peers (default
+  // false: a peer's first handshake waits for traffic, as the kernel's). Set before SetPeers.
+  void set_greet_first_peers(bool on) { first_peers_ = on; }
   size_t peer_count();
   // Control thread: every peer's state, copied under mu() (held only for the copy).
   void Snapshot(std::vector<WgPeerState>* out);
@@ -172,6 +175,8 @@ class WgEngine {
   std::map<std::array<uint8_t, 17>, PeerState*> by_address_;
   std::unordered_map<const wg::Peer*, PeerState*> by_peer_;
   std::atomic<uint64_t> next_tick_{0};
+  // No peer set yet and greeting asked for: the first ones get a handshake from us (SetPeers).
+  bool first_peers_ = false;
   uint32_t handshakes_since_tick_ = 0;
   uint64_t under_load_until_ = 0;  // 0: not under load
 };

@@ -47,6 +47,10 @@ export const ERROR_CODES = {
     exit: 1,
     summary: 'the WireGuard UAPI socket (`wg show`) cannot be served',
   },
+  WEFT_ERR_WIREGUARD_KEY: {
+    exit: 1,
+    summary: 'the WireGuard key file cannot be read, parsed or written',
+  },
   WEFT_ERR_BPF_UNAVAILABLE: {
     exit: 1,
     summary: 'the bpf engine cannot run here (load, probe or attach failed); native runs instead',

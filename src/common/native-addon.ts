@@ -187,6 +187,8 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly wgPrivateKey?: Buffer;
   /** format wireguard: the cluster-wide preshared key (32 bytes); absent: none. */
   readonly wgPsk?: Buffer;
+  /** format wireguard: handshake with the first peers set at once (DataplaneOptions.wireguard.greet). */
+  readonly wgGreet?: boolean;
 }
 
 export interface NativeEngine {

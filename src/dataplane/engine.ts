@@ -71,8 +71,14 @@ export interface DataplaneOptions {
   /**
    * format wireguard: our static private key and the cluster-wide preshared key (flannel's
    * net-conf PSK; absent: none), 32 bytes each. `port` is then the listen port (flannel: 51820).
+   * `greet`: the first peers set get a handshake from us at once, not on their first packet
+   * (this engine may replace one whose sessions they still hold; default false).
    */
-  readonly wireguard?: { readonly privateKey: Buffer; readonly psk?: Buffer };
+  readonly wireguard?: {
+    readonly privateKey: Buffer;
+    readonly psk?: Buffer;
+    readonly greet?: boolean;
+  };
   readonly log?: Logger;
 }
 

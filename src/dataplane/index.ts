@@ -56,6 +56,7 @@ export {
   type WireguardPeerState,
   type WireguardState,
   encodeWireguardPeers,
+  decodeWireguardPeers,
 } from './wireguard-peers.js';
 export {
   UAPI_SOCKET_DIR,
@@ -65,6 +66,7 @@ export {
   startWireguardUapi,
 } from './wireguard-uapi.js';
 export { registerDataplaneMetrics } from './stats-metrics.js';
+export { type DataplaneStats, sumStats } from './stats.js';
 export { removeBpfPins } from './bpf-pins.js';
 export { type CleanupReport, cleanupHost } from './cleanup.js';
 

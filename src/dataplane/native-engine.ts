@@ -127,6 +127,7 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
         ? {
             wgPrivateKey: opts.wireguard.privateKey,
             ...(opts.wireguard.psk ? { wgPsk: opts.wireguard.psk } : {}),
+            wgGreet: opts.wireguard.greet ?? false,
           }
         : {}),
     });

@@ -298,3 +298,19 @@ export function decodeCounters(engine: 'native' | 'js', flat: ArrayLike<number>)
   }
   return { engine, workers, total };
 }
+
+/**
+ * Several engines' counters as one (the wireguard backend's two tunnels in `separate` mode):
+ * workers side by side, totals summed, offloads and steering as the first engine reports them.
+ */
+export function sumStats(all: readonly DataplaneStats[]): DataplaneStats | null {
+  const first = all[0];
+  if (!first) return null;
+  if (all.length === 1) return first;
+  const total = emptyWorkerStats();
+  for (const s of all) {
+    for (const c of COUNTERS) total.counters[c] += s.total.counters[c];
+    for (const r of DROP_REASONS) total.drops[r] += s.total.drops[r];
+  }
+  return { ...first, workers: all.flatMap((s) => s.workers), total };
+}

@@ -10,7 +10,7 @@
  * endpoint address: flannel's `AllowedIPs = the peer's subnet(s)`, endpoint `PublicIP:Port`.
  */
 import { WeftError } from '../common/errors.js';
-import { ipToBytes, parseIP } from '../common/ip.js';
+import { formatIP, ipToBytes, parseIP } from '../common/ip.js';
 
 export const WG_PEER_RECORD_SIZE = 64;
 
@@ -53,6 +53,25 @@ export interface WireguardPeerState {
   readonly txBytes: number;
   /** Persistent keepalive interval, seconds (0: off). */
   readonly persistentKeepalive: number;
+}
+
+/** The peers `encodeWireguardPeers` encoded (a fast-start record keeps them so). */
+export function decodeWireguardPeers(buf: Buffer): WireguardPeer[] {
+  if (buf.length % WG_PEER_RECORD_SIZE !== 0)
+    throw new WeftError('WEFT_ERR_DATAPLANE', 'wireguard peers: not a whole number of records');
+  const out: WireguardPeer[] = [];
+  for (let o = 0; o < buf.length; o += WG_PEER_RECORD_SIZE) {
+    const family = buf[o + 32];
+    const addr = buf.subarray(o + 48, o + 48 + (family === 4 ? 4 : 16));
+    const endpoint = formatIP(family === 4 ? 4 : 6, BigInt(`0x${addr.toString('hex')}`));
+    out.push({
+      publicKey: Buffer.from(buf.subarray(o, o + 32)),
+      endpoint,
+      port: buf.readUInt16BE(o + 34),
+      persistentKeepalive: buf.readUInt16BE(o + 36),
+    });
+  }
+  return out;
 }
 
 export function encodeWireguardPeers(peers: readonly WireguardPeer[]): Buffer {

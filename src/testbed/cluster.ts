@@ -678,6 +678,10 @@ export class Cluster {
       ...process.env,
       WEFT_LOG_LEVEL: 'info',
       NODE_NAME: node.name,
+      // the wireguard backend's key, per node and never the host's /run/flannel/wgkey
+      WIREGUARD_KEY_FILE: join(node.dir, 'wgkey'),
+      // the UAPI sockets (`wg show`) are files, not per namespace: each node its own directory
+      WEFT_WIREGUARD_UAPI_DIR: join(node.dir, 'wireguard'),
       ...(this.bpffs ? { WEFT_BPF_PIN_DIR: join(this.bpffs.dir, 'weft') } : {}),
       ...o.env,
       ...start.env,

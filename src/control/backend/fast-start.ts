@@ -28,13 +28,28 @@ import { readFileSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
 import { errorMessage } from '../../common/errors.js';
 import type { Logger } from '../../common/log.js';
-import { type Dataplane, type DataplaneOptions, removeBpfPins } from '../../dataplane/index.js';
+import {
+  type Dataplane,
+  type DataplaneOptions,
+  decodeWireguardPeers,
+  removeBpfPins,
+} from '../../dataplane/index.js';
 import type { Netlink } from '../netlink/netlink.js';
 import { VERSION } from '../version.js';
 import { canAdoptTun } from './persistent-tun.js';
 
-/** The engine options a record keeps (DataplaneOptions without the logger; the MAC as hex). */
-export type SavedOptions = Omit<DataplaneOptions, 'log' | 'vtepMac'> & { readonly vtepMac: string };
+/**
+ * The engine options a record keeps (DataplaneOptions without the logger; the MAC as hex, the
+ * WireGuard keys as base64: the record is mode 0600, as the key file's directory is root's).
+ */
+export type SavedOptions = Omit<DataplaneOptions, 'log' | 'vtepMac' | 'wireguard'> & {
+  readonly vtepMac: string;
+  readonly wireguard?: {
+    readonly privateKey: string;
+    readonly psk?: string;
+    readonly greet?: boolean;
+  };
+};
 
 interface Record_ {
   readonly version: string;
@@ -43,6 +58,8 @@ interface Record_ {
   readonly options: SavedOptions;
   /** The last peer table handed to the engine (peer-table.ts layout), base64. */
   readonly peers: string;
+  /** format wireguard: the last WireGuard peers (wireguard-peers.ts layout), base64. */
+  readonly wgPeers?: string;
 }
 
 export function recordPath(subnetFile: string): string {
@@ -50,8 +67,40 @@ export function recordPath(subnetFile: string): string {
 }
 
 export function saveOptions(o: DataplaneOptions): SavedOptions {
-  const { log: _log, vtepMac, ...rest } = o;
-  return { ...rest, vtepMac: vtepMac.toString('hex') };
+  const { log: _log, vtepMac, wireguard, ...rest } = o;
+  return {
+    ...rest,
+    vtepMac: vtepMac.toString('hex'),
+    ...(wireguard
+      ? {
+          wireguard: {
+            privateKey: wireguard.privateKey.toString('base64'),
+            ...(wireguard.psk ? { psk: wireguard.psk.toString('base64') } : {}),
+            ...(wireguard.greet !== undefined ? { greet: wireguard.greet } : {}),
+          },
+        }
+      : {}),
+  };
+}
+
+/** The options a record's SavedOptions stand for (the logger added). */
+function loadOptions(o: SavedOptions, log: Logger): DataplaneOptions {
+  const { vtepMac, wireguard, ...rest } = o;
+  return {
+    ...rest,
+    vtepMac: Buffer.from(vtepMac, 'hex'),
+    ...(wireguard
+      ? {
+          wireguard: {
+            privateKey: Buffer.from(wireguard.privateKey, 'base64'),
+            ...(wireguard.psk ? { psk: Buffer.from(wireguard.psk, 'base64') } : {}),
+            ...(wireguard.greet !== undefined ? { greet: wireguard.greet } : {}),
+          },
+        }
+      : {}),
+    persist: true,
+    log,
+  };
 }
 
 /** Options compared as JSON with sorted keys (undefined fields left out). */
@@ -92,6 +141,7 @@ export class DataplaneRecord {
   readonly #pause: Pause;
   #head: Omit<Record_, 'peers'> | null = null;
   #peers: (() => Buffer) | null = null;
+  #wgPeers: (() => Buffer) | null = null;
   #writing: Promise<void> | null = null;
   #dirty = false;
   #removed = false;
@@ -124,6 +174,12 @@ export class DataplaneRecord {
     this.#schedule();
   }
 
+  /** format wireguard: the WireGuard peers just handed to the engine changed. */
+  wgPeers(peers: () => Buffer): void {
+    this.#wgPeers = peers;
+    this.#schedule();
+  }
+
   /** Resolves once what was asked so far is on disk (at once, without the interval). */
   async flush(): Promise<void> {
     this.#hurry.abort();
@@ -153,7 +209,12 @@ export class DataplaneRecord {
         // the interval runs from the last write of a table (start's own write has none yet)
         if (this.#peers) this.#lastWrite = performance.now();
         const table = this.#peers?.() ?? Buffer.alloc(0);
-        const rec: Record_ = { ...this.#head!, peers: table.toString('base64') };
+        const wg = this.#wgPeers?.();
+        const rec: Record_ = {
+          ...this.#head!,
+          peers: table.toString('base64'),
+          ...(wg ? { wgPeers: wg.toString('base64') } : {}),
+        };
         const tmp = `${this.#path}.tmp`;
         try {
           await writeFile(tmp, JSON.stringify(rec), { mode: 0o600 });
@@ -234,12 +295,7 @@ export async function startEarly(
       log.debug({ tun: o.tunName }, 'no persistent tun to start early on');
       return null;
     }
-    dp = await deps.startDataplane({
-      ...o,
-      vtepMac: Buffer.from(o.vtepMac, 'hex'),
-      persist: true,
-      log,
-    });
+    dp = await deps.startDataplane(loadOptions(o, log));
   } catch (err) {
     log.info({ tun: o.tunName, err: errorMessage(err) }, 'early dataplane start failed');
     return null;
@@ -253,6 +309,13 @@ export async function startEarly(
     peerCount = table.length / 64;
   } catch (err) {
     log.warn({ err: errorMessage(err) }, 'recorded peer table refused');
+  }
+  if (rec.wgPeers && dp.setWireguardPeers) {
+    try {
+      dp.setWireguardPeers(decodeWireguardPeers(Buffer.from(rec.wgPeers, 'base64')));
+    } catch (err) {
+      log.warn({ err: errorMessage(err) }, 'recorded wireguard peers refused');
+    }
   }
   log.info(
     { tun: dp.tunName, engine: dp.engine, peers: peerCount },

@@ -16,6 +16,7 @@ import { IPIP_USERSPACE_SPEC } from './ipip-userspace.js';
 import { UDP_SPEC } from './udp.js';
 import { VXLAN_SPEC } from './vxlan.js';
 import { VXLAN_USERSPACE_SPEC } from './vxlan-userspace.js';
+import { WIREGUARD_SPEC } from './wireguard.js';
 
 /** A registration: a spec, or a factory a test registered under a new name (options unknown). */
 type Registered = Omit<BackendSpec, 'options'> & { readonly options: readonly string[] | null };
@@ -29,6 +30,7 @@ const specs = new Map<string, Registered>(
     IPIP_SPEC,
     VXLAN_USERSPACE_SPEC,
     IPIP_USERSPACE_SPEC,
+    WIREGUARD_SPEC,
     EXTENSION_SPEC,
   ].map((s) => [s.type, s]),
 );

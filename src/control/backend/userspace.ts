@@ -96,6 +96,11 @@ export interface UserspaceSpec {
   /** The TUN's MTU when the Backend block sets one (vxlan `MTU` − 50); else from the overheads. */
   readonly mtu?: number;
   /**
+   * The underlay addresses the engine binds (wireguard: the ones its Mode sends from); absent:
+   * underlayBinds' choice.
+   */
+  readonly bind?: { readonly bindIp: string | null; readonly bindIp6?: string };
+  /**
    * Each pod family rides the underlay of its own family, as flannel's vxlan does (IPv4 pods to
    * the peer's PublicIP, IPv6 pods to its PublicIPv6; a dual-stack node binds both addresses).
    * Else (udp) every family rides one underlay: IPv4 when the node has an IPv4 address.
@@ -108,7 +113,30 @@ export interface UserspaceSpec {
   /** The peer record for a lease, or a reason to skip it (logged once per lease). */
   peerFor(lease: Lease, family: Family, publicIP: string): PeerEntry | { skip: string };
   /** Told once the engine runs, before prepare returns (ipip: what it does not apply). */
-  prepared?(): void;
+  prepared?(dp: Dataplane): void;
+  /** format wireguard: our static key and the cluster-wide PSK (DataplaneOptions.wireguard). */
+  readonly wireguard?: DataplaneOptions['wireguard'];
+  /** What the engine needs beside the peer table (wireguard: the peers' keys); absent: none. */
+  readonly sidecar?: PeerSidecar;
+  /**
+   * Whether the next run may start this engine early from a record beside the subnet file
+   * (fast-start.ts); default true. The wireguard backend says no when it runs two engines (one
+   * record per subnet file).
+   */
+  readonly fastStart?: boolean;
+}
+
+/**
+ * State an engine needs beside the peer table, planned from the same lease batches (the
+ * wireguard backend's peers: public key, endpoint, keepalive). `update` sees every batch (our
+ * own lease left out) and says whether anything changed; `handOver` gives the engine what it
+ * needs now, after each table handover and to each new engine (it skips what the engine has).
+ */
+export interface PeerSidecar {
+  update(batch: readonly LeaseEvent[], ownKey: string | null): boolean;
+  handOver(dp: Dataplane): void;
+  /** What the engine was last handed, encoded, for the fast-start record; absent: nothing. */
+  encoded?(): Buffer;
 }
 
 /**
@@ -165,6 +193,11 @@ export function underlayBinds(
 
 export interface UserspaceDeps {
   readonly openNetlink?: () => Netlink;
+  /**
+   * Whether the engine's counters go on the registry as weft_dataplane_* (default true); false
+   * when the caller runs several engines and registers their sum itself (wireguard's two).
+   */
+  readonly registerMetrics?: boolean;
   readonly hostForwardPath?: () => HostForwardPath;
   /** The addon probe chooseEngine runs (default: the dataplane's own). */
   readonly probeAddon?: () => void;
@@ -178,6 +211,8 @@ export interface UserspaceDeps {
 /** The engine as a spec resolves it at prepare (vxlan: its VtepMAC is chosen there). */
 export interface LazyUserspaceSpec {
   readonly type: string;
+  /** As UserspaceSpec.fastStart (known before the spec resolves). */
+  readonly fastStart?: boolean;
   resolve(): Promise<UserspaceSpec>;
 }
 
@@ -195,7 +230,10 @@ class EngineLifecycle {
   /** The TUN was left by an earlier run and adopted (start then clears what it kept). */
   adopted = false;
 
-  constructor(private readonly ctx: BackendContext) {
+  constructor(
+    private readonly ctx: BackendContext,
+    private readonly registerMetrics = true,
+  ) {
     this.died = new Promise<never>((_, reject) => (this.#fail = reject));
     this.died.catch(() => undefined);
   }
@@ -255,7 +293,7 @@ class EngineLifecycle {
 
   #use(dp: Dataplane): void {
     this.#dp = dp;
-    registerDataplaneMetrics(this.ctx.metrics, () => dp.stats());
+    if (this.registerMetrics) registerDataplaneMetrics(this.ctx.metrics, () => dp.stats());
     // A dataplane that dies is fatal: the daemon exits 1 and its supervisor restarts it.
     void dp.failed.then((err) => {
       if (dp === this.#dp) this.#fail(err);
@@ -339,6 +377,7 @@ class PeerFeed {
 
   constructor(
     private readonly engine: () => Dataplane,
+    private readonly sidecar: PeerSidecar | null,
     private readonly plan: PeerPlanContext,
     private readonly log: BackendContext['log'],
     private readonly metrics: ReturnType<typeof kernelMetrics>,
@@ -357,10 +396,12 @@ class PeerFeed {
       this.#whole = true;
       this.log.error({ err: errorMessage(err) }, 'peer table refused');
     }
+    this.sidecar?.handOver(this.engine());
   }
 
   update(batch: readonly LeaseEvent[]): void {
     const now = performance.now();
+    const sideChanged = this.sidecar?.update(batch, this.plan.ownKey) ?? false;
     const changes = planPeers(batch, this.plan);
     for (const c of changes) {
       for (const reason of c.skipped) {
@@ -375,7 +416,7 @@ class PeerFeed {
     // After it, one table per flush window, as the kernel backends batch (a churn of small
     // batches would otherwise rebuild the 5,000-peer table on every event-loop turn).
     const wasFirst = this.#first;
-    const changed = this.#records.apply(changes) || this.#first;
+    const changed = this.#records.apply(changes) || this.#first || sideChanged;
     this.#first = false;
     if (changed && !this.#scheduled) {
       this.#scheduled = setTimeout(() => this.#push(), wasFirst ? 0 : FLUSH_WINDOW_MS);
@@ -407,10 +448,16 @@ class PeerFeed {
       this.handOverTable();
     } else {
       const delta = this.#records.takeDelta();
-      if (delta.changes === 0) return;
+      if (delta.changes === 0) {
+        this.sidecar?.handOver(this.engine());
+        const sidecar = this.sidecar;
+        if (sidecar?.encoded) this.record?.wgPeers(() => sidecar.encoded!());
+        return;
+      }
       try {
         this.engine().updatePeerTable(delta);
         this.log.debug({ peers: this.#records.size, changes: delta.changes }, 'peer table updated');
+        this.sidecar?.handOver(this.engine());
       } catch (err) {
         this.log.warn(
           { err: errorMessage(err) },
@@ -420,6 +467,8 @@ class PeerFeed {
       }
     }
     this.record?.peers(() => this.#records.table());
+    const sidecar = this.sidecar;
+    if (sidecar?.encoded) this.record?.wgPeers(() => sidecar.encoded!());
   }
 }
 
@@ -458,7 +507,7 @@ export class UserspaceBackend implements Backend {
     this.#handover = handover;
     this.#families = enabledFamilies(ctx.netConfig);
     this.#metrics = kernelMetrics(ctx.metrics);
-    this.#engine = new EngineLifecycle(ctx);
+    this.#engine = new EngineLifecycle(ctx, deps.registerMetrics ?? true);
     // What the next run starts early with (fast-start.ts): not for the js engine, nor for
     // "Dataplane": "auto" (its next start may take the kernel device of the TUN's name; a
     // handover comes only from "auto").
@@ -466,7 +515,14 @@ export class UserspaceBackend implements Backend {
       handover.autoPrefers !== undefined ||
       jsonField(ctx.netConfig.backend.raw, 'Dataplane') === 'auto';
     this.#record =
-      ctx.options.subnetFile && !auto ? new DataplaneRecord(ctx.options.subnetFile, ctx.log) : null;
+      ctx.options.subnetFile && !auto && spec.fastStart !== false
+        ? new DataplaneRecord(ctx.options.subnetFile, ctx.log)
+        : null;
+  }
+
+  /** The engine running now (null before prepare and after close). */
+  get dataplane(): Dataplane | null {
+    return this.#engine.running;
   }
 
   /** The TUN's state: false while the re-check cannot restore it. */
@@ -480,7 +536,8 @@ export class UserspaceBackend implements Backend {
     const ext = ctx.extIface;
     const spec = 'resolve' in this.#given ? await this.#given.resolve() : this.#given;
     this.#spec = spec;
-    const { bindIp, bindIp6 } = underlayBinds(ext, this.#families, spec.underlayPerFamily ?? false);
+    const { bindIp, bindIp6 } =
+      spec.bind ?? underlayBinds(ext, this.#families, spec.underlayPerFamily ?? false);
     // An IPv6 underlay in use: its larger outer header sets the TUN MTU (one TUN for both).
     const v6Underlay = bindIp6 !== undefined || (bindIp?.includes(':') ?? false);
     const mtu =
@@ -524,6 +581,7 @@ export class UserspaceBackend implements Backend {
       tunMtu: mtu,
       vni: spec.vni,
       vtepMac: spec.vtepMac ?? Buffer.alloc(6),
+      ...(spec.wireguard ? { wireguard: spec.wireguard } : {}),
       log,
     };
     const dp = await this.#engine.start(options, nl);
@@ -537,7 +595,7 @@ export class UserspaceBackend implements Backend {
       },
       'userspace dataplane started',
     );
-    spec.prepared?.();
+    spec.prepared?.(dp);
     return { attrs: spec.attrs, mtu };
   }
 
@@ -574,6 +632,7 @@ export class UserspaceBackend implements Backend {
     const engine = () => this.#engine.running!;
     const feed = new PeerFeed(
       engine,
+      spec.sidecar ?? null,
       {
         families: this.#families,
         underlay: this.#ctx.extIface.ifaceAddr ? 4 : 6,

@@ -41,6 +41,8 @@ export const DEMO_BACKENDS: Record<string, DemoBackend> = {
   },
   udp: { backend: { Type: 'udp' } },
   'udp-bpf': { backend: { Type: 'udp' }, flags: ['--dataplane-engine=bpf'] },
+  // flannel's wireguard in the native engine; each node's key in its own dir (testbed)
+  wireguard: { backend: { Type: 'wireguard', PersistentKeepaliveInterval: 25 } },
 };
 
 /** The log line of a userspace backend's engine start (backend/userspace.ts) and its field. */

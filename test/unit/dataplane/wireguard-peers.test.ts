@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
   WG_PEER_RECORD_SIZE,
+  decodeWireguardPeers,
   encodeWireguardPeers,
 } from '../../../src/dataplane/wireguard-peers.js';
 
@@ -36,5 +37,25 @@ describe('encodeWireguardPeers', () => {
     ] as const) {
       assert.throws(() => encodeWireguardPeers([bad]), rule);
     }
+  });
+});
+
+describe('decodeWireguardPeers', () => {
+  test('gives back what encodeWireguardPeers encoded (the fast-start record keeps peers so)', () => {
+    const peers = [
+      {
+        publicKey: Buffer.alloc(32, 7),
+        endpoint: '192.0.2.9',
+        port: 51820,
+        persistentKeepalive: 25,
+      },
+      {
+        publicKey: Buffer.alloc(32, 8),
+        endpoint: '2001:db8::1',
+        port: 51821,
+        persistentKeepalive: 0,
+      },
+    ];
+    assert.deepEqual(decodeWireguardPeers(encodeWireguardPeers(peers)), peers);
   });
 });

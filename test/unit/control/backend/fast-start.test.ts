@@ -14,6 +14,10 @@ import type { Dataplane, DataplaneOptions } from '../../../../src/dataplane/engi
 import { applyPeerDelta, encodePeerTable, parseMac } from '../../../../src/dataplane/peer-table.js';
 import { parseCIDR, parseIP } from '../../../../src/common/ip.js';
 import { decodeCounters } from '../../../../src/dataplane/stats.js';
+import {
+  decodeWireguardPeers,
+  encodeWireguardPeers,
+} from '../../../../src/dataplane/wireguard-peers.js';
 
 setLogLevel('silent');
 const log = logger('test');
@@ -228,5 +232,44 @@ describe('fast start', () => {
     await r.flush(); // would take an hour if it waited
     const rec = JSON.parse(readFileSync(recordPath(file), 'utf8')) as { peers: string };
     assert.equal(rec.peers, TABLE.toString('base64'));
+  });
+});
+
+describe('fast start of a wireguard engine', () => {
+  const KEY = Buffer.alloc(32, 3);
+  const PSK = Buffer.alloc(32, 4);
+  const WG_OPTIONS: DataplaneOptions = {
+    ...OPTIONS,
+    format: 'wireguard',
+    port: 51820,
+    wireguard: { privateKey: KEY, psk: PSK, greet: true },
+  };
+  const PEERS = encodeWireguardPeers([
+    { publicKey: Buffer.alloc(32, 9), endpoint: '10.250.0.3', port: 51820, persistentKeepalive: 0 },
+  ]);
+
+  test('the record keeps the keys and the peers; the early engine gets them back', async () => {
+    const file = subnetFile();
+    const r = new DataplaneRecord(file, log);
+    r.start({ Type: 'wireguard' }, WG_OPTIONS);
+    r.peers(TABLE);
+    r.wgPeers(() => PEERS);
+    await r.flush();
+    const d = deps(leftTun());
+    const wg: unknown[] = [];
+    const start = d.startDataplane;
+    d.startDataplane = async (o) => {
+      const dp = await start(o);
+      return Object.assign(dp, { setWireguardPeers: (p: unknown[]) => wg.push(...p) });
+    };
+    const early = (await startEarly(file, log, d))!;
+    assert.ok(early);
+    const dp = d.made[0]!;
+    assert.ok(dp.started.wireguard?.privateKey.equals(KEY));
+    assert.ok(dp.started.wireguard?.psk?.equals(PSK));
+    assert.equal(dp.started.wireguard?.greet, true);
+    assert.deepEqual(wg, decodeWireguardPeers(PEERS));
+    // the backend's options are the same: it takes the running engine
+    assert.equal(await early.claim({ ...WG_OPTIONS }), dp);
   });
 });

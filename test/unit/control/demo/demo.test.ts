@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEMO_BACKENDS, daemonEngines, renderTable } from '../../../../src/control/demo/demo.js';
 
-test('the default run has the bpf rows: vxlan and udp with --dataplane-engine=bpf', () => {
+test('the default run has the bpf rows (vxlan and udp with --dataplane-engine=bpf) and wireguard', () => {
   assert.deepEqual(Object.keys(DEMO_BACKENDS), [
     'host-gw',
     'vxlan',
@@ -12,6 +12,7 @@ test('the default run has the bpf rows: vxlan and udp with --dataplane-engine=bp
     'vxlan-bpf',
     'udp',
     'udp-bpf',
+    'wireguard',
   ]);
   for (const name of ['vxlan-bpf', 'udp-bpf'])
     assert.deepEqual(DEMO_BACKENDS[name]!.flags, ['--dataplane-engine=bpf'], name);
