@@ -22,7 +22,6 @@ import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
 import { type KubeConnection, KubeCredentials } from './kube-credentials.js';
 import { LineSplitter, ListScanner, MAX_OBJECT_BYTES, parseJson, tooLarge } from './kube-stream.js';
-import type { NulledMembers } from './kube-stream.js';
 
 /** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
 export interface KubeNode {
@@ -215,8 +214,6 @@ export interface ListOptions {
   readonly resourceVersion: '0' | '';
   /** Items per page (`limit`); the next pages follow `metadata.continue`. */
   readonly limit: number;
-  /** Members of each node handed over as null, never parsed (what the caller does not read). */
-  readonly nulled?: NulledMembers;
   readonly signal?: AbortSignal;
 }
 
@@ -271,7 +268,7 @@ export class KubeApi {
       const query: Record<string, string> = { limit: String(o.limit) };
       if (cont !== '') query.continue = cont;
       else if (o.resourceVersion !== '') query.resourceVersion = o.resourceVersion;
-      const meta = await this.#listPage('/api/v1/nodes', query, each, o.nulled ?? [], o.signal);
+      const meta = await this.#listPage('/api/v1/nodes', query, each, o.signal);
       pages++;
       if (typeof meta.resourceVersion === 'string') resourceVersion = meta.resourceVersion;
       cont = typeof meta.continue === 'string' ? meta.continue : '';
@@ -284,7 +281,6 @@ export class KubeApi {
     path: string,
     query: Record<string, string>,
     each: (node: KubeNode) => void,
-    nulled: NulledMembers,
     signal: AbortSignal | undefined,
   ): Promise<{ resourceVersion?: unknown; continue?: unknown }> {
     const res = await this.#send('GET', path, { query, signal });
@@ -297,7 +293,6 @@ export class KubeApi {
         (item) => each(parseJson(item.toString('utf8'), `${what}: an item`) as KubeNode),
         this.#maxObject,
         what,
-        nulled,
       );
       for await (const chunk of res as AsyncIterable<Buffer>) scanner.push(chunk);
       scanner.end();

@@ -19,7 +19,6 @@ import { WeftError, errorMessage, isWeftError } from '../../common/errors.js';
 import { backoffDelay, sleep, type BackoffOptions } from '../../common/lifecycle.js';
 import { LogOnce, type Logger } from '../../common/log.js';
 import type { KubeApi, KubeNode } from './kube-api.js';
-import type { NulledMembers } from './kube-stream.js';
 
 export type NodeChange =
   | { readonly type: 'upsert'; readonly node: KubeNode }
@@ -52,7 +51,6 @@ export const LIST_PAGE_SIZE = 500;
  * memory.
  */
 export function slimNode(n: KubeNode): KubeNode {
-  // UNREAD_NODE_MEMBERS must name only members this leaves out.
   const { name, resourceVersion, annotations } = n.metadata;
   const metadata = {
     name,
@@ -67,13 +65,6 @@ export function slimNode(n: KubeNode): KubeNode {
   };
   return { metadata, spec };
 }
-
-/**
- * What a list hands over as null, never parsed (kube-stream.ts): a Node's `status` (images,
- * conditions, addresses: most of its bytes) and its `managedFields`, none of which slimNode
- * keeps. On 5,000 real-sized Nodes this is most of a start's parsing and garbage.
- */
-export const UNREAD_NODE_MEMBERS: NulledMembers = [['status'], ['metadata', 'managedFields']];
 
 class Subscription {
   readonly #queue: NodeBatch[] = [];
@@ -178,12 +169,7 @@ export class NodeInformer {
         const name = n.metadata?.name;
         if (typeof name === 'string') nodes.set(name, slimNode(n));
       },
-      {
-        resourceVersion: '',
-        limit: this.#o.listPageSize ?? LIST_PAGE_SIZE,
-        nulled: UNREAD_NODE_MEMBERS,
-        signal,
-      },
+      { resourceVersion: '', limit: this.#o.listPageSize ?? LIST_PAGE_SIZE, signal },
     );
     return nodes;
   }
@@ -278,7 +264,6 @@ export class NodeInformer {
       {
         resourceVersion: this.#lists === 0 && !this.#firstListLatest ? '0' : '',
         limit: this.#o.listPageSize ?? LIST_PAGE_SIZE,
-        nulled: UNREAD_NODE_MEMBERS,
         signal,
       },
     );

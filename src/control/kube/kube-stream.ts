@@ -9,10 +9,6 @@
  *   cache ignores `limit` for resourceVersion=0) is read the same way.
  * - a watch stream (one JSON event per line): `LineSplitter`.
  *
- * A list's items can come with members nulled out as they are scanned (`nulled`: e.g. a Node's
- * `status` and `metadata.managedFields`, most of its bytes, which weft never reads): the item
- * handed over then has `null` in their place, so its parse builds none of them.
- *
  * Both refuse a single item, member or line longer than `maxBytes` (WEFT_ERR_STORE_RESPONSE_
  * TOO_LARGE): a Kubernetes object is at most ~1.5 MiB (etcd's default request limit), so
  * anything far bigger is a broken or hostile server, not a node.
@@ -30,26 +26,12 @@ export function tooLarge(what: string, maxBytes: number): WeftError {
   );
 }
 
-const NULL = Buffer.from('null');
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const OPEN_OBJ = 0x7b;
 const CLOSE_OBJ = 0x7d;
 const OPEN_ARR = 0x5b;
 const CLOSE_ARR = 0x5d;
-
-/**
- * Members of a list item to hand over as `null` (their object or array value not kept): paths
- * of one name (a member of the item) or two (a member of one of its object members), e.g.
- * `[['status'], ['metadata', 'managedFields']]`. A member whose value is a string, number or
- * literal is left as it is, as is a name written with escapes.
- */
-export type NulledMembers = ReadonlyArray<readonly [string] | readonly [string, string]>;
-
-/** Depth of a list item's own members (top object 1, `items` 2, the item 3). */
-const ITEM = 3;
-/** Member names longer than this are never one of `nulled`: not decoded to compare. */
-const MAX_NAME = 64;
 
 /**
  * Splits a JSON list's bytes into its `items` (handed to `onItem` as raw UTF-8, one complete
@@ -75,37 +57,11 @@ export class ListScanner {
   #key = '';
   #inItems = false;
   #done = false;
-  // Nulling (see NulledMembers); positions are in #buf, shifted with it.
-  /** names at the item's depth → their nulled sub-names (empty: the member itself). */
-  readonly #nulled: ReadonlyMap<string, ReadonlySet<string>>;
-  /** Where the string being crossed at the item's depth or one below starts. */
-  #strStart = 0;
-  /** The last name (or short string) seen at the item's depth. */
-  #member = '';
-  /** A nulled name just ended at this depth: an object or array opening next is its value. */
-  #pendingDepth = -1;
-  /** Inside a nulled value: the depth of the object it is a member of (-1: not). */
-  #nullDepth = -1;
-  #nullStart = 0;
-  /** Nulled values of the item being kept: [start, end] pairs, ends inclusive. */
-  #spans: number[] = [];
 
-  constructor(
-    onItem: (item: Buffer) => void,
-    maxBytes: number,
-    what = 'list',
-    nulled: NulledMembers = [],
-  ) {
+  constructor(onItem: (item: Buffer) => void, maxBytes: number, what = 'list') {
     this.#onItem = onItem;
     this.#max = maxBytes;
     this.#what = what;
-    const m = new Map<string, Set<string>>();
-    for (const [name, sub] of nulled) {
-      const subs = m.get(name) ?? new Set<string>();
-      if (sub !== undefined) subs.add(sub);
-      m.set(name, subs);
-    }
-    this.#nulled = m;
   }
 
   push(chunk: Buffer): void {
@@ -114,38 +70,7 @@ export class ListScanner {
     this.#buf = rest.length === 0 ? chunk : Buffer.concat([rest, chunk]);
     this.#pos -= keep;
     if (this.#capStart >= 0) this.#capStart -= keep;
-    this.#strStart -= keep;
-    this.#nullStart -= keep;
-    for (let k = 0; k < this.#spans.length; k++) this.#spans[k]! -= keep;
     this.#scan();
-  }
-
-  /** A string at the item's depth (`depth` ITEM) or one below ended at `end` (its quote). */
-  #nameEnded(b: Buffer, depth: number, end: number): void {
-    const len = end - this.#strStart - 1;
-    const name = len <= MAX_NAME ? b.toString('latin1', this.#strStart + 1, end) : '';
-    if (depth === ITEM) {
-      this.#member = name;
-      const subs = this.#nulled.get(name);
-      if (subs !== undefined && subs.size === 0) this.#pendingDepth = ITEM;
-    } else if (this.#nulled.get(this.#member)?.has(name)) {
-      this.#pendingDepth = ITEM + 1;
-    }
-  }
-
-  /** The item as handed over: its bytes with each nulled value replaced by `null`. */
-  #item(b: Buffer, start: number, end: number): Buffer {
-    const spans = this.#spans;
-    if (spans.length === 0) return b.subarray(start, end);
-    const parts: Buffer[] = [];
-    let at = start;
-    for (let k = 0; k < spans.length; k += 2) {
-      parts.push(b.subarray(at, spans[k]), NULL);
-      at = spans[k + 1]! + 1;
-    }
-    parts.push(b.subarray(at, end));
-    this.#spans = [];
-    return Buffer.concat(parts);
   }
 
   /** The response ended: it must have been one whole JSON object. */
@@ -176,9 +101,7 @@ export class ListScanner {
           i = q;
           if (bs % 2 === 1) continue;
           inStr = false;
-          if (this.#inItems && (depth === ITEM || depth === ITEM + 1) && this.#nullDepth < 0) {
-            if (this.#nulled.size > 0) this.#nameEnded(b, depth, i);
-          } else if (this.#capStart >= 0 && this.#capKind === 'string') {
+          if (this.#capStart >= 0 && this.#capKind === 'string') {
             this.#key = JSON.parse(b.toString('utf8', this.#capStart, i + 1)) as string;
             this.#capStart = -1;
           }
@@ -186,26 +109,16 @@ export class ListScanner {
         }
         if (c === QUOTE) {
           inStr = true;
-          if (depth === ITEM || depth === ITEM + 1) {
-            this.#strStart = i;
-            if (this.#pendingDepth === depth) this.#pendingDepth = -1;
-          } else if (depth === 1) {
+          if (depth === 1) {
             this.#capStart = i;
             this.#capKind = 'string';
           }
         } else if (c === OPEN_OBJ || c === OPEN_ARR) {
           depth++;
-          if (this.#pendingDepth === depth - 1 && this.#inItems) {
-            this.#pendingDepth = -1;
-            this.#nullDepth = depth - 1;
-            this.#nullStart = i;
-          } else if (depth === ITEM) {
+          if (depth === 3) {
             if (this.#inItems) {
               this.#capStart = i;
               this.#capKind = 'item';
-              this.#member = '';
-              this.#pendingDepth = -1;
-              this.#spans = [];
             }
           } else if (depth === 2) {
             if (this.#key === 'items' && c === OPEN_ARR) {
@@ -219,13 +132,9 @@ export class ListScanner {
           }
         } else if (c === CLOSE_OBJ || c === CLOSE_ARR) {
           depth--;
-          if (this.#pendingDepth > depth) this.#pendingDepth = -1;
-          if (this.#nullDepth >= 0 && depth === this.#nullDepth) {
-            this.#spans.push(this.#nullStart, i);
-            this.#nullDepth = -1;
-          } else if (depth === 2) {
+          if (depth === 2) {
             if (this.#inItems && this.#capStart >= 0) {
-              const item = this.#item(b, this.#capStart, i + 1);
+              const item = b.subarray(this.#capStart, i + 1);
               this.#capStart = -1;
               this.#onItem(item);
             }

@@ -7,7 +7,6 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
 import { KubeApi, loadKubeConfig, type KubeNode } from '../../../../src/control/kube/kube-api.js';
-import { UNREAD_NODE_MEMBERS, slimNode } from '../../../../src/control/kube/kube-informer.js';
 import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
 
 let server: FakeKubeApiServer;
@@ -81,24 +80,6 @@ test('resourceVersion=0 from a watch cache that ignores limit: one response, eve
   assert.deepEqual(seen, names);
   assert.equal(r.pages, 1);
   assert.equal(lists().length, 1);
-});
-
-test('the informer’s list hands real-sized Nodes over without status and managedFields', async () => {
-  addAll({ realSize: true });
-  const seen: KubeNode[] = [];
-  await api().listNodes((n) => seen.push(n), {
-    resourceVersion: '',
-    limit: 500,
-    nulled: UNREAD_NODE_MEMBERS,
-  });
-  assert.equal(seen.length, names.length);
-  for (const [i, n] of seen.entries()) {
-    const raw = n as unknown as { status: unknown; metadata: { managedFields: unknown } };
-    assert.equal(raw.status, null);
-    assert.equal(raw.metadata.managedFields, null);
-    // what weft reads is all there, as sent
-    assert.deepEqual(slimNode(n), slimNode(server.node(names[i]!) as unknown as KubeNode));
-  }
 });
 
 test('a continue token expired between pages is WEFT_ERR_STORE_COMPACTED', async () => {
