@@ -64,6 +64,7 @@ export {
   type WireguardUapi,
   type WireguardUapiOptions,
   startWireguardUapi,
+  x25519PublicKey,
 } from './wireguard-uapi.js';
 export { registerDataplaneMetrics } from './stats-metrics.js';
 export { type DataplaneStats, sumStats } from './stats.js';

@@ -26,7 +26,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { wgPublicKey } from '../../src/control/backend/wireguard-key.js';
+import { x25519PublicKey } from '../../src/dataplane/index.js';
 import { Cluster, ETCD_URL, type Pod, waitFor } from '../../src/testbed/cluster.js';
 import { ip, isRoot, nsExec, nsExecAsync, uniqueDev } from '../../src/testbed/netns.js';
 import { TCP_FIXED, assertBothWays } from '../helpers/carried.js';
@@ -181,7 +181,7 @@ describe('wireguard backend: weft ⇄ weft and weft ⇄ wireguard-go', { skip },
       const path = join(c.nodes[i]!.dir, 'wgkey');
       assert.equal(statSync(path).mode & 0o777, 0o400);
       const priv = Buffer.from(readFileSync(path, 'utf8').trim(), 'base64');
-      assert.equal(wgPublicKey(priv).toString('base64'), leaseOf(i).BackendData!.PublicKey);
+      assert.equal(x25519PublicKey(priv).toString('base64'), leaseOf(i).BackendData!.PublicKey);
     }
   });
 

@@ -13,10 +13,11 @@
  * engine starts; the engine derives its own from the same private key and the backend checks
  * they agree.
  */
-import { createPrivateKey, createPublicKey, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, readFileSync, writeSync, fchmodSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { WeftError } from '../../common/errors.js';
+import { x25519PublicKey } from '../../dataplane/index.js';
 
 export const DEFAULT_KEY_FILE = '/run/flannel/wgkey';
 export const KEY_FILE_ENV = 'WIREGUARD_KEY_FILE';
@@ -42,20 +43,6 @@ function clamp(k: Buffer): Buffer {
   k[31]! &= 127;
   k[31]! |= 64;
   return k;
-}
-
-// PKCS#8 wrapping of a raw X25519 private key (RFC 8410), for node:crypto.
-const PKCS8_X25519 = Buffer.from('302e020100300506032b656e04220420', 'hex');
-
-/** The X25519 public key of a 32-byte private key. */
-export function wgPublicKey(privateKey: Buffer): Buffer {
-  const key = createPrivateKey({
-    key: Buffer.concat([PKCS8_X25519, privateKey]),
-    format: 'der',
-    type: 'pkcs8',
-  });
-  const jwk = createPublicKey(key).export({ format: 'jwk' });
-  return Buffer.from(jwk.x!, 'base64url');
 }
 
 export interface WgKeyPair {
@@ -86,7 +73,7 @@ export function loadWgKey(path: string = keyFilePath()): WgKeyPair {
     const privateKey = parseWgKey(text.trim());
     if (!privateKey)
       throw keyError(path, 'must hold one base64 WireGuard private key (32 bytes, as `wg genkey`)');
-    return { privateKey, publicKey: wgPublicKey(privateKey), created: false, path };
+    return { privateKey, publicKey: x25519PublicKey(privateKey), created: false, path };
   }
   const privateKey = clamp(randomBytes(WG_KEY_LEN));
   try {
@@ -102,5 +89,5 @@ export function loadWgKey(path: string = keyFilePath()): WgKeyPair {
   } catch (err) {
     throw keyError(path, `cannot be written (${(err as NodeJS.ErrnoException).code})`, err);
   }
-  return { privateKey, publicKey: wgPublicKey(privateKey), created: true, path };
+  return { privateKey, publicKey: x25519PublicKey(privateKey), created: true, path };
 }

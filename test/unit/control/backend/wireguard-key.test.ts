@@ -12,8 +12,8 @@ import {
   keyFilePath,
   loadWgKey,
   parseWgKey,
-  wgPublicKey,
 } from '../../../../src/control/backend/wireguard-key.js';
+import { x25519PublicKey } from '../../../../src/dataplane/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'weft-wgkey-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -72,7 +72,7 @@ describe('wireguard key file', () => {
       'hex',
     );
     assert.equal(
-      wgPublicKey(priv).toString('hex'),
+      x25519PublicKey(priv).toString('hex'),
       '8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a',
     );
   });
