@@ -721,11 +721,13 @@ export class Reconciler {
   async #repair(found: { dels: Op[]; dirty: Set<string>; since: number }): Promise<void> {
     const deleted = this.#deletedDuringResync ?? new Set<string>();
     // An entry a peer wants now, one a flush deleted since the dumps, or one a pending op will
-    // change is not stale.
+    // change is not stale. (Nothing found stale, as on a fresh node: nothing to look up.)
     const claimed = new Set<string>();
-    for (const p of this.#peers.values()) {
-      for (const op of p.desired) claimed.add(identity(op));
-      for (const op of p.pending ?? []) claimed.add(identity(op));
+    if (found.dels.length > 0) {
+      for (const p of this.#peers.values()) {
+        for (const op of p.desired) claimed.add(identity(op));
+        for (const op of p.pending ?? []) claimed.add(identity(op));
+      }
     }
     const dels = found.dels.filter(
       (op) => !claimed.has(identity(op)) && !deleted.has(identity(op)),

@@ -38,7 +38,7 @@ import { parseNetConfig, type NetConfig } from '../config/net-config.js';
 import type { AcquireOptions, SubnetManager } from '../lease/manager.js';
 import { makeSubnetKey } from '../lease/subnet-key.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
-import { diffSnapshots } from '../lease/watcher.js';
+import { diffLease, diffSnapshots } from '../lease/watcher.js';
 import { KUBE_OPERATIONS, type LeaseMetrics, timedStore } from '../metrics/metrics.js';
 import { KubeApi, loadKubeConfig, type KubeNode } from './kube-api.js';
 import { NodeInformer } from './kube-informer.js';
@@ -237,6 +237,12 @@ export class KubeManager implements SubnetManager {
   readonly #podCidrWaitMs: number;
   readonly #informer: NodeInformer;
   readonly #malformedSeen = new LogOnce();
+  /**
+   * Each informer node's reading as a peer lease. The informer's nodes are immutable (a change is
+   * a new object), so a node read once — by otherLeases at start — is not read again by
+   * watchLeases' first batch from the same list: 5,000 real Nodes parsed once, not twice.
+   */
+  readonly #leaseOf = new WeakMap<KubeNode, Lease | null>();
   #previous: { backendData: unknown; backendV6Data: unknown } | null = null;
 
   constructor(o: KubeManagerOptions) {
@@ -433,6 +439,15 @@ export class KubeManager implements SubnetManager {
 
   /** A peer node as a lease; null when it is not a peer or is malformed (logged once, counted). */
   #peerLease(node: KubeNode): Lease | null {
+    let lease = this.#leaseOf.get(node);
+    if (lease === undefined) {
+      lease = this.#readPeerLease(node);
+      this.#leaseOf.set(node, lease);
+    }
+    return lease;
+  }
+
+  #readPeerLease(node: KubeNode): Lease | null {
     if (node.metadata.name === this.#nodeName || !isManagedNode(node, this.#ann)) return null;
     const r = nodeToLease(node, this.#ann, this.#cfg);
     if (r.ok) return r.value;
@@ -464,9 +479,7 @@ export class KubeManager implements SubnetManager {
     for await (const batch of this.#informer.subscribe(signal)) {
       const events: LeaseEvent[] = [];
       const step = (before: Lease | undefined, after: Lease | null) => {
-        const prev = new Map(before ? [[before.key, before]] : []);
-        const next = new Map(after ? [[after.key, after]] : []);
-        events.push(...diffSnapshots(prev, next, own.key));
+        for (const e of diffLease(before, after, own.key)) events.push(e);
       };
       if (batch.kind === 'sync') {
         for (const [name, lease] of peers) {

@@ -36,6 +36,27 @@ export function diffSnapshots(
   return out;
 }
 
+/**
+ * diffSnapshots for one node's lease, without building two maps: `before` and `after` are what
+ * was known under one name and what is known now (either may be absent, their keys may differ).
+ */
+export function diffLease(
+  before: Lease | undefined,
+  after: Lease | null,
+  ownKey?: string,
+): LeaseEvent[] {
+  const out: LeaseEvent[] = [];
+  if (before && before.key !== ownKey && (!after || after.key !== before.key)) {
+    out.push({ type: 'removed', lease: before });
+  }
+  if (after && after.key !== ownKey) {
+    if (!before || before.key !== after.key || !sameLease(before, after)) {
+      out.push({ type: 'added', lease: after });
+    }
+  }
+  return out;
+}
+
 export type WatchChange =
   { type: 'put'; key: string; lease: Lease | null } | { type: 'delete'; key: string };
 

@@ -338,6 +338,22 @@ describe('watchLeases', () => {
     assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
   });
 
+  test('a node otherLeases read is not read again for the first batch of the watch (the same lease)', async () => {
+    server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });
+    server.addNode({
+      name: 'n2',
+      podCIDR: '10.5.2.0/24',
+      annotations: peerAnnotations('192.0.2.2', 'aa:bb:cc:dd:ee:02'),
+    });
+    const m = manager();
+    const [other] = await m.otherLeases(ATTRS, ac.signal);
+    const own = await m.acquireLease(ATTRS);
+    const it = m.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
+    const [first] = await next(it);
+    assert.ok(other);
+    assert.equal(first?.lease, other, 'the lease object otherLeases returned');
+  });
+
   test('a new annotated node is added', async () => {
     const { it } = await start();
     await next(it);

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   applyChanges,
+  diffLease,
   diffSnapshots,
   type LeaseSnapshot,
 } from '../../../../src/control/lease/watcher.js';
@@ -45,6 +46,24 @@ test('diff reports removed, added and changed leases, never our own', () => {
 test('diff of identical snapshots is empty', () => {
   const snap: LeaseSnapshot = new Map([[A.key, A]]);
   assert.deepEqual(diffSnapshots(snap, new Map(snap)), []);
+});
+
+test('diffLease gives what diffSnapshots gives for one known and one current lease', () => {
+  const changedA = lease(A.key, '192.168.0.11');
+  const options = [undefined, A, changedA, B, OWN];
+  for (const before of options) {
+    for (const after of [...options, null]) {
+      for (const ownKey of [undefined, OWN.key]) {
+        const prev: LeaseSnapshot = new Map(before ? [[before.key, before]] : []);
+        const next: LeaseSnapshot = new Map(after ? [[after.key, after]] : []);
+        assert.deepEqual(
+          kinds(diffLease(before, after ?? null, ownKey)),
+          kinds(diffSnapshots(prev, next, ownKey)),
+          `before ${before?.key} after ${after?.key} own ${ownKey}`,
+        );
+      }
+    }
+  }
 });
 
 test('changes apply in order and a put of the same value is silent', () => {
