@@ -13,13 +13,14 @@
  *
  * The devices and the lease (BackendData Port 51820, BackendV6Data Port 51821, one PublicKey);
  * pods ping both ways in both families, each family captured on its own underlay and port; a
- * fixed amount of TCP both ways over IPv6, counted on /metrics (the sum of both engines). Then
+ * fixed amount of TCP both ways over IPv6, counted on /metrics (the sum of both engines); a
+ * restart starts both engines early, each from its own fast-start record. Then
  * the config changes to Mode auto and the daemons restart: flannel-wg-v6 goes, one flannel-wg
  * on 51820 carries both families, each peer reached over IPv4 (flannel's selectMode: the
  * testbed's addresses are all private).
  */
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { EmbeddedRegistry } from '../../src/control/registry/embedded.js';
@@ -126,6 +127,21 @@ describe(
       );
     });
 
+    test('a restarted node starts both tunnels early, each from its own record', async () => {
+      const n = c.nodes[1]!;
+      await c.stopDaemon(1);
+      assert.ok(existsSync(`${n.subnetFile}.dataplane.json`), 'flannel-wg’s record');
+      assert.ok(existsSync(`${n.subnetFile}.flannel-wg-v6.dataplane.json`), 'flannel-wg-v6’s');
+      await c.startDaemon(1);
+      const early = n.logs
+        .filter((l) => l.msg === 'forwarding with the last run’s peers until the store answers')
+        .map((l) => `${String(l.tun)} ${String(l.peers)}`)
+        .sort();
+      assert.deepEqual(early, ['flannel-wg 1', 'flannel-wg-v6 1']);
+      await ping(pod(1).ns, pod(0).ip);
+      await ping(pod(1).ns, pod(0).ip6!);
+    });
+
     test('Mode auto after a restart: one flannel-wg carries both families over IPv4', async () => {
       const file = join(c.dir, 'net-conf-auto.json');
       writeFileSync(
@@ -143,6 +159,8 @@ describe(
       for (const i of [0, 1]) await c.startDaemon(i);
       for (const i of [0, 1]) {
         assert.throws(() => c.ipIn(i, 'link', 'show', 'flannel-wg-v6'), 'flannel-wg-v6 removed');
+        const v6Record = `${c.nodes[i]!.subnetFile}.flannel-wg-v6.dataplane.json`;
+        assert.ok(!existsSync(v6Record), 'and its fast-start record');
         assert.match(c.ipIn(i, '-6', 'route', 'show', 'fd00:5::/48'), /dev flannel-wg\b/);
       }
       await ping(pod(0).ns, pod(1).ip6!);

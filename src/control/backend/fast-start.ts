@@ -18,14 +18,21 @@
  *                        running engine as its own; else the early engine stops first
  *   release()          → after prepare: an engine nobody claimed stops (its TUN stays)
  *
+ * A node with two engines (wireguard in Mode separate on a dual-stack node: flannel-wg and
+ * flannel-wg-v6) keeps a record per engine, the second named by its TUN (recordPath); each
+ * starts early, each backend claims the engine on its own TUN, a backend that no longer runs a
+ * TUN releases its engine before removing it (release(tun)), and the first engine's record
+ * removes a second record of its own TUN (a node gone from two engines to one).
+ *
  * Correctness: the early table only bridges the gap; the backend's run() hands over the table
  * planned from the store's first lease snapshot (even an empty one), which replaces it whole. A
  * peer that changed while we were down is wrong for that gap at most, as a kernel backend's
  * routes left by the last run are. The vxlan "Dataplane": "auto" handover writes no record (its
  * next start may pick the kernel device of the same name).
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { errorMessage } from '../../common/errors.js';
 import type { Logger } from '../../common/log.js';
 import {
@@ -62,8 +69,32 @@ interface Record_ {
   readonly wgPeers?: string;
 }
 
-export function recordPath(subnetFile: string): string {
-  return `${subnetFile}.dataplane.json`;
+/**
+ * The record of a node's engine: `<subnet file>.dataplane.json` for its first (most often only)
+ * engine, `<subnet file>.<tun>.dataplane.json` for each further one (wireguard's flannel-wg-v6 in
+ * Mode separate on a dual-stack node).
+ */
+export function recordPath(subnetFile: string, tun?: string): string {
+  return tun === undefined ? `${subnetFile}.dataplane.json` : `${subnetFile}.${tun}.dataplane.json`;
+}
+
+const RECORD_SUFFIX = '.dataplane.json';
+
+/** The further engines' records beside `subnetFile` (recordPath with a TUN), by name. */
+function furtherRecords(subnetFile: string): string[] {
+  const dir = dirname(subnetFile);
+  const first = basename(recordPath(subnetFile));
+  const prefix = `${basename(subnetFile)}.`;
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  return names
+    .filter((n) => n !== first && n.startsWith(prefix) && n.endsWith(RECORD_SUFFIX))
+    .sort()
+    .map((n) => join(dir, n));
 }
 
 export function saveOptions(o: DataplaneOptions): SavedOptions {
@@ -136,6 +167,8 @@ const pause: Pause = (ms, signal) =>
  */
 export class DataplaneRecord {
   readonly #path: string;
+  /** The path a further engine's record on this TUN would have (see start()); null for those. */
+  readonly #subnetFile: string | null;
   readonly #log: Logger;
   readonly #intervalMs: number;
   readonly #pause: Pause;
@@ -147,9 +180,17 @@ export class DataplaneRecord {
   #removed = false;
   #lastWrite = -Infinity;
   #hurry = new AbortController();
+  /** The removal start() began of a stale record (the writes wait for it: flush() covers it). */
+  #staleGone: Promise<void> = Promise.resolve();
 
-  constructor(subnetFile: string, log: Logger, opts: { intervalMs?: number; pause?: Pause } = {}) {
-    this.#path = recordPath(subnetFile);
+  /** `tun`: the record of a further engine (recordPath), not the node's first. */
+  constructor(
+    subnetFile: string,
+    log: Logger,
+    opts: { tun?: string; intervalMs?: number; pause?: Pause } = {},
+  ) {
+    this.#path = recordPath(subnetFile, opts.tun);
+    this.#subnetFile = opts.tun === undefined ? subnetFile : null;
     this.#log = log;
     this.#intervalMs = opts.intervalMs ?? RECORD_INTERVAL_MS;
     this.#pause = opts.pause ?? pause;
@@ -157,6 +198,13 @@ export class DataplaneRecord {
 
   /** The engine now running under `backend` (the net-conf Backend block). */
   start(backend: unknown, options: DataplaneOptions): void {
+    // The first engine's record speaks for its TUN now: a further engine's record of the same
+    // TUN (left when a node went from two engines to this one) would only be a stale second.
+    if (this.#subnetFile !== null) {
+      this.#staleGone = rm(recordPath(this.#subnetFile, options.tunName), { force: true }).catch(
+        () => undefined,
+      );
+    }
     this.#head = {
       version: VERSION,
       backend: JSON.stringify(backend),
@@ -216,6 +264,7 @@ export class DataplaneRecord {
           ...(wg ? { wgPeers: wg.toString('base64') } : {}),
         };
         const tmp = `${this.#path}.tmp`;
+        await this.#staleGone;
         try {
           await writeFile(tmp, JSON.stringify(rec), { mode: 0o600 });
           await rename(tmp, this.#path);
@@ -243,8 +292,11 @@ export interface EarlyDataplane {
   forBackend(backend: unknown): Promise<EarlyDataplane | null>;
   /** The backend's options: the running engine when they are the same (→ it is the caller's). */
   claim(options: DataplaneOptions): Promise<Dataplane | null>;
-  /** Stops the engine unless claimed (its TUN stays). */
-  release(): Promise<void>;
+  /**
+   * Stops the engine unless claimed (its TUN stays); with `tun`, only an engine on that TUN
+   * (a backend that no longer runs it, before it removes the TUN).
+   */
+  release(tun?: string): Promise<void>;
 }
 
 export interface StartEarlyDeps {
@@ -282,10 +334,57 @@ export async function startEarly(
   log: Logger,
   deps: StartEarlyDeps,
 ): Promise<EarlyDataplane | null> {
-  const path = recordPath(subnetFile);
+  const started: EarlyDataplane[] = [];
+  for (const path of [recordPath(subnetFile), ...furtherRecords(subnetFile)]) {
+    const early = await startOne(path, log, deps, started);
+    if (early) started.push(early);
+  }
+  return started.length <= 1 ? (started[0] ?? null) : several(started);
+}
+
+/**
+ * The engines of several records as one EarlyDataplane: each backend claims the engine on its
+ * own TUN; a Backend block change or a release goes to all.
+ */
+function several(all: EarlyDataplane[]): EarlyDataplane {
+  let live = all;
+  const handle: EarlyDataplane = {
+    options: all[0]!.options,
+    peerCount: all.reduce((n, e) => n + e.peerCount, 0),
+    async forBackend(backend) {
+      const kept: EarlyDataplane[] = [];
+      for (const e of live) {
+        const k = await e.forBackend(backend);
+        if (k) kept.push(k);
+      }
+      live = kept;
+      return kept.length === 0 ? null : handle;
+    },
+    async claim(options) {
+      const e = live.find((x) => x.options.tunName === options.tunName);
+      return e ? e.claim(options) : null;
+    },
+    async release(tun) {
+      for (const e of live) await e.release(tun);
+    },
+  };
+  return handle;
+}
+
+/** startEarly for one record; `others`: engines already started (one engine per TUN). */
+async function startOne(
+  path: string,
+  log: Logger,
+  deps: StartEarlyDeps,
+  others: readonly EarlyDataplane[],
+): Promise<EarlyDataplane | null> {
   const rec = readRecord(path, log);
   if (!rec) return null;
   const o = rec.options;
+  if (others.some((e) => e.options.tunName === o.tunName)) {
+    log.debug({ path, tun: o.tunName }, 'dataplane record not used: another names its tun');
+    return null;
+  }
   let nl: Netlink | null = null;
   let dp: Dataplane;
   try {
@@ -354,7 +453,7 @@ export async function startEarly(
       await stop();
       return null;
     },
-    release: stop,
+    release: (tun) => (tun === undefined || tun === o.tunName ? stop() : Promise.resolve()),
   };
   return handle;
 }

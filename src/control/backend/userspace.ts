@@ -118,12 +118,6 @@ export interface UserspaceSpec {
   readonly wireguard?: DataplaneOptions['wireguard'];
   /** What the engine needs beside the peer table (wireguard: the peers' keys); absent: none. */
   readonly sidecar?: PeerSidecar;
-  /**
-   * Whether the next run may start this engine early from a record beside the subnet file
-   * (fast-start.ts); default true. The wireguard backend says no when it runs two engines (one
-   * record per subnet file).
-   */
-  readonly fastStart?: boolean;
 }
 
 /**
@@ -198,6 +192,11 @@ export interface UserspaceDeps {
    * when the caller runs several engines and registers their sum itself (wireguard's two).
    */
   readonly registerMetrics?: boolean;
+  /**
+   * The fast-start record is a further engine's, named by this TUN (fast-start.ts recordPath):
+   * the node runs another engine whose record is the first (wireguard's two tunnels).
+   */
+  readonly recordTun?: string;
   readonly hostForwardPath?: () => HostForwardPath;
   /** The addon probe chooseEngine runs (default: the dataplane's own). */
   readonly probeAddon?: () => void;
@@ -211,8 +210,6 @@ export interface UserspaceDeps {
 /** The engine as a spec resolves it at prepare (vxlan: its VtepMAC is chosen there). */
 export interface LazyUserspaceSpec {
   readonly type: string;
-  /** As UserspaceSpec.fastStart (known before the spec resolves). */
-  readonly fastStart?: boolean;
   resolve(): Promise<UserspaceSpec>;
 }
 
@@ -515,8 +512,12 @@ export class UserspaceBackend implements Backend {
       handover.autoPrefers !== undefined ||
       jsonField(ctx.netConfig.backend.raw, 'Dataplane') === 'auto';
     this.#record =
-      ctx.options.subnetFile && !auto && spec.fastStart !== false
-        ? new DataplaneRecord(ctx.options.subnetFile, ctx.log)
+      ctx.options.subnetFile && !auto
+        ? new DataplaneRecord(
+            ctx.options.subnetFile,
+            ctx.log,
+            deps.recordTun === undefined ? {} : { tun: deps.recordTun },
+          )
         : null;
   }
 

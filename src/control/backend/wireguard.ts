@@ -21,8 +21,8 @@
  *             type or with bad data is skipped, logged once and counted.
  *
  *   engine    a new engine handshakes with its first peers at once (wireguard.greet: it may
- *             replace one whose sessions they still hold); a one-engine node starts early after a
- *             restart (fast-start.ts: the record keeps the keys and the peers).
+ *             replace one whose sessions they still hold); each tunnel's engine starts early
+ *             after a restart (fast-start.ts: one record per tunnel keeps the keys and the peers).
  *   UAPI      `wg show flannel-wg` works: each tunnel's engine serves wireguard-go's UAPI on
  *             /var/run/wireguard/<dev>.sock (src/dataplane/wireguard-uapi.ts; the directory is
  *             $WEFT_WIREGUARD_UAPI_DIR when set: the testbed gives each node its own), started
@@ -35,6 +35,7 @@
  * (the port that answers). Where the chosen family has no public address (auto), weft tries the
  * other; flanneld would write an endpoint of 0.0.0.0.
  */
+import { rm } from 'node:fs/promises';
 import { configError, WeftError, errorMessage } from '../../common/errors.js';
 import { type Family, parseIP } from '../../common/ip.js';
 import { jsonField } from '../../common/json-field.js';
@@ -55,6 +56,7 @@ import type { Backend, BackendContext, BackendSpec, CloseHow, PreparedBackend } 
 import { enabledFamilies, kernelMetrics, leasePublicIP, leaseSubnet } from './kernel-common.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { applyAll } from '../netlink/netlink.js';
+import { recordPath } from './fast-start.js';
 import { sendAddress } from './send-address.js';
 import { type PeerSidecar, UserspaceBackend, type UserspaceSpec } from './userspace.js';
 import { type WgKeyPair, keyFilePath, loadWgKey, parseWgKey } from './wireguard-key.js';
@@ -417,24 +419,23 @@ export class WireguardBackend implements Backend {
     }
     this.#tunnels = wireguardTunnels(cfg, families);
     const several = this.#tunnels.length > 1;
-    this.#inner = this.#tunnels.map((t) => {
+    this.#inner = this.#tunnels.map((t, i) => {
       const tctx = several ? { ...ctx, netConfig: onlyFamilies(ctx.netConfig, t.families) } : ctx;
       const sidecar = new WireguardPeers(t, ctx, cfg.keepalive, () => this.#key!.publicKey);
       return new UserspaceBackend(
         tctx,
         {
           type: WIREGUARD,
-          // fast start (fast-start.ts: the record keeps the key and the peers) for one engine:
-          // one record per subnet file
-          fastStart: !several,
-          resolve: async () => this.#spec(t, sidecar, !several),
+          resolve: async () => this.#spec(t, sidecar),
         },
-        { registerMetrics: false },
+        // fast start (fast-start.ts: the record keeps the key and the peers): the first
+        // tunnel's record is the node's, a second one's is named by its TUN
+        { registerMetrics: false, ...(i > 0 ? { recordTun: t.dev } : {}) },
       );
     });
   }
 
-  #spec(t: Tunnel, sidecar: WireguardPeers, fastStart: boolean): UserspaceSpec {
+  #spec(t: Tunnel, sidecar: WireguardPeers): UserspaceSpec {
     const ctx = this.#ctx;
     const key = this.#key!;
     const mtu = (this.#cfg.mtu ?? ctx.extIface.mtu) - WG_OVERHEAD;
@@ -467,7 +468,6 @@ export class WireguardBackend implements Backend {
         ...(this.#cfg.psk ? { psk: this.#cfg.psk } : {}),
       },
       sidecar,
-      fastStart,
       peerFor: (lease, family) => {
         const p = wireguardPeerFor(lease, t, ctx.extIface, this.#cfg.keepalive);
         if ('skip' in p) return p;
@@ -547,15 +547,19 @@ export class WireguardBackend implements Backend {
   /**
    * A persistent TUN of the other name (flannel-wg-v6 after a change to a one-tunnel Mode or to
    * IPv4 only; flannel-wg after one to IPv6 only), left by an earlier run, would keep its
-   * address and route: it goes, as flanneld removes a link it no longer makes. Only a TUN
-   * that no process holds (weft's own, from before) is removed.
+   * address and route: it goes, as flanneld removes a link it no longer makes, with the
+   * fast-start record a second tunnel kept of it (the engine the record started early on it
+   * stops first). Only a TUN that no other process holds (weft's own, from before) is removed.
    */
   async #removeUnusedTun(): Promise<void> {
     const unused = [WG_DEV, WG_DEV_V6].filter((d) => !this.#tunnels.some((t) => t.dev === d));
     if (unused.length === 0) return;
+    const subnetFile = this.#ctx.options.subnetFile;
     const nl = openNetlink();
     try {
       for (const dev of unused) {
+        await this.#ctx.early?.release(dev);
+        if (subnetFile) await rm(recordPath(subnetFile, dev), { force: true });
         const link = await nl.getLink(dev);
         if (link?.kind !== 'tun' || !link.tun?.persist || link.tun.queues > 0) continue;
         this.#ctx.log.info({ tun: dev }, 'removing the wireguard tun an earlier Mode left');

@@ -54,13 +54,15 @@ const TABLE = encodePeerTable([
   },
 ]);
 
-/** A netlink with the TUN the last run left: persistent, multi-queue, no queue attached. */
-function leftTun(queues = 0): FakeNetlink {
+/** A netlink with the TUNs the last run left: persistent, multi-queue, no queue attached. */
+function leftTun(queues = 0, names: readonly string[] = ['flannel.1']): FakeNetlink {
   const nl = new FakeNetlink();
-  nl.addLink('flannel.1', {
-    kind: 'tun',
-    tun: { type: 'tun', pi: false, vnetHdr: true, multiQueue: true, persist: true, queues },
-  });
+  for (const name of names) {
+    nl.addLink(name, {
+      kind: 'tun',
+      tun: { type: 'tun', pi: false, vnetHdr: true, multiQueue: true, persist: true, queues },
+    });
+  }
   return nl;
 }
 
@@ -271,5 +273,115 @@ describe('fast start of a wireguard engine', () => {
     assert.deepEqual(wg, decodeWireguardPeers(PEERS));
     // the backend's options are the same: it takes the running engine
     assert.equal(await early.claim({ ...WG_OPTIONS }), dp);
+  });
+});
+
+describe('fast start of a node with two engines (wireguard Mode separate, dual-stack)', () => {
+  const V4: DataplaneOptions = { ...OPTIONS, format: 'wireguard', tunName: 'flannel-wg' };
+  const V6: DataplaneOptions = { ...V4, tunName: 'flannel-wg-v6', port: 51821 };
+  const WG = { Type: 'wireguard' };
+
+  /** The records the two tunnels' backends write: the first engine's, the second's by TUN. */
+  async function recordedTwo(file: string): Promise<void> {
+    for (const [o, tun] of [
+      [V4, undefined],
+      [V6, 'flannel-wg-v6'],
+    ] as const) {
+      const r = new DataplaneRecord(file, log, tun === undefined ? {} : { tun });
+      r.start(WG, o);
+      r.peers(TABLE);
+      await r.flush();
+    }
+  }
+
+  test('the second engine’s record is named by its TUN, beside the first’s', async () => {
+    const file = subnetFile();
+    await recordedTwo(file);
+    assert.ok(existsSync(recordPath(file)));
+    assert.ok(existsSync(`${file}.flannel-wg-v6.dataplane.json`));
+    assert.equal(recordPath(file, 'flannel-wg-v6'), `${file}.flannel-wg-v6.dataplane.json`);
+  });
+
+  test('both engines start early, and each backend claims the one on its own TUN', async () => {
+    const file = subnetFile();
+    await recordedTwo(file);
+    const d = deps(leftTun(0, ['flannel-wg', 'flannel-wg-v6']));
+    const early = (await startEarly(file, log, d))!;
+    assert.deepEqual(
+      d.made.map((dp) => dp.tunName),
+      ['flannel-wg', 'flannel-wg-v6'],
+    );
+    assert.equal(early.peerCount, 2);
+    assert.equal(await early.forBackend({ ...WG }), early);
+    assert.equal(await early.claim({ ...V6 }), d.made[1]);
+    assert.equal(await early.claim({ ...V4 }), d.made[0]);
+    await early.release();
+    assert.deepEqual(
+      d.made.map((dp) => dp.closed),
+      [0, 0],
+      'claimed engines are the backends’ to close',
+    );
+  });
+
+  test('release(tun) stops only the engine on that TUN; release() the rest', async () => {
+    const file = subnetFile();
+    await recordedTwo(file);
+    const d = deps(leftTun(0, ['flannel-wg', 'flannel-wg-v6']));
+    const early = (await startEarly(file, log, d))!;
+    await early.release('flannel-wg-v6');
+    assert.deepEqual(
+      d.made.map((dp) => dp.closed),
+      [0, 1],
+    );
+    await early.release();
+    assert.deepEqual(
+      d.made.map((dp) => dp.closed),
+      [1, 1],
+    );
+  });
+
+  test('another Backend block: both engines stop, both TUNs and both records are removed', async () => {
+    const file = subnetFile();
+    await recordedTwo(file);
+    const nl = leftTun(0, ['flannel-wg', 'flannel-wg-v6']);
+    const d = deps(nl);
+    const early = (await startEarly(file, log, d))!;
+    assert.equal(await early.forBackend({ Type: 'udp' }), null);
+    assert.deepEqual(
+      d.made.map((dp) => dp.closed),
+      [1, 1],
+    );
+    assert.deepEqual(nl.ops, [
+      { op: 'delLink', dev: 'flannel-wg' },
+      { op: 'delLink', dev: 'flannel-wg-v6' },
+    ]);
+    assert.ok(!existsSync(recordPath(file)));
+    assert.ok(!existsSync(recordPath(file, 'flannel-wg-v6')));
+  });
+
+  test('a second record of the TUN the first record names is not started (one engine a TUN)', async () => {
+    const file = subnetFile();
+    await recordedTwo(file);
+    // the node went to IPv6 only: flannel-wg-v6 is its first engine now
+    const r = new DataplaneRecord(file, log);
+    r.start(WG, V6);
+    r.peers(TABLE);
+    await r.flush();
+    const d = deps(leftTun(0, ['flannel-wg-v6']));
+    await startEarly(file, log, d);
+    assert.deepEqual(
+      d.made.map((dp) => dp.tunName),
+      ['flannel-wg-v6'],
+    );
+  });
+
+  test('the first engine’s record removes a second record of its own TUN', async () => {
+    const file = subnetFile();
+    await recordedTwo(file);
+    const r = new DataplaneRecord(file, log);
+    r.start(WG, V6);
+    await r.flush();
+    assert.ok(!existsSync(recordPath(file, 'flannel-wg-v6')));
+    assert.ok(existsSync(recordPath(file)));
   });
 });
