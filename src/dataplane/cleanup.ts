@@ -7,12 +7,15 @@
  *   `bridge`, links detached first, only in a directory root owns and nobody else can write);
  * - its clsact filters (the fallback: never pinned, they outlive the process) at weft's
  *   priority and handle (0x77ef) that run a weft program, on every device;
- * - weft's persistent TUN devices: `flannel0` and `flannel.<VNI>` when they are TUNs (a kernel
- *   vxlan `flannel.<VNI>` is kernel vxlan's, which flannel leaves too: `ip link del` removes it).
+ * - weft's persistent TUN devices (WEFT_TUN): `flannel0`, `flannel.<VNI>`, `flannel.ipip`,
+ *   `flannel-wg` and `flannel-wg-v6` when they are TUNs (a kernel vxlan `flannel.<VNI>`, ipip
+ *   `flannel.ipip` or wireguard `flannel-wg` is the kernel's, which flannel leaves too: `ip link
+ *   del` removes it).
  *
  * Left on purpose: subnet.env (the CNI plugin reads it; the next daemon rewrites it; flannel
- * leaves it too) and the lease in the store (it expires). iptables rules are the daemon's: it
- * removes them when it stops.
+ * leaves it too), the fast-start records beside it (a record whose TUN is gone is never used),
+ * and the lease in the store (it expires). iptables rules are the daemon's: it removes them when
+ * it stops.
  */
 import { execFileSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
@@ -20,6 +23,9 @@ import { join } from 'node:path';
 import { errorMessage } from '../common/errors.js';
 import { loadNative } from '../common/native.js';
 import { DEFAULT_PIN_ROOT, PIN_DIR_ENV, untrustedDir } from './bpf-pins.js';
+
+/** The names of the TUNs weft's userspace backends make (udp, vxlan, ipip, wireguard). */
+export const WEFT_TUN = /^(flannel0|flannel\.\d+|flannel\.ipip|flannel-wg|flannel-wg-v6)$/;
 
 export interface CleanupReport {
   /** Pin directories emptied and removed, with how many pins each held. */
@@ -92,7 +98,7 @@ export function cleanupHost(): CleanupReport {
     }
   }
   for (const l of links) {
-    if (l.linkinfo?.info_kind !== 'tun' || !/^flannel(0|\.\d+)$/.test(l.ifname)) continue;
+    if (l.linkinfo?.info_kind !== 'tun' || !WEFT_TUN.test(l.ifname)) continue;
     try {
       run('ip', ['link', 'del', 'dev', l.ifname]);
       report.devices.push(l.ifname);

@@ -7,7 +7,8 @@
  *   bpffs: <dir>/weft/flannel_1-<A's netns inode>/{tx,rx}
  *
  * What the killed engine left (pins and the links they hold, a clsact filter, the TUN) is gone
- * after `weft cleanup`, and its programs are freed.
+ * after `weft cleanup`, and its programs are freed; so is every TUN weft's userspace backends
+ * make (flannel0, flannel.ipip, flannel-wg, flannel-wg-v6), and nothing else.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -108,5 +109,18 @@ describe('weft cleanup after a killed bpf engine', { skip }, () => {
     assert.deepEqual(clsactIn(A.ns, 'va'), []);
     await waitFor(() => progGone(A.ns, id), 10_000, 'the program freed');
     assert.deepEqual(cleanup(), { pins: [], filters: [], devices: [], skipped: [] }, 'idempotent');
+  });
+
+  test('every TUN weft makes goes (udp, ipip, wireguard); devices of other kinds stay', () => {
+    const tuns = ['flannel0', 'flannel.ipip', 'flannel-wg', 'flannel-wg-v6'];
+    for (const t of tuns) nsExec(A.ns, 'ip', ['tuntap', 'add', 'dev', t, 'mode', 'tun']);
+    nsExec(A.ns, 'ip', ['tuntap', 'add', 'dev', 'flannel-other', 'mode', 'tun']);
+    nsExec(A.ns, 'ip', ['link', 'add', 'flannel.2', 'type', 'veth', 'peer', 'name', 'wg-peer']);
+    const r = cleanup();
+    assert.deepEqual([...r.devices].sort(), [...tuns].sort(), JSON.stringify(r));
+    const left = nsExec(A.ns, 'ip', ['-o', 'link', 'show']);
+    for (const t of tuns) assert.doesNotMatch(left, new RegExp(`: ${t.replace('.', '\\.')}[:@]`));
+    assert.match(left, /: flannel-other:/, 'a TUN of another name stays');
+    assert.match(left, /: flannel\.2@/, 'a flannel.<VNI> that is not a TUN stays');
   });
 });
