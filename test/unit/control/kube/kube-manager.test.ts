@@ -315,14 +315,19 @@ describe('watchLeases', () => {
     assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
   });
 
-  test('otherLeases at start (a VTEP MAC to choose) and the watch share one latest-state list', async () => {
+  /** Our node and one peer with a VtepMAC: a manager not yet started. */
+  function ownAndPeer() {
     server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });
     server.addNode({
       name: 'n2',
       podCIDR: '10.5.2.0/24',
       annotations: peerAnnotations('192.0.2.2', 'aa:bb:cc:dd:ee:02'),
     });
-    const m = manager();
+    return manager();
+  }
+
+  test('otherLeases at start (a VTEP MAC to choose) and the watch share one latest-state list', async () => {
+    const m = ownAndPeer();
     const others = await m.otherLeases(ATTRS, ac.signal);
     assert.deepEqual(
       others.map((l) => l.attrs.backendData),
@@ -339,13 +344,7 @@ describe('watchLeases', () => {
   });
 
   test('a node otherLeases read is not read again for the first batch of the watch (the same lease)', async () => {
-    server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });
-    server.addNode({
-      name: 'n2',
-      podCIDR: '10.5.2.0/24',
-      annotations: peerAnnotations('192.0.2.2', 'aa:bb:cc:dd:ee:02'),
-    });
-    const m = manager();
+    const m = ownAndPeer();
     const [other] = await m.otherLeases(ATTRS, ac.signal);
     const own = await m.acquireLease(ATTRS);
     const it = m.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
