@@ -10,7 +10,10 @@
  * - weft's persistent TUN devices (WEFT_TUN): `flannel0`, `flannel.<VNI>`, `flannel.ipip`,
  *   `flannel-wg` and `flannel-wg-v6` when they are TUNs (a kernel vxlan `flannel.<VNI>`, ipip
  *   `flannel.ipip` or wireguard `flannel-wg` is the kernel's, which flannel leaves too: `ip link
- *   del` removes it).
+ *   del` removes it);
+ * - the wireguard UAPI sockets a killed daemon left (`<uapi dir>/flannel-wg.sock` and
+ *   `flannel-wg-v6.sock`, wireguard-uapi.ts), when no process listens on them: `wg show` would
+ *   list a dead interface. A live one (a daemon still runs) stays, named in `skipped`.
  *
  * Left on purpose: subnet.env (the CNI plugin reads it; the next daemon rewrites it; flannel
  * leaves it too), the fast-start records beside it (a record whose TUN is gone is never used),
@@ -18,11 +21,12 @@
  * it stops.
  */
 import { execFileSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { lstatSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { errorMessage } from '../common/errors.js';
 import { loadNative } from '../common/native.js';
 import { DEFAULT_PIN_ROOT, PIN_DIR_ENV, untrustedDir } from './bpf-pins.js';
+import { socketAlive, uapiSocketDir } from './wireguard-uapi.js';
 
 /** The names of the TUNs weft's userspace backends make (udp, vxlan, ipip, wireguard). */
 export const WEFT_TUN = /^(flannel0|flannel\.\d+|flannel\.ipip|flannel-wg|flannel-wg-v6)$/;
@@ -34,6 +38,8 @@ export interface CleanupReport {
   readonly filters: string[];
   /** TUN devices removed. */
   readonly devices: string[];
+  /** Stale wireguard UAPI sockets removed. */
+  readonly sockets: string[];
   /** What could not be removed, and why. */
   readonly skipped: string[];
 }
@@ -44,8 +50,8 @@ const run = (cmd: string, args: string[]) =>
 /** weft's clsact priority and handle (native/src/bpf_loader.cc kTcPriority, kTcHandle). */
 const TC_PRIORITY = 0x77ef;
 
-export function cleanupHost(): CleanupReport {
-  const report: CleanupReport = { pins: [], filters: [], devices: [], skipped: [] };
+export async function cleanupHost(): Promise<CleanupReport> {
+  const report: CleanupReport = { pins: [], filters: [], devices: [], sockets: [], skipped: [] };
   // Pins of this namespace.
   const root = process.env[PIN_DIR_ENV] ?? DEFAULT_PIN_ROOT;
   if (root !== '' && root !== 'off') {
@@ -104,6 +110,27 @@ export function cleanupHost(): CleanupReport {
       report.devices.push(l.ifname);
     } catch (err) {
       report.skipped.push(`device ${l.ifname}: ${errorMessage(err)}`);
+    }
+  }
+  // wireguard's UAPI sockets that nobody serves any more.
+  for (const dev of ['flannel-wg', 'flannel-wg-v6']) {
+    const path = join(uapiSocketDir(), `${dev}.sock`);
+    let st;
+    try {
+      st = lstatSync(path);
+    } catch {
+      continue;
+    }
+    if (!st.isSocket()) continue; // not a socket wireguard-uapi.ts made: not ours to remove
+    try {
+      if (await socketAlive(path)) {
+        report.skipped.push(`socket ${path}: a process serves it`);
+        continue;
+      }
+      unlinkSync(path);
+      report.sockets.push(path);
+    } catch (err) {
+      report.skipped.push(`socket ${path}: ${errorMessage(err)}`);
     }
   }
   return report;

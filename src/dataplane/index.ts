@@ -59,7 +59,9 @@ export {
   decodeWireguardPeers,
 } from './wireguard-peers.js';
 export {
+  UAPI_DIR_ENV,
   UAPI_SOCKET_DIR,
+  uapiSocketDir,
   type UapiSecrets,
   type WireguardUapi,
   type WireguardUapiOptions,

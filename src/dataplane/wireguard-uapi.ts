@@ -46,6 +46,14 @@ import type { WireguardState } from './wireguard-peers.js';
 
 /** Where wg(8) and wireguard-go keep the UAPI sockets (one directory for the host). */
 export const UAPI_SOCKET_DIR = '/var/run/wireguard';
+
+/** Where the UAPI sockets go instead of UAPI_SOCKET_DIR (the testbed: each node its own). */
+export const UAPI_DIR_ENV = 'WEFT_WIREGUARD_UAPI_DIR';
+
+/** The socket directory this process uses: $WEFT_WIREGUARD_UAPI_DIR, else UAPI_SOCKET_DIR. */
+export function uapiSocketDir(): string {
+  return process.env[UAPI_DIR_ENV] || UAPI_SOCKET_DIR;
+}
 export const UAPI_IDLE_MS = 30_000;
 export const UAPI_MAX_CONNECTIONS = 16;
 export const UAPI_MAX_LINE = 4096;
@@ -210,7 +218,7 @@ const uapiError = (message: string, details: Record<string, unknown>, cause?: un
   });
 
 /** Whether a unix socket at `path` has a live listener (false: connection refused). */
-function socketAlive(path: string): Promise<boolean> {
+export function socketAlive(path: string): Promise<boolean> {
   return new Promise((resolve, reject) => {
     const s = connect(path);
     s.once('connect', () => {

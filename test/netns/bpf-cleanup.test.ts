@@ -8,15 +8,19 @@
  *
  * What the killed engine left (pins and the links they hold, a clsact filter, the TUN) is gone
  * after `weft cleanup`, and its programs are freed; so is every TUN weft's userspace backends
- * make (flannel0, flannel.ipip, flannel-wg, flannel-wg-v6), and nothing else.
+ * make (flannel0, flannel.ipip, flannel-wg, flannel-wg-v6), and nothing else, and a wireguard
+ * UAPI socket nobody serves any more.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
 import { PIN_DIR_ENV, pinDirName } from '../../src/dataplane/bpf-pins.js';
+import { UAPI_DIR_ENV } from '../../src/dataplane/wireguard-uapi.js';
 import { PrivateBpffs } from '../../src/testbed/bpffs.js';
 import { PACKAGE_ROOT, waitFor } from '../../src/testbed/cluster.js';
 import { NetnsScope, isRoot, nsExec } from '../../src/testbed/netns.js';
@@ -57,13 +61,14 @@ describe('weft cleanup after a killed bpf engine', { skip }, () => {
     await exited;
   }
 
-  function cleanup(): {
+  function cleanup(env: Record<string, string> = {}): {
     pins: { pins: number }[];
     filters: string[];
     devices: string[];
+    sockets: string[];
     skipped: string[];
   } {
-    const out = execFileSync(
+    const r = spawnSync(
       fs.via(PACKAGE_ROOT)[0]!,
       [
         ...fs.via(PACKAGE_ROOT).slice(1),
@@ -76,9 +81,12 @@ describe('weft cleanup after a killed bpf engine', { skip }, () => {
         'cleanup',
         '--json',
       ],
-      { encoding: 'utf8', env: { ...process.env, [PIN_DIR_ENV]: pinRoot() } },
+      { encoding: 'utf8', env: { ...process.env, [PIN_DIR_ENV]: pinRoot(), ...env } },
     );
-    return JSON.parse(out);
+    const report = JSON.parse(r.stdout) as ReturnType<typeof cleanup>;
+    // exit 0, or 1 when something was not removed (then named in `skipped`)
+    assert.equal(r.status, report.skipped.length > 0 ? 1 : 0, r.stderr);
+    return report;
   }
 
   test('pinned tcx links and the persistent TUN: all removed, the programs freed', async () => {
@@ -108,7 +116,11 @@ describe('weft cleanup after a killed bpf engine', { skip }, () => {
     assert.deepEqual(r.filters, ['va ingress'], JSON.stringify(r));
     assert.deepEqual(clsactIn(A.ns, 'va'), []);
     await waitFor(() => progGone(A.ns, id), 10_000, 'the program freed');
-    assert.deepEqual(cleanup(), { pins: [], filters: [], devices: [], skipped: [] }, 'idempotent');
+    assert.deepEqual(
+      cleanup(),
+      { pins: [], filters: [], devices: [], sockets: [], skipped: [] },
+      'idempotent',
+    );
   });
 
   test('every TUN weft makes goes (udp, ipip, wireguard); devices of other kinds stay', () => {
@@ -122,5 +134,29 @@ describe('weft cleanup after a killed bpf engine', { skip }, () => {
     for (const t of tuns) assert.doesNotMatch(left, new RegExp(`: ${t.replace('.', '\\.')}[:@]`));
     assert.match(left, /: flannel-other:/, 'a TUN of another name stays');
     assert.match(left, /: flannel\.2@/, 'a flannel.<VNI> that is not a TUN stays');
+  });
+
+  test('a wireguard UAPI socket nobody serves goes; one a process serves stays', async () => {
+    const uapi = mkdtempSync(join(tmpdir(), 'weft-uapi-'));
+    const live = createServer();
+    try {
+      // flannel-wg.sock: bound, never served (what a kill -9 leaves); flannel-wg-v6.sock: served
+      execFileSync('python3', [
+        '-c',
+        'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])',
+        join(uapi, 'flannel-wg.sock'),
+      ]);
+      await new Promise<void>((r) => live.listen(join(uapi, 'flannel-wg-v6.sock'), r));
+      const r = cleanup({ [UAPI_DIR_ENV]: uapi });
+      assert.deepEqual(r.sockets, [join(uapi, 'flannel-wg.sock')], JSON.stringify(r));
+      assert.deepEqual(r.skipped, [
+        `socket ${join(uapi, 'flannel-wg-v6.sock')}: a process serves it`,
+      ]);
+      assert.ok(!existsSync(join(uapi, 'flannel-wg.sock')));
+      assert.ok(existsSync(join(uapi, 'flannel-wg-v6.sock')));
+    } finally {
+      await new Promise((r) => live.close(r));
+      rmSync(uapi, { recursive: true, force: true });
+    }
   });
 });

@@ -49,6 +49,7 @@ import {
   registerDataplaneMetrics,
   startWireguardUapi,
   sumStats,
+  uapiSocketDir,
 } from '../../dataplane/index.js';
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
@@ -393,9 +394,6 @@ function tunnelBinds(ctx: BackendContext, t: Tunnel): { bindIp: string | null; b
  * its own engine, TUN, port and underlay family), sharing the key, one lease and one sum of
  * counters on /metrics.
  */
-/** Where the UAPI sockets go instead of /var/run/wireguard (the testbed: each node its own). */
-export const UAPI_DIR_ENV = 'WEFT_WIREGUARD_UAPI_DIR';
-
 export class WireguardBackend implements Backend {
   readonly type = WIREGUARD;
   readonly #ctx: BackendContext;
@@ -491,7 +489,7 @@ export class WireguardBackend implements Backend {
   #serveUapi(dev: string, dp: Dataplane, key: WgKeyPair): void {
     const log = this.#ctx.log;
     const before = this.#uapi.get(dev);
-    const dir = process.env[UAPI_DIR_ENV] || undefined;
+    const dir = uapiSocketDir();
     const psk = this.#cfg.psk;
     this.#uapi.set(
       dev,

@@ -20,7 +20,7 @@ export async function cleanupCommand(argv: readonly string[], io: Io): Promise<n
       usage(
         CLEANUP_FLAGS,
         'weft cleanup',
-        "Remove what weft's dataplanes left in this network namespace (bpf pins and links, clsact filters, weft's TUN devices). Run it where no weft daemon runs.",
+        "Remove what weft's dataplanes left in this network namespace (bpf pins and links, clsact filters, weft's TUN devices) and the wireguard UAPI sockets nobody serves. Run it where no weft daemon runs.",
       ),
     );
     return 0;
@@ -28,15 +28,16 @@ export async function cleanupCommand(argv: readonly string[], io: Io): Promise<n
   if (parsed.positionals.length > 0)
     throw usageError('', `unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
   const { cleanupHost } = await import('../../dataplane/index.js');
-  const r = cleanupHost();
+  const r = await cleanupHost();
   if (parsed.values.json) io.stdout.write(JSON.stringify(r) + '\n');
   else {
     for (const p of r.pins) io.stdout.write(`removed pins: ${p.dir} (${p.pins})\n`);
     for (const f of r.filters) io.stdout.write(`removed clsact filter: ${f}\n`);
     for (const d of r.devices) io.stdout.write(`removed device: ${d}\n`);
+    for (const p of r.sockets) io.stdout.write(`removed socket: ${p}\n`);
     for (const s of r.skipped) io.stdout.write(`not removed: ${s}\n`);
-    if (r.pins.length + r.filters.length + r.devices.length + r.skipped.length === 0)
-      io.stdout.write('nothing to remove\n');
+    const removed = r.pins.length + r.filters.length + r.devices.length + r.sockets.length;
+    if (removed + r.skipped.length === 0) io.stdout.write('nothing to remove\n');
   }
   return r.skipped.length > 0 ? 1 : 0;
 }
