@@ -24,15 +24,14 @@
  * Output: a table (medians, ranges, ratios), bench/results/<time>.json; a full run (every path,
  * not --quick) also replaces latest.json, latest.svg and latest.md, which the README shows.
  */
-import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.js';
 import { Progress } from '../src/control/demo/progress.js';
 import { buildBenchCluster } from '../src/testbed/bench-cluster.js';
-import type { Cluster } from '../src/testbed/cluster.js';
+import { type Cluster, HEALTH_PORT } from '../src/testbed/cluster.js';
 import { iperf, ping, waitForMesh } from '../src/testbed/probes.js';
-import { isRoot } from '../src/testbed/netns.js';
+import { isRoot, nsExecAsync } from '../src/testbed/netns.js';
 import {
   WG_UAPI_DIR,
   removeUapiDirIfMade,
@@ -195,12 +194,21 @@ interface Bed {
   dst: { ns: string; ip: string };
 }
 
-/** How many of the bpf engine's programs are loaded (each running bpf engine holds two). */
-function weftPrograms(): number {
-  const progs = JSON.parse(
-    execFileSync('bpftool', ['-j', 'prog', 'show'], { encoding: 'utf8' }),
-  ) as { name?: string }[];
-  return progs.filter((p) => p.name === 'weft_tx' || p.name === 'weft_rx').length;
+/**
+ * The nodes whose daemon runs an engine other than bpf, by its own /metrics
+ * (`weft_dataplane_engine{engine="bpf"} 1`), read inside each node's namespace: what other
+ * processes on the machine load does not count.
+ */
+async function nodesNotOnBpf(cluster: Cluster): Promise<string[]> {
+  const off: string[] = [];
+  for (const n of cluster.nodes) {
+    const text = await nsExecAsync(n.ns, process.execPath, [
+      '-e',
+      `fetch('http://127.0.0.1:${HEALTH_PORT}/metrics').then((r) => r.text()).then((t) => process.stdout.write(t))`,
+    ]);
+    if (!text.split('\n').includes('weft_dataplane_engine{engine="bpf"} 1')) off.push(n.ns);
+  }
+  return off;
 }
 
 async function buildBed(path: PathDef): Promise<Bed> {
@@ -223,11 +231,13 @@ async function buildBed(path: PathDef): Promise<Bed> {
       return { path, cluster, src: { ns: a!.ns, ip: a!.ip }, dst: { ns: b!.ns, ip: b!.ip } };
     }
     const bpfRow = path.daemonArgs?.includes('--dataplane-engine=bpf') ?? false;
-    const programsBefore = bpfRow ? weftPrograms() : 0;
     await cluster.startDaemons();
-    if (bpfRow && weftPrograms() - programsBefore < 2 * cluster.nodes.length) {
+    const notBpf = bpfRow ? await nodesNotOnBpf(cluster) : [];
+    if (notBpf.length > 0) {
       // A bpf row that fell back to native would measure native: refuse to print it as bpf.
-      throw new Error(`${path.label}: the bpf engine did not start on every node (daemon logs)`);
+      throw new Error(
+        `${path.label}: the bpf engine did not start on ${notBpf.join(', ')} (daemon logs)`,
+      );
     }
     const pods = await cluster.addPods(1);
     const silent = await waitForMesh(pods, 15_000);
