@@ -426,7 +426,7 @@ TransportStatus Device::Send(Peer* peer, const uint8_t* payload, size_t len, uin
                              size_t cap, size_t* out_len, size_t mtu) {
   uint64_t now = clock_->MonotonicNs();
   Keypair* kp = peer->current_.get();
-  TransportStatus st = kp ? SealTransport(crypto_, *kp, now, payload, len, mtu, out, cap, out_len)
+  TransportStatus st = kp ? SealTransport(*kp, now, payload, len, mtu, out, cap, out_len)
                           : TransportStatus::kExpired;
   if (st == TransportStatus::kExpired) {
     peer->handshake_wanted_ = true;
@@ -456,7 +456,7 @@ Received Device::HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, s
   Keypair* kp = it->second.keypair;
   r.peer = peer;
   size_t n = 0;
-  switch (OpenTransport(crypto_, *kp, now, msg, len, out, cap, &n)) {
+  switch (OpenTransport(*kp, now, msg, len, out, cap, &n)) {
     case TransportStatus::kOk:
       break;
     case TransportStatus::kExpired:

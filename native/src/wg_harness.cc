@@ -136,6 +136,42 @@ bool CryptoForTest(const std::string& op, const std::vector<Bytes>& args, Bytes*
                 : c.Open(out->data(), args[0].data(), args[1].data(), in.data(), in.size(), ad,
                          args[2].size());
   }
+  // One keyed context (AeadKey) over a list of counters (args[1]: 8 bytes little-endian each):
+  // sealKeyed seals args[2] under each counter, the results concatenated; openKeyed opens the
+  // equal-size messages concatenated in args[2] in turn, each result one status byte (1 opened,
+  // 0 refused) then its plaintext (zeros when refused).
+  if (op == "sealKeyed" || op == "openKeyed") {
+    const bool seal = op == "sealKeyed";
+    if (!Sizes(args, {k, -1, -1}, error)) return false;
+    const size_t count = args[1].size() / 8;
+    if (args[1].size() % 8 != 0 || count == 0) {
+      *error = "counters must be 8 bytes each";
+      return false;
+    }
+    const Bytes& in = args[2];
+    const size_t each = seal ? in.size() : in.size() / count;
+    if ((!seal && (in.size() % count != 0 || each < kTagLen))) {
+      *error = "messages must be equal-size, each with a tag";
+      return false;
+    }
+    AeadKey key;
+    if (!key.Init(args[0].data(), seal)) return false;
+    out->clear();
+    for (size_t i = 0; i < count; i++) {
+      const uint64_t counter = GetLe64(args[1].data() + 8 * i);
+      if (seal) {
+        Bytes m(each + kTagLen);
+        if (!key.SealCounter(m.data(), counter, in.data(), each)) return false;
+        out->insert(out->end(), m.begin(), m.end());
+      } else {
+        Bytes m(each - kTagLen);
+        const bool ok = key.OpenCounter(m.data(), counter, in.data() + i * each, each);
+        out->push_back(ok ? 1 : 0);
+        out->insert(out->end(), m.begin(), m.end());
+      }
+    }
+    return true;
+  }
   if (op == "hchacha20") {
     if (!Sizes(args, {k, 16}, error)) return false;
     out->resize(kKeyLen);

@@ -34,7 +34,7 @@ void ReplayWindow::Reset() {
 
 // ---- transport data ----
 
-TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* payload,
+TransportStatus SealTransport(Keypair& kp, uint64_t now, const uint8_t* payload,
                               size_t len, size_t pad_limit, uint8_t* out, size_t cap,
                               size_t* out_len) {
   if (kp.send_counter.load(std::memory_order_relaxed) >= kRejectAfterMessages ||
@@ -60,14 +60,15 @@ TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const
   PutLe32(out, kMessageTransport);
   PutLe32(out + kTransportReceiver, kp.remote_index);
   PutLe64(out + kTransportCounter, counter);
-  if (!c.SealCounter(data, kp.send_key, counter, data, body, nullptr, 0)) {
+  if ((!kp.sealer.ready() && !kp.sealer.Init(kp.send_key, true)) ||
+      !kp.sealer.SealCounter(data, counter, data, body)) {
     return TransportStatus::kForged;
   }
   *out_len = total;
   return TransportStatus::kOk;
 }
 
-TransportStatus OpenTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* msg,
+TransportStatus OpenTransport(Keypair& kp, uint64_t now, const uint8_t* msg,
                               size_t len, uint8_t* out, size_t cap, size_t* out_len) {
   if (MessageTypeOf(msg, len) != kMessageTransport) return TransportStatus::kTooShort;
   size_t body = len - kTransportHeaderSize;
@@ -76,7 +77,8 @@ TransportStatus OpenTransport(CryptoContext& c, Keypair& kp, uint64_t now, const
   if (counter >= kRejectAfterMessages || now - kp.created >= kRejectAfterTime) {
     return TransportStatus::kExpired;
   }
-  if (!c.OpenCounter(out, kp.recv_key, counter, msg + kTransportHeaderSize, body, nullptr, 0)) {
+  if ((!kp.opener.ready() && !kp.opener.Init(kp.recv_key, false)) ||
+      !kp.opener.OpenCounter(out, counter, msg + kTransportHeaderSize, body)) {
     return TransportStatus::kForged;
   }
   if (!kp.replay.Check(counter)) return TransportStatus::kReplayed;

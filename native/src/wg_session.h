@@ -1,6 +1,6 @@
 // A WireGuard session after the handshake: the transport key pair with its counters and replay
 // window, the encryption and decryption of transport data messages (spans in, spans out, no
-// allocation: a worker calls them over its batch with its own CryptoContext), and a peer's
+// allocation per packet: each key pair keys its OpenSSL contexts once), and a peer's
 // timers as deadlines on the injected clock (wireguard-go device/timers.go, whitepaper §6).
 #ifndef WEFT_NATIVE_WG_SESSION_H_
 #define WEFT_NATIVE_WG_SESSION_H_
@@ -37,8 +37,12 @@ class ReplayWindow {
 struct Keypair {
   uint8_t send_key[kKeyLen] = {};
   uint8_t recv_key[kKeyLen] = {};
-  // The next nonce to use: workers sealing with one key pair in parallel each take their own.
+  // The next nonce to use (taken atomically: the key pair's expiry reads it without the seal).
   std::atomic<uint64_t> send_counter{0};
+  // The keys' OpenSSL contexts, keyed on first use (SealTransport, OpenTransport): one sealer
+  // and one opener at a time (the engine seals and opens under the device's lock).
+  AeadKey sealer;
+  AeadKey opener;
   ReplayWindow replay;
   uint64_t created = 0;  // monotonic ns
   bool is_initiator = false;
@@ -46,6 +50,8 @@ struct Keypair {
   uint32_t remote_index = 0;
   ~Keypair() { Zero(); }
   void Zero() {
+    sealer.Clear();
+    opener.Clear();
     Wipe(send_key, sizeof(send_key));
     Wipe(recv_key, sizeof(recv_key));
   }
@@ -61,16 +67,16 @@ enum class TransportStatus : uint8_t {
 
 // Seals `len` payload bytes into a transport message in `out` (capacity `cap`): header, the
 // payload zero-padded to 16 (but not past `pad_limit`, the MTU) and the tag. `payload` may be
-// `out + kTransportHeaderSize` (in place). `*out_len` = the datagram's size. Workers may seal
-// with one key pair in parallel (the counter is taken atomically); OpenTransport's replay window
-// wants one receiver per key pair at a time.
-TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* payload,
+// `out + kTransportHeaderSize` (in place). `*out_len` = the datagram's size. One sealer per key
+// pair at a time (its keyed context, Keypair::sealer), and one opener (the context and the
+// replay window).
+TransportStatus SealTransport(Keypair& kp, uint64_t now, const uint8_t* payload,
                               size_t len, size_t pad_limit, uint8_t* out, size_t cap,
                               size_t* out_len);
 // Opens a transport message for `kp` (its receiver index already matched) into `out`
 // (capacity ≥ len − 32; may be msg + kTransportHeaderSize): `*out_len` = the padded payload
 // (0: a keepalive). The counter is checked against the window only after the tag verified.
-TransportStatus OpenTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* msg,
+TransportStatus OpenTransport(Keypair& kp, uint64_t now, const uint8_t* msg,
                               size_t len, uint8_t* out, size_t cap, size_t* out_len);
 
 // A peer's timers (wireguard-go timers.go), as deadlines on the monotonic clock (0: off). The

@@ -259,6 +259,8 @@ export type WgCryptoOp =
   | 'publicKey'
   | 'seal'
   | 'open'
+  | 'sealKeyed'
+  | 'openKeyed'
   | 'xseal'
   | 'xopen'
   | 'hchacha20'
