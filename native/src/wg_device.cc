@@ -426,8 +426,7 @@ bool Device::BeginSession(Peer* peer) {
   return true;
 }
 
-TransportStatus Device::ReserveSend(Peer* peer, size_t len, size_t cap, size_t mtu,
-                                   SealTicket* t) {
+TransportStatus Device::ReserveSend(Peer* peer, size_t len, size_t cap, size_t mtu, SealTicket* t) {
   uint64_t now = clock_->MonotonicNs();
   Keypair* kp = peer->current_.get();
   TransportStatus st =

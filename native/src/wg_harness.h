@@ -15,8 +15,9 @@ namespace wg {
 using Bytes = std::vector<uint8_t>;
 
 // One primitive by name (x25519, publicKey, seal, open, sealKeyed, openKeyed, xseal, xopen,
-// hchacha20, hash, mac, mac32, hmac, kdf, initial, tai64n) on its arguments; false when the primitive refused (a forged
-// AEAD input, a zero X25519 result). `error` is set for an unknown op or wrong argument sizes.
+// hchacha20, hash, mac, mac32, hmac, kdf, initial, tai64n) on its arguments; false when the
+// primitive refused (a forged AEAD input, a zero X25519 result). `error` is set for an unknown op
+// or wrong argument sizes.
 bool CryptoForTest(const std::string& op, const std::vector<Bytes>& args, Bytes* out,
                    std::string* error);
 

@@ -39,8 +39,8 @@ struct Keypair {
   uint8_t recv_key[kKeyLen] = {};
   // The next nonce to use (taken atomically: the key pair's expiry reads it without the seal).
   std::atomic<uint64_t> send_counter{0};
-  // The keys' OpenSSL contexts, keyed on first use (SealTransport, Device::HandleTransport): one sealer
-  // and one opener at a time (the engine seals and opens under the device's lock).
+  // The keys' OpenSSL contexts, keyed on first use (SealTransport, Device::HandleTransport): one
+  // sealer and one opener at a time (the engine seals and opens under the device's lock).
   AeadKey sealer;
   AeadKey opener;
   ReplayWindow replay;
@@ -95,9 +95,8 @@ bool WriteTransport(AeadKey& key, const SealTicket& t, const uint8_t* payload, u
 // `out + kTransportHeaderSize` (in place). `*out_len` = the datagram's size. One sealer per key
 // pair at a time (its keyed context, Keypair::sealer), and one opener (the context and the
 // replay window).
-TransportStatus SealTransport(Keypair& kp, uint64_t now, const uint8_t* payload,
-                              size_t len, size_t pad_limit, uint8_t* out, size_t cap,
-                              size_t* out_len);
+TransportStatus SealTransport(Keypair& kp, uint64_t now, const uint8_t* payload, size_t len,
+                              size_t pad_limit, uint8_t* out, size_t cap, size_t* out_len);
 // A peer's timers (wireguard-go timers.go), as deadlines on the monotonic clock (0: off). The
 // owner reports events; Poll(now) says what is due.
 class PeerTimers {
