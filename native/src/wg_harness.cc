@@ -323,6 +323,37 @@ TestReceived TestDeviceReceive(int id, const Bytes& packet, const Bytes& src) {
   return r;
 }
 
+std::vector<std::string> TestDeviceReceiveSplit(int id, const Bytes& packet, const Bytes& src,
+                                                const std::string& between) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  TestDevice* d = Find(id);
+  if (!d) return {"no_device"};
+  OpenTicket t;
+  Received r;
+  if (!d->device.BeginOpen(packet.data(), packet.size(), &t, &r)) return {VerdictName(r.verdict)};
+  // A worker's own context, keyed from the ticket (as the engine's loops key theirs).
+  AeadKey key;
+  const size_t body = packet.size() - kTransportHeaderSize;
+  Bytes out(body);
+  const bool opened =
+      key.Init(t.key, false) &&
+      key.OpenCounter(out.data(), t.counter, packet.data() + kTransportHeaderSize, body);
+  if (between == "expire" && r.peer != nullptr) {
+    // Its key pair expires and goes while the worker opens the message.
+    d->clock.mono += kRejectAfterTime;
+    d->clock.wall += kRejectAfterTime;
+    d->device.Tick(r.peer);
+  }
+  std::vector<std::string> verdicts;
+  const int finishes = between == "twice" ? 2 : 1;  // two workers opened the same message
+  for (int i = 0; i < finishes; i++) {
+    verdicts.push_back(VerdictName(
+        d->device.FinishOpen(t, opened, out.data(), body - kTagLen, src.data(), src.size())
+            .verdict));
+  }
+  return verdicts;
+}
+
 std::vector<std::string> TestDeviceTick(int id, int peer) {
   std::lock_guard<std::mutex> lock(g_mu);
   TestDevice* d = Find(id);

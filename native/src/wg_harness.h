@@ -52,6 +52,12 @@ Bytes TestDeviceInitiate(int id, int peer);
 // → the status name (ok, expired, too_short, forged, replayed) and the datagram.
 std::string TestDeviceSend(int id, int peer, const Bytes& payload, size_t mtu, Bytes* packet);
 TestReceived TestDeviceReceive(int id, const Bytes& packet, const Bytes& src);
+// A transport message received in the engine's two halves (BeginOpen, the opening on a context
+// of the caller's own, FinishOpen): `between` "expire" moves the clock past REJECT_AFTER_TIME
+// and ticks the peer before FinishOpen, "twice" finishes the same opened message twice (two
+// workers); → the verdict of each FinishOpen (or BeginOpen's, when it refused).
+std::vector<std::string> TestDeviceReceiveSplit(int id, const Bytes& packet, const Bytes& src,
+                                                const std::string& between);
 // → the names of the actions due (send_initiation, send_keepalive, zero_keys, gave_up).
 std::vector<std::string> TestDeviceTick(int id, int peer);
 bool TestDevicePeerState(int id, int peer, TestPeerState* state);
