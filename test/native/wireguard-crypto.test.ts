@@ -128,7 +128,7 @@ describe("a keyed ChaCha20-Poly1305 context (a key pair's: keyed once, a nonce p
     assert.ok(out);
     const each = 1 + msg.length;
     for (let i = 0; i < counters.length; i++) {
-      const r = out.subarray(i * each, (i + 1) * each);
+      const r: Buffer = out.subarray(i * each, (i + 1) * each);
       if (i === 2 || i === 4) {
         assert.equal(r[0], 0, `message ${i} refused`);
         assert.deepEqual(r.subarray(1), Buffer.alloc(msg.length), `message ${i} no plaintext`);
