@@ -1513,6 +1513,16 @@ Napi::Value Device(const Napi::CallbackInfo& info) {
     o.Set("packet", r.packet.empty() ? env.Null() : Buf(env, r.packet));
     return o;
   }
+  if (op == "receiveSplit") {
+    if (info.Length() < 5 || !info[4].IsString())
+      throw Napi::TypeError::New(env, "wireguard: between must be a string");
+    std::vector<std::string> v =
+        wg::TestDeviceReceiveSplit(id, Bytes(info[2], "packet"), Bytes(info[3], "src"),
+                                   info[4].As<Napi::String>().Utf8Value());
+    Napi::Array a = Napi::Array::New(env, v.size());
+    for (size_t i = 0; i < v.size(); i++) a.Set(static_cast<uint32_t>(i), v[i]);
+    return a;
+  }
   if (op == "tick") {
     std::vector<std::string> due = wg::TestDeviceTick(id, Int(info, 2, "peer"));
     Napi::Array a = Napi::Array::New(env, due.size());

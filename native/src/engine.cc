@@ -31,6 +31,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <iterator>
+#include <memory>
+#include <unordered_map>
 
 #include "checksum.h"
 #include "coalesce.h"
@@ -146,6 +149,11 @@ class Engine::Loop {
     while (!e_->stop_.load(std::memory_order_acquire)) {
       int n = epoll_wait(ep, events, 4, spin_until != 0 ? 0 : idle_ms);
       if (e_->wg_ && n >= 0 && e_->wg_->TickDue(NowNs())) WgTick();
+      // Key pairs gone: their keys go from this loop's contexts too (within a tick).
+      if (e_->wg_ && e_->wg_->device().keypair_drops() != wg_drops_seen_) {
+        WgLock();
+        WgUnlock();
+      }
       if (n < 0) {
         if (errno == EINTR) continue;
         rc = errno;
@@ -833,10 +841,39 @@ class Engine::Loop {
   }
 
   // --- WireGuard (format kWireguard; wg_engine.h). Everything below runs with the lock held
-  // (WgLock), taken once per batch and released before the batch's sends and TUN writes.
+  // (WgLock) but the sealing and opening of transport messages: those run on this loop's own
+  // contexts (WgKey) with the lock released, so that the loops of a node (its TX and RX,
+  // every queue's) seal and open in parallel and never wait for another's batch.
 
   void WgLock() {
-    if (!wg_lock_.owns_lock()) wg_lock_ = std::unique_lock<std::mutex>(e_->wg_->mu());
+    if (wg_lock_.owns_lock()) return;
+    wg_lock_ = std::unique_lock<std::mutex>(e_->wg_->mu());
+    WgForgetKeys();
+  }
+
+  // With the lock: this loop's context keyed with a key pair's key (a ticket's serial and key),
+  // made on first use; null if OpenSSL refused.
+  wg::AeadKey* WgKey(bool seal, uint64_t serial, const uint8_t* key) {
+    auto& m = seal ? wg_sealers_ : wg_openers_;
+    auto it = m.find(serial);
+    if (it != m.end()) return it->second.get();
+    auto k = std::make_unique<wg::AeadKey>();
+    if (!k->Init(key, seal)) return nullptr;
+    return m.emplace(serial, std::move(k)).first->second.get();
+  }
+
+  // With the lock: when the device dropped key pairs since the last look, the contexts keyed
+  // with theirs go (freed: OpenSSL cleanses the keys), as the device zeroes its own copies.
+  void WgForgetKeys() {
+    const wg::Device& dev = e_->wg_->device();
+    const uint64_t drops = dev.keypair_drops();
+    if (drops == wg_drops_seen_) return;
+    wg_drops_seen_ = drops;
+    for (auto* m : {&wg_sealers_, &wg_openers_}) {
+      for (auto it = m->begin(); it != m->end();) {
+        it = dev.KeypairLive(it->first) ? std::next(it) : m->erase(it);
+      }
+    }
   }
   void WgUnlock() {
     if (wg_lock_.owns_lock()) wg_lock_.unlock();
@@ -944,10 +981,10 @@ class Engine::Loop {
     }
     const size_t inner = ip.len;
     uint8_t* out = pkt - wg::kTransportHeaderSize;
-    size_t n = 0;
-    wg::TransportStatus st = e_->wg_->device().Send(
-        ps->peer, pkt, inner, out, slot_size_ - (kTxPkt - wg::kTransportHeaderSize), &n,
-        e_->cfg_.codec.tun_mtu);
+    wg::SealTicket t;
+    wg::TransportStatus st = e_->wg_->device().ReserveSend(
+        ps->peer, inner, slot_size_ - (kTxPkt - wg::kTransportHeaderSize), e_->cfg_.codec.tun_mtu,
+        &t);
     if (st == wg::TransportStatus::kExpired) {
       if (ps->staged.size() >= WgEngine::kStagedMax) {
         c_.Drop(DropReason::kWgQueueFull);
@@ -962,13 +999,22 @@ class Engine::Loop {
       c_.Drop(DropReason::kOversized);
       return;
     }
-    ps->tx_bytes += n;  // sealed for it (a failed sendmmsg counts as send_error, not here)
-    int o = out_++;
+    wg::AeadKey* key = WgKey(true, t.serial, t.key);
+    ps->tx_bytes += t.total;  // sealed for it (a failed sendmmsg counts as send_error, not here)
+    const int o = out_;
+    std::memcpy(&tx_addr_[o], &ps->addr, ps->addr_len);  // where it roamed: read under the lock
+    const socklen_t alen = ps->addr_len;
+    const int fd = WgFd(ps->cfg.family);
+    WgUnlock();
+    if (key == nullptr || !wg::WriteTransport(*key, t, pkt, out)) {
+      c_.Drop(DropReason::kOversized);  // OpenSSL refused: as Device::Send's kForged
+      return;
+    }
+    out_++;
     int v = niov_++;
     tx_iov_[v].iov_base = out;
-    tx_iov_[v].iov_len = n;
-    std::memcpy(&tx_addr_[o], &ps->addr, ps->addr_len);
-    SetMessage(o, &tx_addr_[o], ps->addr_len, &tx_iov_[v], 1, 1, 0, inner, WgFd(ps->cfg.family));
+    tx_iov_[v].iov_len = t.total;
+    SetMessage(o, &tx_addr_[o], alen, &tx_iov_[v], 1, 1, 0, inner, fd);
   }
 
   // RX: one WireGuard datagram from `from` (received on `fd`; `src`: its address and port
@@ -981,9 +1027,24 @@ class Engine::Loop {
     const bool transport = len > wg::kTransportHeaderSize && dgram[0] == wg::kMessageTransport;
     uint8_t* out = transport ? dgram + wg::kTransportHeaderSize : wg_buf_.data();
     size_t cap = transport ? len - wg::kTransportHeaderSize : wg_buf_.size();
+    wg::Device& dev = e_->wg_->device();
     WgLock();
-    if (!transport) e_->wg_->CountHandshake(NowNs());
-    wg::Received r = e_->wg_->device().Receive(dgram, len, src, src_len, out, cap);
+    wg::Received r;
+    if (!transport) {
+      e_->wg_->CountHandshake(NowNs());
+      r = dev.Receive(dgram, len, src, src_len, out, cap);
+    } else {
+      // A transport message: its key pair under the lock, the opening on this loop's context
+      // without it, then the replay window and the rest under it again.
+      wg::OpenTicket t;
+      if (dev.BeginOpen(dgram, len, &t, &r)) {
+        wg::AeadKey* key = WgKey(false, t.serial, t.key);
+        WgUnlock();
+        const bool opened = key != nullptr && key->OpenCounter(out, t.counter, out, cap);
+        WgLock();
+        r = dev.FinishOpen(t, opened, out, cap - wg::kTagLen, src, src_len);
+      }
+    }
     WgEngine::PeerState* ps = r.peer != nullptr ? e_->wg_->ByPeer(r.peer) : nullptr;
     // An authenticated message from the peer (a handshake message it took, or a transport
     // message that opened): its bytes, as wireguard-go counts rx_bytes.
@@ -1110,6 +1171,11 @@ class Engine::Loop {
   static constexpr size_t kWgBufSize = 65536;
   std::unique_lock<std::mutex> wg_lock_;
   std::vector<uint8_t> wg_buf_;
+  // This loop's contexts keyed with key pairs' keys, by key pair serial (WgKey, WgForgetKeys),
+  // and the device's count of dropped key pairs when it last looked.
+  std::unordered_map<uint64_t, std::unique_ptr<wg::AeadKey>> wg_sealers_;
+  std::unordered_map<uint64_t, std::unique_ptr<wg::AeadKey>> wg_openers_;
+  uint64_t wg_drops_seen_ = 0;
 };
 
 std::unique_ptr<Engine> Engine::Create(const EngineConfig& cfg, std::string* error) {

@@ -238,6 +238,57 @@ bool CryptoContext::OpenCounter(uint8_t* out, const uint8_t key[kKeyLen], uint64
   return Aead(false, out, key, nonce, in, len, ad, ad_len);
 }
 
+bool AeadKey::Init(const uint8_t key[kKeyLen], bool seal) {
+  Clear();
+  const Algorithms& a = Algs();
+  if (!a.aead) return false;
+  uint8_t zero[kNonceLen] = {};
+  ctx_ = EVP_CIPHER_CTX_new();
+  if (ctx_ == nullptr || EVP_CipherInit_ex2(ctx_, a.aead, key, zero, seal ? 1 : 0, nullptr) != 1) {
+    Clear();
+    return false;
+  }
+  seal_ = seal;
+  return true;
+}
+
+void AeadKey::Clear() {
+  EVP_CIPHER_CTX_free(ctx_);  // cleanses the key schedule it held
+  ctx_ = nullptr;
+}
+
+bool AeadKey::SealCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len) {
+  if (ctx_ == nullptr || !seal_ || len > size_t(INT32_MAX)) return false;
+  uint8_t nonce[kNonceLen];
+  CounterNonce(nonce, counter);
+  int n = 0;
+  // A nonce alone: the provider keeps the key and starts a new message (its one-time Poly1305
+  // key comes from this nonce).
+  if (EVP_CipherInit_ex2(ctx_, nullptr, nullptr, nonce, -1, nullptr) != 1) return false;
+  if (len && EVP_CipherUpdate(ctx_, out, &n, in, int(len)) != 1) return false;
+  if (EVP_CipherFinal_ex(ctx_, out + len, &n) != 1) return false;
+  return EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, int(kTagLen), out + len) == 1;
+}
+
+bool AeadKey::OpenCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len) {
+  if (ctx_ == nullptr || seal_ || len < kTagLen || len > size_t(INT32_MAX)) return false;
+  const size_t body = len - kTagLen;
+  uint8_t nonce[kNonceLen];
+  CounterNonce(nonce, counter);
+  int n = 0;
+  if (EVP_CipherInit_ex2(ctx_, nullptr, nullptr, nonce, -1, nullptr) != 1) return false;
+  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, int(kTagLen),
+                          const_cast<uint8_t*>(in + body)) != 1) {
+    return false;
+  }
+  if (body && EVP_CipherUpdate(ctx_, out, &n, in, int(body)) != 1) return false;
+  if (EVP_CipherFinal_ex(ctx_, out + body, &n) != 1) {
+    Wipe(out, body);  // never hand out a forged packet's plaintext
+    return false;
+  }
+  return true;
+}
+
 bool CryptoContext::XSeal(uint8_t* out, const uint8_t key[kKeyLen], const uint8_t nonce[kXNonceLen],
                           const uint8_t* in, size_t len, const uint8_t* ad, size_t ad_len) {
   uint8_t subkey[kKeyLen], n12[kNonceLen] = {};

@@ -50,6 +50,31 @@ bool KeyedBlake2s(uint8_t* out, size_t out_len, const uint8_t* key, size_t key_l
 // HChaCha20 (draft-irtf-cfrg-xchacha §2.2): the 32-byte subkey of `key` and a 16-byte nonce.
 void HChaCha20(uint8_t out[kKeyLen], const uint8_t key[kKeyLen], const uint8_t nonce[16]);
 
+// ChaCha20-Poly1305 under one key with WireGuard's counter nonce, its OpenSSL context keyed once:
+// each message then only sets its nonce (EVP_CipherInit_ex2 with a cipher or a key frees and
+// remakes the provider's context, which cost as much as the cipher itself on a full-size
+// packet). One direction (seal or open) per key; one caller at a time. The key material lives
+// in the context: Clear (and the destructor) free it, OpenSSL cleansing it.
+class AeadKey {
+ public:
+  AeadKey() = default;
+  ~AeadKey() { Clear(); }
+  AeadKey(const AeadKey&) = delete;
+  AeadKey& operator=(const AeadKey&) = delete;
+  // Keys the context for sealing (`seal`) or opening; false (and not ready) if OpenSSL refused.
+  bool Init(const uint8_t key[kKeyLen], bool seal);
+  void Clear();
+  bool ready() const { return ctx_ != nullptr; }
+  // As CryptoContext::SealCounter / OpenCounter (no associated data), under this key; a context
+  // keyed for the other direction refuses.
+  bool SealCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len);
+  bool OpenCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len);
+
+ private:
+  EVP_CIPHER_CTX* ctx_ = nullptr;
+  bool seal_ = false;
+};
+
 // The reusable OpenSSL contexts of one thread. Not thread-safe; cheap to keep, costly to make.
 class CryptoContext {
  public:

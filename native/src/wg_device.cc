@@ -174,7 +174,9 @@ void Device::DropIndex(uint32_t index) { indices_.erase(index); }
 void Device::DropKeypair(std::unique_ptr<Keypair>& kp) {
   if (!kp) return;
   DropIndex(kp->local_index);
+  live_serials_.erase(kp->serial);
   kp.reset();  // ~Keypair zeroes the keys
+  keypair_drops_.fetch_add(1, std::memory_order_release);
 }
 
 void Device::ZeroAll(Peer* peer) {
@@ -401,6 +403,8 @@ bool Device::BeginSession(Peer* peer) {
     return false;
   }
   indices_[local_index] = IndexEntry{peer, kp.get()};
+  kp->serial = next_serial_++;
+  live_serials_.insert(kp->serial);
   if (initiator) {
     if (peer->next_) {
       DropKeypair(peer->previous_);
@@ -422,12 +426,11 @@ bool Device::BeginSession(Peer* peer) {
   return true;
 }
 
-TransportStatus Device::Send(Peer* peer, const uint8_t* payload, size_t len, uint8_t* out,
-                             size_t cap, size_t* out_len, size_t mtu) {
+TransportStatus Device::ReserveSend(Peer* peer, size_t len, size_t cap, size_t mtu, SealTicket* t) {
   uint64_t now = clock_->MonotonicNs();
   Keypair* kp = peer->current_.get();
-  TransportStatus st = kp ? SealTransport(crypto_, *kp, now, payload, len, mtu, out, cap, out_len)
-                          : TransportStatus::kExpired;
+  TransportStatus st =
+      kp ? ReserveTransport(*kp, now, len, mtu, cap, t) : TransportStatus::kExpired;
   if (st == TransportStatus::kExpired) {
     peer->handshake_wanted_ = true;
     return st;
@@ -444,33 +447,62 @@ TransportStatus Device::Send(Peer* peer, const uint8_t* payload, size_t len, uin
   return st;
 }
 
-Received Device::HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, size_t cap) {
-  uint64_t now = clock_->MonotonicNs();
-  Received r;
+TransportStatus Device::Send(Peer* peer, const uint8_t* payload, size_t len, uint8_t* out,
+                             size_t cap, size_t* out_len, size_t mtu) {
+  SealTicket t;
+  TransportStatus st = ReserveSend(peer, len, cap, mtu, &t);
+  if (st != TransportStatus::kOk) return st;
+  Keypair* kp = peer->current_.get();
+  if ((!kp->sealer.ready() && !kp->sealer.Init(kp->send_key, true)) ||
+      !WriteTransport(kp->sealer, t, payload, out)) {
+    return TransportStatus::kForged;
+  }
+  *out_len = t.total;
+  return st;
+}
+
+bool Device::BeginOpen(const uint8_t* msg, size_t len, OpenTicket* t, Received* r) {
+  *r = Received();
+  if (!has_key_ || MessageTypeOf(msg, len) != kMessageTransport) return false;
   auto it = indices_.find(GetLe32(msg + kTransportReceiver));
   if (it == indices_.end() || !it->second.keypair) {
-    r.verdict = Verdict::kDropIndex;
+    r->verdict = Verdict::kDropIndex;
+    return false;
+  }
+  Keypair* kp = it->second.keypair;
+  r->peer = it->second.peer;
+  uint64_t counter = GetLe64(msg + kTransportCounter);
+  if (counter >= kRejectAfterMessages || clock_->MonotonicNs() - kp->created >= kRejectAfterTime) {
+    r->verdict = Verdict::kDropExpired;
+    return false;
+  }
+  t->serial = kp->serial;
+  t->key = kp->recv_key;
+  t->counter = counter;
+  t->index = it->first;
+  return true;
+}
+
+Received Device::FinishOpen(const OpenTicket& t, bool opened, const uint8_t* out, size_t n,
+                            const uint8_t* src, size_t src_len) {
+  uint64_t now = clock_->MonotonicNs();
+  Received r;
+  auto it = indices_.find(t.index);
+  if (it == indices_.end() || !it->second.keypair || it->second.keypair->serial != t.serial) {
+    r.verdict = Verdict::kDropExpired;  // its key pair went while the message was opened
     return r;
   }
   Peer* peer = it->second.peer;
   Keypair* kp = it->second.keypair;
   r.peer = peer;
-  size_t n = 0;
-  switch (OpenTransport(crypto_, *kp, now, msg, len, out, cap, &n)) {
-    case TransportStatus::kOk:
-      break;
-    case TransportStatus::kExpired:
-      r.verdict = Verdict::kDropExpired;
-      return r;
-    case TransportStatus::kReplayed:
-      r.verdict = Verdict::kDropReplayed;
-      return r;
-    case TransportStatus::kTooShort:
-      r.verdict = Verdict::kDropMalformed;
-      return r;
-    case TransportStatus::kForged:
-      r.verdict = Verdict::kDropForged;
-      return r;
+  if (!opened) {
+    r.verdict = Verdict::kDropForged;
+    return r;
+  }
+  // The counter is checked against the window only after the tag verified.
+  if (!kp->replay.Check(t.counter)) {
+    r.verdict = Verdict::kDropReplayed;
+    return r;
   }
   // The first packet under the responder's new key pair confirms it: rotate.
   if (kp == peer->next_.get()) {
@@ -490,30 +522,41 @@ Received Device::HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, s
   peer->timers_.AnyAuthenticatedPacketReceived(now);
   if (n == 0) {
     r.verdict = Verdict::kKeepalive;
-    return r;
-  }
-  size_t ip_len = IpLength(out, n);
-  if (!ip_len) {
+  } else if (size_t ip_len = IpLength(out, n)) {
+    peer->timers_.DataReceived(now);
+    r.verdict = Verdict::kData;
+    r.len = ip_len;
+  } else {
     r.verdict = Verdict::kDropNotIp;
-    return r;
   }
-  peer->timers_.DataReceived(now);
-  r.verdict = Verdict::kData;
-  r.len = ip_len;
+  NoteEndpoint(r, src, src_len);
   return r;
 }
 
-Received Device::Receive(const uint8_t* msg, size_t len, const uint8_t* src, size_t src_len,
-                         uint8_t* out, size_t cap) {
-  Received r = Dispatch(msg, len, src, src_len, out, cap);
-  // Roaming: an authenticated packet moves the peer's endpoint to where it came from.
+Received Device::HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, size_t cap) {
+  OpenTicket t;
+  Received r;
+  if (!BeginOpen(msg, len, &t, &r)) return r;
+  const size_t body = len - kTransportHeaderSize;
+  if (cap < body - kTagLen) {
+    r.verdict = Verdict::kDropMalformed;
+    return r;
+  }
+  Keypair* kp = indices_[t.index].keypair;
+  const bool opened = (kp->opener.ready() || kp->opener.Init(kp->recv_key, false)) &&
+                      kp->opener.OpenCounter(out, t.counter, msg + kTransportHeaderSize, body);
+  // Receive notes the endpoint (no source here).
+  return FinishOpen(t, opened, out, body - kTagLen, nullptr, 0);
+}
+
+void Device::NoteEndpoint(const Received& r, const uint8_t* src, size_t src_len) {
   switch (r.verdict) {
     case Verdict::kResponse:
     case Verdict::kHandshakeDone:
     case Verdict::kData:
     case Verdict::kKeepalive:
     case Verdict::kDropNotIp:
-      if (r.peer && src_len <= sizeof(r.peer->endpoint_)) {
+      if (r.peer && src && src_len <= sizeof(r.peer->endpoint_)) {
         std::memcpy(r.peer->endpoint_, src, src_len);
         r.peer->endpoint_len_ = src_len;
       }
@@ -521,6 +564,12 @@ Received Device::Receive(const uint8_t* msg, size_t len, const uint8_t* src, siz
     default:
       break;
   }
+}
+
+Received Device::Receive(const uint8_t* msg, size_t len, const uint8_t* src, size_t src_len,
+                         uint8_t* out, size_t cap) {
+  Received r = Dispatch(msg, len, src, src_len, out, cap);
+  NoteEndpoint(r, src, src_len);  // roaming: an authenticated packet moves the peer's endpoint
   return r;
 }
 

@@ -3,19 +3,21 @@
 // key pair rotation and each peer's timers. Plain C++ over byte spans: every call takes the
 // datagram and the caller's output buffer, and times come from the injected Clock.
 //
-// Contract: one thread drives a Device (handshakes, timers, and here the data path too). The
-// engine's workers will later seal and open transport messages themselves with SealTransport /
-// OpenTransport (wg_session.h) on key pairs this thread publishes; nothing here allocates per
-// data packet (a Keypair is allocated once per handshake).
+// Contract: one thread at a time drives a Device (the engine: under its lock). The engine's
+// workers seal and open transport messages with their own keyed contexts outside that lock:
+// ReserveSend / BeginOpen hand them a ticket under the lock, FinishOpen takes the result back.
+// Nothing here allocates per data packet (a Keypair is allocated once per handshake).
 #ifndef WEFT_NATIVE_WG_DEVICE_H_
 #define WEFT_NATIVE_WG_DEVICE_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "wg_crypto.h"
@@ -141,6 +143,17 @@ struct Received {
   }
 };
 
+// A transport message's key pair, looked up and checked (Device::BeginOpen): what opening it
+// needs, so that the opening itself may run without the key pair (a worker's own context keyed
+// with `key`, outside the device's lock). `key` points into the key pair: read it only while
+// the key pair is certain to live (under the lock).
+struct OpenTicket {
+  uint64_t serial = 0;
+  const uint8_t* key = nullptr;
+  uint64_t counter = 0;
+  uint32_t index = 0;
+};
+
 class Device {
  public:
   explicit Device(const Clock* clock);
@@ -161,6 +174,24 @@ class Device {
   void WantHandshake(Peer* peer) { peer->handshake_wanted_ = true; }
   // The load flag (the caller's handshake queue depth decides it): mac2 is then required.
   void set_under_load(bool on) { under_load_ = on; }
+
+  // Seal in two halves, for a caller that seals with its own context outside its lock:
+  // ReserveSend does all of Send but the sealing (the key pair checked, the counter taken,
+  // the timers and the rekey told), then WriteTransport (wg_session.h) with the ticket.
+  TransportStatus ReserveSend(Peer* peer, size_t len, size_t cap, size_t mtu, SealTicket* t);
+  // Open in two halves likewise, for a transport message (MessageTypeOf kMessageTransport):
+  // BeginOpen finds its key pair (false: `r` says why — kDropIndex, kDropExpired); the caller
+  // opens msg + 16 with a context keyed with t.key (opened: the tag verified) into `out`
+  // (n = len − 32 bytes); FinishOpen then does the rest of Receive: the replay window (a key
+  // pair gone meanwhile: kDropExpired), key rotation, timers, the endpoint.
+  bool BeginOpen(const uint8_t* msg, size_t len, OpenTicket* t, Received* r);
+  Received FinishOpen(const OpenTicket& t, bool opened, const uint8_t* out, size_t n,
+                      const uint8_t* src, size_t src_len);
+  // Key pairs dropped so far (any thread): a caller keeping contexts keyed with key pairs'
+  // keys (SealTicket / OpenTicket) checks them with KeypairLive when this moved, and forgets
+  // those of key pairs gone.
+  uint64_t keypair_drops() const { return keypair_drops_.load(std::memory_order_acquire); }
+  bool KeypairLive(uint64_t serial) const { return live_serials_.count(serial) != 0; }
 
   // A handshake initiation to `peer` into out[148]; 0 if none may go now (REKEY_TIMEOUT since
   // the last one, or the peer's key gives an all-zero DH).
@@ -200,6 +231,8 @@ class Device {
   Received HandleInitiation(const uint8_t* msg, uint8_t* out);
   Received HandleResponse(const uint8_t* msg, uint8_t* out, size_t cap);
   Received HandleTransport(const uint8_t* msg, size_t len, uint8_t* out, size_t cap);
+  // Roaming: an authenticated message moves `r.peer`'s endpoint to `src`.
+  static void NoteEndpoint(const Received& r, const uint8_t* src, size_t src_len);
 
   const Clock* clock_;
   CryptoContext crypto_;
@@ -213,6 +246,9 @@ class Device {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::map<std::array<uint8_t, kKeyLen>, Peer*> by_key_;
   std::unordered_map<uint32_t, IndexEntry> indices_;
+  uint64_t next_serial_ = 1;
+  std::unordered_set<uint64_t> live_serials_;
+  std::atomic<uint64_t> keypair_drops_{0};
 };
 
 }  // namespace wg

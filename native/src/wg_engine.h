@@ -11,11 +11,12 @@
 //     record format below. A record of the peer table whose public address has no WireGuard
 //     peer carries nothing (drop wg_no_peer).
 //
-// Locking: mu() guards the Device and everything here. Packet threads take it once per batch
-// (TX: while sealing a batch, released before sendmmsg; RX: while opening datagrams, released
-// before each TUN write), timers take it on the tick, SetPeers on a change. Transport keys are
-// sealed and opened with the Device's context under it, so a key pair's replay window has one
-// receiver at a time.
+// Locking: mu() guards the Device and everything here. Packet threads take it per packet for
+// the protocol state only (TX: the peer, the key pair and its counter, the timers; RX: the key
+// pair by index, then the replay window, rotation, timers and roaming) and seal or open the
+// transport message between, without it, on contexts of their own keyed with the key pair's key
+// (engine.cc WgKey; forgotten when the Device drops the key pair). Timers take it on the tick,
+// SetPeers on a change; handshake messages, keepalives and staged packets are handled under it.
 #ifndef WEFT_NATIVE_WG_ENGINE_H_
 #define WEFT_NATIVE_WG_ENGINE_H_
 

@@ -136,6 +136,42 @@ bool CryptoForTest(const std::string& op, const std::vector<Bytes>& args, Bytes*
                 : c.Open(out->data(), args[0].data(), args[1].data(), in.data(), in.size(), ad,
                          args[2].size());
   }
+  // One keyed context (AeadKey) over a list of counters (args[1]: 8 bytes little-endian each):
+  // sealKeyed seals args[2] under each counter, the results concatenated; openKeyed opens the
+  // equal-size messages concatenated in args[2] in turn, each result one status byte (1 opened,
+  // 0 refused) then its plaintext (zeros when refused).
+  if (op == "sealKeyed" || op == "openKeyed") {
+    const bool seal = op == "sealKeyed";
+    if (!Sizes(args, {k, -1, -1}, error)) return false;
+    const size_t count = args[1].size() / 8;
+    if (args[1].size() % 8 != 0 || count == 0) {
+      *error = "counters must be 8 bytes each";
+      return false;
+    }
+    const Bytes& in = args[2];
+    const size_t each = seal ? in.size() : in.size() / count;
+    if ((!seal && (in.size() % count != 0 || each < kTagLen))) {
+      *error = "messages must be equal-size, each with a tag";
+      return false;
+    }
+    AeadKey key;
+    if (!key.Init(args[0].data(), seal)) return false;
+    out->clear();
+    for (size_t i = 0; i < count; i++) {
+      const uint64_t counter = GetLe64(args[1].data() + 8 * i);
+      if (seal) {
+        Bytes m(each + kTagLen);
+        if (!key.SealCounter(m.data(), counter, in.data(), each)) return false;
+        out->insert(out->end(), m.begin(), m.end());
+      } else {
+        Bytes m(each - kTagLen);
+        const bool ok = key.OpenCounter(m.data(), counter, in.data() + i * each, each);
+        out->push_back(ok ? 1 : 0);
+        out->insert(out->end(), m.begin(), m.end());
+      }
+    }
+    return true;
+  }
   if (op == "hchacha20") {
     if (!Sizes(args, {k, 16}, error)) return false;
     out->resize(kKeyLen);
@@ -285,6 +321,37 @@ TestReceived TestDeviceReceive(int id, const Bytes& packet, const Bytes& src) {
   if (got.send() || got.verdict == Verdict::kData)
     r.packet.assign(out.data(), out.data() + got.len);
   return r;
+}
+
+std::vector<std::string> TestDeviceReceiveSplit(int id, const Bytes& packet, const Bytes& src,
+                                                const std::string& between) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  TestDevice* d = Find(id);
+  if (!d) return {"no_device"};
+  OpenTicket t;
+  Received r;
+  if (!d->device.BeginOpen(packet.data(), packet.size(), &t, &r)) return {VerdictName(r.verdict)};
+  // A worker's own context, keyed from the ticket (as the engine's loops key theirs).
+  AeadKey key;
+  const size_t body = packet.size() - kTransportHeaderSize;
+  Bytes out(body);
+  const bool opened =
+      key.Init(t.key, false) &&
+      key.OpenCounter(out.data(), t.counter, packet.data() + kTransportHeaderSize, body);
+  if (between == "expire" && r.peer != nullptr) {
+    // Its key pair expires and goes while the worker opens the message.
+    d->clock.mono += kRejectAfterTime;
+    d->clock.wall += kRejectAfterTime;
+    d->device.Tick(r.peer);
+  }
+  std::vector<std::string> verdicts;
+  const int finishes = between == "twice" ? 2 : 1;  // two workers opened the same message
+  for (int i = 0; i < finishes; i++) {
+    verdicts.push_back(VerdictName(
+        d->device.FinishOpen(t, opened, out.data(), body - kTagLen, src.data(), src.size())
+            .verdict));
+  }
+  return verdicts;
 }
 
 std::vector<std::string> TestDeviceTick(int id, int peer) {

@@ -14,9 +14,10 @@ namespace wg {
 
 using Bytes = std::vector<uint8_t>;
 
-// One primitive by name (x25519, publicKey, seal, open, xseal, xopen, hchacha20, hash, mac, mac32,
-// hmac, kdf, initial, tai64n) on its arguments; false when the primitive refused (a forged
-// AEAD input, a zero X25519 result). `error` is set for an unknown op or wrong argument sizes.
+// One primitive by name (x25519, publicKey, seal, open, sealKeyed, openKeyed, xseal, xopen,
+// hchacha20, hash, mac, mac32, hmac, kdf, initial, tai64n) on its arguments; false when the
+// primitive refused (a forged AEAD input, a zero X25519 result). `error` is set for an unknown op
+// or wrong argument sizes.
 bool CryptoForTest(const std::string& op, const std::vector<Bytes>& args, Bytes* out,
                    std::string* error);
 
@@ -51,6 +52,12 @@ Bytes TestDeviceInitiate(int id, int peer);
 // → the status name (ok, expired, too_short, forged, replayed) and the datagram.
 std::string TestDeviceSend(int id, int peer, const Bytes& payload, size_t mtu, Bytes* packet);
 TestReceived TestDeviceReceive(int id, const Bytes& packet, const Bytes& src);
+// A transport message received in the engine's two halves (BeginOpen, the opening on a context
+// of the caller's own, FinishOpen): `between` "expire" moves the clock past REJECT_AFTER_TIME
+// and ticks the peer before FinishOpen, "twice" finishes the same opened message twice (two
+// workers); → the verdict of each FinishOpen (or BeginOpen's, when it refused).
+std::vector<std::string> TestDeviceReceiveSplit(int id, const Bytes& packet, const Bytes& src,
+                                                const std::string& between);
 // → the names of the actions due (send_initiation, send_keepalive, zero_keys, gave_up).
 std::vector<std::string> TestDeviceTick(int id, int peer);
 bool TestDevicePeerState(int id, int peer, TestPeerState* state);

@@ -34,9 +34,8 @@ void ReplayWindow::Reset() {
 
 // ---- transport data ----
 
-TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* payload,
-                              size_t len, size_t pad_limit, uint8_t* out, size_t cap,
-                              size_t* out_len) {
+TransportStatus ReserveTransport(Keypair& kp, uint64_t now, size_t len, size_t pad_limit,
+                                 size_t cap, SealTicket* t) {
   if (kp.send_counter.load(std::memory_order_relaxed) >= kRejectAfterMessages ||
       now - kp.created >= kRejectAfterTime) {
     return TransportStatus::kExpired;
@@ -49,38 +48,41 @@ TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const
   size_t body = len + (padded > last ? padded - last : 0);
   size_t total = kTransportHeaderSize + body + kTagLen;
   if (total > cap) return TransportStatus::kTooShort;
-  uint8_t* data = out + kTransportHeaderSize;
-  if (len && payload != data) std::memmove(data, payload, len);
-  std::memset(data + len, 0, body - len);
   uint64_t counter = kp.send_counter.fetch_add(1, std::memory_order_relaxed);
   if (counter >= kRejectAfterMessages) {  // another worker took the last one meanwhile
     kp.send_counter.store(kRejectAfterMessages, std::memory_order_relaxed);
     return TransportStatus::kExpired;
   }
-  PutLe32(out, kMessageTransport);
-  PutLe32(out + kTransportReceiver, kp.remote_index);
-  PutLe64(out + kTransportCounter, counter);
-  if (!c.SealCounter(data, kp.send_key, counter, data, body, nullptr, 0)) {
-    return TransportStatus::kForged;
-  }
-  *out_len = total;
+  t->serial = kp.serial;
+  t->key = kp.send_key;
+  t->counter = counter;
+  t->remote_index = kp.remote_index;
+  t->len = len;
+  t->body = body;
+  t->total = total;
   return TransportStatus::kOk;
 }
 
-TransportStatus OpenTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* msg,
-                              size_t len, uint8_t* out, size_t cap, size_t* out_len) {
-  if (MessageTypeOf(msg, len) != kMessageTransport) return TransportStatus::kTooShort;
-  size_t body = len - kTransportHeaderSize;
-  if (cap < body - kTagLen) return TransportStatus::kTooShort;
-  uint64_t counter = GetLe64(msg + kTransportCounter);
-  if (counter >= kRejectAfterMessages || now - kp.created >= kRejectAfterTime) {
-    return TransportStatus::kExpired;
-  }
-  if (!c.OpenCounter(out, kp.recv_key, counter, msg + kTransportHeaderSize, body, nullptr, 0)) {
+bool WriteTransport(AeadKey& key, const SealTicket& t, const uint8_t* payload, uint8_t* out) {
+  uint8_t* data = out + kTransportHeaderSize;
+  if (t.len && payload != data) std::memmove(data, payload, t.len);
+  std::memset(data + t.len, 0, t.body - t.len);
+  PutLe32(out, kMessageTransport);
+  PutLe32(out + kTransportReceiver, t.remote_index);
+  PutLe64(out + kTransportCounter, t.counter);
+  return key.SealCounter(data, t.counter, data, t.body);
+}
+
+TransportStatus SealTransport(Keypair& kp, uint64_t now, const uint8_t* payload, size_t len,
+                              size_t pad_limit, uint8_t* out, size_t cap, size_t* out_len) {
+  SealTicket t;
+  TransportStatus st = ReserveTransport(kp, now, len, pad_limit, cap, &t);
+  if (st != TransportStatus::kOk) return st;
+  if ((!kp.sealer.ready() && !kp.sealer.Init(kp.send_key, true)) ||
+      !WriteTransport(kp.sealer, t, payload, out)) {
     return TransportStatus::kForged;
   }
-  if (!kp.replay.Check(counter)) return TransportStatus::kReplayed;
-  *out_len = body - kTagLen;
+  *out_len = t.total;
   return TransportStatus::kOk;
 }
 

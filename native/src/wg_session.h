@@ -1,6 +1,6 @@
 // A WireGuard session after the handshake: the transport key pair with its counters and replay
 // window, the encryption and decryption of transport data messages (spans in, spans out, no
-// allocation: a worker calls them over its batch with its own CryptoContext), and a peer's
+// allocation per packet: each key pair keys its OpenSSL contexts once), and a peer's
 // timers as deadlines on the injected clock (wireguard-go device/timers.go, whitepaper §6).
 #ifndef WEFT_NATIVE_WG_SESSION_H_
 #define WEFT_NATIVE_WG_SESSION_H_
@@ -37,15 +37,24 @@ class ReplayWindow {
 struct Keypair {
   uint8_t send_key[kKeyLen] = {};
   uint8_t recv_key[kKeyLen] = {};
-  // The next nonce to use: workers sealing with one key pair in parallel each take their own.
+  // The next nonce to use (taken atomically: the key pair's expiry reads it without the seal).
   std::atomic<uint64_t> send_counter{0};
+  // The keys' OpenSSL contexts, keyed on first use (SealTransport, Device::HandleTransport): one
+  // sealer and one opener at a time (the engine seals and opens under the device's lock).
+  AeadKey sealer;
+  AeadKey opener;
   ReplayWindow replay;
   uint64_t created = 0;  // monotonic ns
+  // Unique per key pair in its Device (never reused): what a worker's own keyed contexts are
+  // filed under (SealTicket, OpenTicket).
+  uint64_t serial = 0;
   bool is_initiator = false;
   uint32_t local_index = 0;
   uint32_t remote_index = 0;
   ~Keypair() { Zero(); }
   void Zero() {
+    sealer.Clear();
+    opener.Clear();
     Wipe(send_key, sizeof(send_key));
     Wipe(recv_key, sizeof(recv_key));
   }
@@ -59,20 +68,35 @@ enum class TransportStatus : uint8_t {
   kReplayed,  // the counter was seen or is behind the window
 };
 
+// One transport message reserved under a key pair (ReserveTransport): everything sealing it
+// needs, so that the sealing itself may run without the key pair (a worker's own context keyed
+// with `key`, outside the device's lock). `key` points into the key pair: read it only while
+// the key pair is certain to live (under the lock).
+struct SealTicket {
+  uint64_t serial = 0;
+  const uint8_t* key = nullptr;
+  uint64_t counter = 0;
+  uint32_t remote_index = 0;
+  size_t len = 0;    // payload bytes
+  size_t body = 0;   // payload + zero padding (sealed)
+  size_t total = 0;  // the datagram: header + body + tag
+};
+
+// Checks the key pair (kExpired past REJECT_AFTER_*), sizes the message (kTooShort if it does
+// not fit `cap`) and takes its counter: the first half of SealTransport.
+TransportStatus ReserveTransport(Keypair& kp, uint64_t now, size_t len, size_t pad_limit,
+                                 size_t cap, SealTicket* t);
+// The second half: writes the header, the payload (`payload` may be out + 16) and its padding,
+// and seals them with `key` (keyed with the ticket's key); false if OpenSSL refused.
+bool WriteTransport(AeadKey& key, const SealTicket& t, const uint8_t* payload, uint8_t* out);
+
 // Seals `len` payload bytes into a transport message in `out` (capacity `cap`): header, the
 // payload zero-padded to 16 (but not past `pad_limit`, the MTU) and the tag. `payload` may be
-// `out + kTransportHeaderSize` (in place). `*out_len` = the datagram's size. Workers may seal
-// with one key pair in parallel (the counter is taken atomically); OpenTransport's replay window
-// wants one receiver per key pair at a time.
-TransportStatus SealTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* payload,
-                              size_t len, size_t pad_limit, uint8_t* out, size_t cap,
-                              size_t* out_len);
-// Opens a transport message for `kp` (its receiver index already matched) into `out`
-// (capacity ≥ len − 32; may be msg + kTransportHeaderSize): `*out_len` = the padded payload
-// (0: a keepalive). The counter is checked against the window only after the tag verified.
-TransportStatus OpenTransport(CryptoContext& c, Keypair& kp, uint64_t now, const uint8_t* msg,
-                              size_t len, uint8_t* out, size_t cap, size_t* out_len);
-
+// `out + kTransportHeaderSize` (in place). `*out_len` = the datagram's size. One sealer per key
+// pair at a time (its keyed context, Keypair::sealer), and one opener (the context and the
+// replay window).
+TransportStatus SealTransport(Keypair& kp, uint64_t now, const uint8_t* payload, size_t len,
+                              size_t pad_limit, uint8_t* out, size_t cap, size_t* out_len);
 // A peer's timers (wireguard-go timers.go), as deadlines on the monotonic clock (0: off). The
 // owner reports events; Poll(now) says what is due.
 class PeerTimers {

@@ -259,6 +259,8 @@ export type WgCryptoOp =
   | 'publicKey'
   | 'seal'
   | 'open'
+  | 'sealKeyed'
+  | 'openKeyed'
   | 'xseal'
   | 'xopen'
   | 'hchacha20'
@@ -489,6 +491,18 @@ export interface NativeAddon {
   wgDevice(op: 'initiate', id: number, peer: number): Buffer | null;
   wgDevice(op: 'send', id: number, peer: number, payload: Buffer, mtu?: number): WgSent;
   wgDevice(op: 'receive', id: number, packet: Buffer, src: Buffer): WgReceived;
+  /**
+   * A transport message received in the engine's two halves (wg_harness.h
+   * TestDeviceReceiveSplit): the verdict of each FinishOpen ("expire": the key pair expires
+   * in between; "twice": finished twice), or BeginOpen's refusal.
+   */
+  wgDevice(
+    op: 'receiveSplit',
+    id: number,
+    packet: Buffer,
+    src: Buffer,
+    between: 'none' | 'expire' | 'twice',
+  ): string[];
   /** The actions due: send_initiation, send_keepalive, zero_keys, gave_up. */
   wgDevice(op: 'tick', id: number, peer: number): string[];
   wgDevice(op: 'peer', id: number, peer: number): WgPeerState | null;

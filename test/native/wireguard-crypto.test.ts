@@ -96,6 +96,64 @@ describe('ChaCha20-Poly1305 (RFC 8439 §2.8.2)', () => {
   });
 });
 
+describe("a keyed ChaCha20-Poly1305 context (a key pair's: keyed once, a nonce per message)", () => {
+  const key = seq(0x80, 32);
+  // WireGuard's nonce: 4 zero bytes, then the counter little-endian.
+  const nonceOf = (c: bigint): Buffer => {
+    const n = Buffer.alloc(12);
+    n.writeBigUInt64LE(c, 4);
+    return n;
+  };
+  const counters = [0n, 1n, 2n, 7n, 0xfffffffen, 2n ** 60n + 3n];
+  const packed = (cs: readonly bigint[]): Buffer =>
+    Buffer.concat(cs.map((c) => Buffer.from(nonceOf(c).subarray(4))));
+
+  it("seals each message as a one-shot seal under that counter's nonce", () => {
+    for (const len of [0, 1, 63, 64, 65, 1440, 1456]) {
+      const msg = seq(len, len);
+      const keyed = crypto('sealKeyed', key, packed(counters), msg);
+      const oneShot = counters
+        .map((c) => crypto('seal', key, nonceOf(c), Buffer.alloc(0), msg))
+        .join('');
+      assert.equal(keyed, oneShot, `length ${len}`);
+    }
+  });
+
+  it('opens each in turn; a forged one is refused (no plaintext) and the next still opens', () => {
+    const msg = seq(3, 100);
+    const sealed = counters.map((c) => hex(crypto('seal', key, nonceOf(c), Buffer.alloc(0), msg)));
+    sealed[2]![10] = sealed[2]![10]! ^ 1; // ciphertext bit
+    sealed[4]![sealed[4]!.length - 1] = sealed[4]![sealed[4]!.length - 1]! ^ 1; // tag bit
+    const out = native.wgCrypto('openKeyed', key, packed(counters), Buffer.concat(sealed));
+    assert.ok(out);
+    const each = 1 + msg.length;
+    for (let i = 0; i < counters.length; i++) {
+      const r: Buffer = out.subarray(i * each, (i + 1) * each);
+      if (i === 2 || i === 4) {
+        assert.equal(r[0], 0, `message ${i} refused`);
+        assert.deepEqual(r.subarray(1), Buffer.alloc(msg.length), `message ${i} no plaintext`);
+      } else {
+        assert.equal(r[0], 1, `message ${i} opened`);
+        assert.deepEqual(r.subarray(1), msg, `message ${i}`);
+      }
+    }
+  });
+
+  it('opens under the counter it was sealed with only', () => {
+    const sealed = hex(crypto('seal', key, nonceOf(5n), Buffer.alloc(0), seq(1, 32)));
+    const out = native.wgCrypto(
+      'openKeyed',
+      key,
+      packed([6n, 5n]),
+      Buffer.concat([sealed, sealed]),
+    );
+    assert.ok(out);
+    assert.equal(out[0], 0);
+    assert.equal(out[33], 1);
+    assert.deepEqual(out.subarray(34), seq(1, 32));
+  });
+});
+
 describe('XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha-03)', () => {
   it('§2.2.1 HChaCha20 subkey', () => {
     assert.equal(

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
   SECOND,
+  SRC_A,
   SRC_B,
   WgDev,
   handshake,
@@ -92,6 +93,40 @@ describe('transport messages', () => {
     forged[20] = forged[20]! ^ 1;
     assert.equal(b.receive(forged).verdict, 'drop_forged');
     assert.equal(b.receive(msg).verdict, 'data');
+  });
+
+  it("opened outside the lock (the engine's halves): the same verdicts as one Receive", () => {
+    const { a, b } = track(pair());
+    handshake(a, b);
+    const split = (m: Buffer, between: 'none' | 'expire' | 'twice' = 'none') =>
+      native.wgDevice('receiveSplit', b.id, m, SRC_A, between);
+    assert.deepEqual(split(a.send(ipv4Packet(40)).packet!), ['data']);
+    const forged = a.send(ipv4Packet(40)).packet!;
+    forged[30] = forged[30]! ^ 1;
+    assert.deepEqual(split(forged), ['drop_forged']);
+    const unknown = a.send(ipv4Packet(40)).packet!;
+    unknown.writeUInt32LE((unknown.readUInt32LE(4) ^ 0xffff) >>> 0, 4);
+    assert.deepEqual(split(unknown), ['drop_index']);
+    assert.deepEqual(split(a.send(Buffer.alloc(0)).packet!), ['keepalive']);
+  });
+
+  it('two workers opening the same message: one delivers it, the other is a replay', () => {
+    const { a, b } = track(pair());
+    handshake(a, b);
+    const msg = a.send(ipv4Packet(40)).packet!;
+    assert.deepEqual(native.wgDevice('receiveSplit', b.id, msg, SRC_A, 'twice'), [
+      'data',
+      'drop_replayed',
+    ]);
+    assert.equal(b.receive(msg).verdict, 'drop_replayed');
+  });
+
+  it('a key pair that expires while a worker opens its message: dropped as expired', () => {
+    const { a, b } = track(pair());
+    handshake(a, b);
+    const msg = a.send(ipv4Packet(40)).packet!;
+    assert.deepEqual(native.wgDevice('receiveSplit', b.id, msg, SRC_A, 'expire'), ['drop_expired']);
+    assert.equal(b.peer().current, false);
   });
 
   it('a decrypted payload that is not IP is dropped', () => {
