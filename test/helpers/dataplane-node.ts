@@ -20,33 +20,18 @@
 import { execFileSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import type * as Log from '../../src/common/log.js';
-import type * as OpenNetlink from '../../src/control/netlink/open-netlink.js';
-import type * as PodBridge from '../../src/control/netlink/pod-bridge.js';
-import type * as DataplaneIndex from '../../src/dataplane/index.js';
+import { logger } from '../../src/common/log.js';
+import { openNetlink } from '../../src/control/netlink/open-netlink.js';
+import { PodBridgeFollower } from '../../src/control/netlink/pod-bridge.js';
+import { startDataplane, startWireguardUapi } from '../../src/dataplane/index.js';
 import type { Dataplane, DataplaneOptions, WireguardUapi } from '../../src/dataplane/index.js';
-import type * as PeerTable from '../../src/dataplane/peer-table.js';
 import type { PeerEntry } from '../../src/dataplane/peer-table.js';
-
-/**
- * weft's modules from dist/ when the suite runs its testbed from there (scripts/run-tests.mjs
- * builds it first; the daemons run from it too): nothing for tsx to compile, in this process or
- * in the engine's pool threads (whose task file is then worker.js). From the sources otherwise.
- */
-const lib = process.env.WEFT_TEST_LAUNCHER === 'dist' ? '../../dist' : '../../src';
-const { logger } = (await import(`${lib}/common/log.js`)) as typeof Log;
-const { openNetlink } = (await import(
-  `${lib}/control/netlink/open-netlink.js`
-)) as typeof OpenNetlink;
-const { PodBridgeFollower } = (await import(
-  `${lib}/control/netlink/pod-bridge.js`
-)) as typeof PodBridge;
-const { startDataplane, startWireguardUapi } = (await import(
-  `${lib}/dataplane/index.js`
-)) as typeof DataplaneIndex;
-const { applyPeerDelta, encodePeerTable, parseMac, peerEntry } = (await import(
-  `${lib}/dataplane/peer-table.js`
-)) as typeof PeerTable;
+import {
+  applyPeerDelta,
+  encodePeerTable,
+  parseMac,
+  peerEntry,
+} from '../../src/dataplane/peer-table.js';
 
 interface Config extends Omit<DataplaneOptions, 'vtepMac' | 'log' | 'wireguard'> {
   readonly vtepMac: string;
