@@ -758,7 +758,7 @@ while True:
         'pool,no-addon',
         JSON.stringify(cfg),
       ],
-      30_000,
+      60_000,
     );
     const lines = out.trim().split('\n');
     assert.ok(lines.length >= 2, out);
