@@ -522,9 +522,6 @@ while True:
 
     test('udp: a path MTU below the segment size under load, TCP by the egress TAP: the kernel fragments (outer DF clear), nothing is lost', (t) =>
       onPair((nodes) => tapUnderMtuDrop(nodes, t)));
-
-    test('udp: 20 new TCP connections through 2 queues each stay on one queue (the TUN steers by flow)', () =>
-      onPair(connectionsStayOnOneQueue));
   });
 
   describe('vxlan / native: one pair', () => {
@@ -538,9 +535,6 @@ while True:
 
     test('vxlan: a path MTU below the segment size under load, TCP by the egress TAP: the kernel fragments (outer DF clear), nothing is lost', (t) =>
       onPair((nodes) => tapUnderMtuDrop(nodes, t)));
-
-    test('vxlan: 20 new TCP connections through 2 queues each stay on one queue (the TUN steers by flow)', () =>
-      onPair(connectionsStayOnOneQueue));
 
     // Last on this pair: it closes and starts A's engine again (the same peer table).
     test('stop/start cycles leak no fd and traffic flows after them', () =>
@@ -601,6 +595,19 @@ while True:
     test('js: a peer a delta removes is unreachable; a delta that adds it back restores it', () =>
       onPair((nodes) => deltaRemovesPeer(nodes, 'js')));
   });
+
+  // A fresh pair each: a stray packet of an earlier test's connection (a late retransmission)
+  // would count as a second queue.
+  for (const format of ['udp', 'vxlan'] as const) {
+    test(`${format}: 20 new TCP connections through 2 queues each stay on one queue (the TUN steers by flow)`, async () => {
+      const nodes = await startPair(scope, [A, B], format, 'native');
+      try {
+        await connectionsStayOnOneQueue(nodes);
+      } finally {
+        await stopPair(nodes);
+      }
+    });
+  }
 
   test('vxlan / js: IPv4 and IPv6 ping both ways, TCP through iperf3', async () => {
     const nodes = await startPair(scope, [A, B], 'vxlan', 'js');
