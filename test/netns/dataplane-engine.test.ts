@@ -596,19 +596,6 @@ while True:
       onPair((nodes) => deltaRemovesPeer(nodes, 'js')));
   });
 
-  // A fresh pair each: a stray packet of an earlier test's connection (a late retransmission)
-  // would count as a second queue.
-  for (const format of ['udp', 'vxlan'] as const) {
-    test(`${format}: 20 new TCP connections through 2 queues each stay on one queue (the TUN steers by flow)`, async () => {
-      const nodes = await startPair(scope, [A, B], format, 'native');
-      try {
-        await connectionsStayOnOneQueue(nodes);
-      } finally {
-        await stopPair(nodes);
-      }
-    });
-  }
-
   test('vxlan / js: IPv4 and IPv6 ping both ways, TCP through iperf3', async () => {
     const nodes = await startPair(scope, [A, B], 'vxlan', 'js');
     try {
@@ -852,6 +839,19 @@ while True:
         } catch {
           // already gone
         }
+        await stopPair(nodes);
+      }
+    });
+  }
+
+  // A fresh pair each: a stray packet of an earlier test's connection (a late retransmission)
+  // would count as a second queue.
+  for (const format of ['udp', 'vxlan'] as const) {
+    test(`${format}: 20 new TCP connections through 2 queues each stay on one queue (the TUN steers by flow)`, async () => {
+      const nodes = await startPair(scope, [A, B], format, 'native');
+      try {
+        await connectionsStayOnOneQueue(nodes);
+      } finally {
         await stopPair(nodes);
       }
     });
