@@ -12,8 +12,11 @@ import { sample } from './scrape.js';
 
 /** iperf3 client arguments: 4 MiB of TCP, whatever time it takes. */
 export const TCP_FIXED = ['-n', '4M'] as const;
-/** iperf3 client arguments: 2 s of UDP paced at 10 Mbit/s (no sender outruns a loaded machine). */
-export const UDP_PACED = ['-u', '-b', '10M', '-t', '2'] as const;
+/**
+ * iperf3 client arguments: 1.25 MB of UDP paced at 10 Mbit/s (1 s; no sender outruns a loaded
+ * machine).
+ */
+export const UDP_PACED = ['-u', '-b', '10M', '-n', '1250K'] as const;
 
 interface IperfJson {
   start: { test_start: { blksize: number; protocol: string } };

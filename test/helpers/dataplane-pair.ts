@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { after } from 'node:test';
 import type { DataplaneEngine } from '../../src/dataplane/index.js';
 import { PACKAGE_ROOT as ROOT } from '../../src/testbed/cluster.js';
 import { type NetnsScope, ip, nsExec } from '../../src/testbed/netns.js';
@@ -162,6 +163,35 @@ export async function stopPair(nodes: [Node, Node]): Promise<void> {
       await n.closed;
     }),
   );
+}
+
+/**
+ * One pair for the tests of the describe that calls this (the same framing, engines and options),
+ * as `start` makes it: started by the first test that runs `fn` on it, stopped after the
+ * describe's last test, also when one fails. A test that fails stops it, so the next test starts
+ * a fresh pair and no failure carries over; a test that changes the pair (a peer table, a route)
+ * puts it back before it ends. Its counters run on from test to test: a test asserts by what
+ * they grew during it.
+ */
+export function sharedPair(
+  start: () => Promise<[Node, Node]>,
+): (fn: (nodes: [Node, Node]) => Promise<void>) => Promise<void> {
+  let nodes: [Node, Node] | null = null;
+  after(async () => {
+    if (nodes) await stopPair(nodes);
+    nodes = null;
+  });
+  return async (fn) => {
+    nodes ??= await start();
+    const n = nodes;
+    try {
+      await fn(n);
+    } catch (err) {
+      nodes = null;
+      await stopPair(n);
+      throw err;
+    }
+  };
 }
 
 /**

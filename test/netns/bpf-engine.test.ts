@@ -23,6 +23,7 @@ import {
   TUN,
   addKernelVxlan,
   peersOf,
+  sharedPair,
   startNode,
   stopPair,
   twoNodes,
@@ -53,22 +54,31 @@ async function stats(n: Node): Promise<Stats> {
 }
 
 /**
- * iperf3 from `from` to `to` (client bound to its v4 address): 4 MiB of TCP, or UDP paced at
- * 10 Mbit/s for 2 s (no rate is a verdict: a loaded machine sets it). Returns the payload bytes
- * that arrived (asserted > 0).
+ * iperf3 from `from` to `to` (client bound to its v4 address): 4 MiB of TCP, or 512 datagrams
+ * of UDP paced at 10 Mbit/s (no rate is a verdict: a loaded machine sets it). Returns the payload
+ * bytes that arrived (asserted > 0).
  */
 async function iperf(scope: NetnsScope, from: Side, to: Side, udp: boolean): Promise<number> {
-  const args = ['-B', from.v4, ...(udp ? ['-u', '-b', '10M', '-l', '1200', '-t', '2'] : TCP_FIXED)];
+  const udpArgs = ['-u', '-b', '10M', '-l', '1200', '-n', String(512 * 1200)];
+  const args = ['-B', from.v4, ...(udp ? udpArgs : TCP_FIXED)];
   return delivered((await probeIperf(scope, to.ns, to.v4, from.ns, args)).json);
 }
 
-/** Pings both ways, IPv4 and (but over IPIP, which carries IPv4 alone) IPv6. */
+/**
+ * Pings both ways, IPv4 and (but over IPIP, which carries IPv4 alone) IPv6: all at once, each
+ * must be answered, none depends on another.
+ */
 async function pingBoth(a: Side, b: Side, v6 = true): Promise<void> {
-  await nsExecAsync(a.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', b.v4]);
-  await nsExecAsync(b.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', a.v4]);
-  if (!v6) return;
-  await nsExecAsync(a.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', b.v6]);
-  await nsExecAsync(b.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', a.v6]);
+  await Promise.all([
+    nsExecAsync(a.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', b.v4]),
+    nsExecAsync(b.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', a.v4]),
+    ...(v6
+      ? [
+          nsExecAsync(a.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', b.v6]),
+          nsExecAsync(b.ns, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', a.v6]),
+        ]
+      : []),
+  ]);
 }
 
 /** A's TUN in these tests (test/helpers/dataplane-pair.ts). */
@@ -114,10 +124,11 @@ describe('bpf engine between two namespaces', { skip }, () => {
     format: PairFormat,
     engines: ['bpf' | 'native', 'bpf' | 'native'],
   ): Promise<[Node, Node]> {
-    const nodes: [Node, Node] = [
-      await start(A, format, engines[0]),
-      await start(B, format, engines[1]),
-    ];
+    // Both at once: each start waits on its own namespace only.
+    const nodes = (await Promise.all([
+      start(A, format, engines[0]),
+      start(B, format, engines[1]),
+    ])) as [Node, Node];
     await nodes[0].send({ cmd: 'peers', peers: peersOf(B, format) });
     await nodes[1].send({ cmd: 'peers', peers: peersOf(A, format) });
     return nodes;
@@ -231,62 +242,64 @@ describe('bpf engine between two namespaces', { skip }, () => {
     },
   );
 
-  test('ipip: TCP super-packets cross the underlay whole (SKB_GSO_IPXIP4), decapsulated whole', async () => {
-    const nodes = await pair('ipip', ['bpf', 'bpf']);
-    try {
-      await pingBoth(A, B, false);
-      const before = txOf(A.ns, 'va');
-      const sent = await iperf(scope, A, B, false);
-      const after = txOf(A.ns, 'va');
-      // Segmented, no frame on the veth would be over the 1500-byte underlay MTU.
-      const perPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
-      assert.ok(sent > 0 && perPacket > 1500, `${perPacket} bytes per veth packet`);
-      const s = await stats(nodes[1]);
-      assert.ok(s.bpf!.rx_bytes! >= sent, JSON.stringify(s.bpf));
-    } finally {
-      await stopPair(nodes);
-    }
+  describe('ipip: bpf ⇄ bpf: one pair', () => {
+    const onPair = sharedPair(() => pair('ipip', ['bpf', 'bpf']));
+
+    // First on this pair: nothing but its own packets may cross while it counts (a late packet
+    // of an earlier test's TCP connection would be decapsulated).
+    test('ipip: spoofed inner sources and strangers go on to the raw socket, dropped and counted', () =>
+      onPair(async (nodes) => {
+        await pingBoth(A, B, false);
+        const before = await stats(nodes[1]);
+        const spoof = { mode: 'spoof', target: B.under, count: 100, innerDst: B.v4 };
+        // From A's address, an inner source outside A's subnet; from a stranger, one inside it.
+        const sent =
+          (await sendIpip(A.ns, { ...spoof, outerSrc: A.under, innerSrc: '10.7.9.9' })) +
+          (await sendIpip(A.ns, { ...spoof, outerSrc: '192.168.77.99', innerSrc: '10.7.1.9' }));
+        assert.equal(sent, 200);
+        // The raw socket's reader counts them as it gets to them: wait for all 200.
+        let after = before;
+        await waitFor(
+          async () => {
+            after = await stats(nodes[1]);
+            const dropped = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
+            return dropped('spoofed_source') + dropped('unknown_source') >= 200;
+          },
+          15_000,
+          'the 200 drops counted',
+        ).catch(() => undefined); // the assertions below name what was counted
+        const d = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
+        assert.equal(d('spoofed_source'), 100, JSON.stringify(after.total.drops));
+        assert.equal(d('unknown_source'), 100, JSON.stringify(after.total.drops));
+        assert.equal(after.bpf!.rx_passed! - before.bpf!.rx_passed!, 200, 'all left to userspace');
+        assert.equal(after.bpf!.rx_packets, before.bpf!.rx_packets, 'none decapsulated');
+      }));
+
+    test('ipip: TCP super-packets cross the underlay whole (SKB_GSO_IPXIP4), decapsulated whole', () =>
+      onPair(async (nodes) => {
+        await pingBoth(A, B, false);
+        const s0 = await stats(nodes[1]);
+        const before = txOf(A.ns, 'va');
+        const sent = await iperf(scope, A, B, false);
+        const after = txOf(A.ns, 'va');
+        // Segmented, no frame on the veth would be over the 1500-byte underlay MTU.
+        const perPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
+        assert.ok(sent > 0 && perPacket > 1500, `${perPacket} bytes per veth packet`);
+        const s = await stats(nodes[1]);
+        assert.ok(s.bpf!.rx_bytes! - s0.bpf!.rx_bytes! >= sent, JSON.stringify(s.bpf));
+      }));
   });
 
-  test('ipip: spoofed inner sources and strangers go on to the raw socket, dropped and counted', async () => {
-    const nodes = await pair('ipip', ['bpf', 'bpf']);
-    try {
-      await pingBoth(A, B, false);
-      const before = await stats(nodes[1]);
-      const spoof = { mode: 'spoof', target: B.under, count: 100, innerDst: B.v4 };
-      // From A's address, an inner source outside A's subnet; from a stranger, one inside it.
-      const sent =
-        (await sendIpip(A.ns, { ...spoof, outerSrc: A.under, innerSrc: '10.7.9.9' })) +
-        (await sendIpip(A.ns, { ...spoof, outerSrc: '192.168.77.99', innerSrc: '10.7.1.9' }));
-      assert.equal(sent, 200);
-      // The raw socket's reader counts them as it gets to them: wait for all 200.
-      let after = before;
-      await waitFor(
-        async () => {
-          after = await stats(nodes[1]);
-          const dropped = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
-          return dropped('spoofed_source') + dropped('unknown_source') >= 200;
-        },
-        15_000,
-        'the 200 drops counted',
-      ).catch(() => undefined); // the assertions below name what was counted
-      const d = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
-      assert.equal(d('spoofed_source'), 100, JSON.stringify(after.total.drops));
-      assert.equal(d('unknown_source'), 100, JSON.stringify(after.total.drops));
-      assert.equal(after.bpf!.rx_passed! - before.bpf!.rx_passed!, 200, 'all left to userspace');
-      assert.equal(after.bpf!.rx_packets, before.bpf!.rx_packets, 'none decapsulated');
-    } finally {
-      await stopPair(nodes);
-    }
-  });
+  describe('vxlan: bpf ⇄ bpf: one pair', () => {
+    const onPair = sharedPair(() => pair('vxlan', ['bpf', 'bpf']));
 
-  test('garbage and spoofed datagrams are counted and never delivered', async () => {
-    const nodes = await pair('vxlan', ['bpf', 'bpf']);
-    try {
-      const before = await stats(nodes[1]);
-      // From A's namespace: 200 random datagrams, then 100 well-formed VXLAN frames whose inner
-      // source (10.7.9.9) is not in A's subnet, all to B's port from A's underlay address.
-      const script = `
+    // First on this pair: nothing but its own datagrams may cross while it counts.
+    test('garbage and spoofed datagrams are counted and never delivered', () =>
+      onPair(async (nodes) => {
+        const before = await stats(nodes[1]);
+        // From A's namespace: 200 random datagrams, then 100 well-formed VXLAN frames whose inner
+        // source (10.7.9.9) is not in A's subnet, all to B's port from A's underlay address.
+        const script = `
         const s = require('node:dgram').createSocket('udp4');
         s.bind(0, '${A.under}', async () => {
           const send = (b) => new Promise((r) => s.send(b, 8472, '${B.under}', r));
@@ -306,54 +319,68 @@ describe('bpf engine between two namespaces', { skip }, () => {
           for (let i = 0; i < 100; i++) await send(Buffer.concat([vx, inner]));
           s.close();
         });`;
-      await nsExecAsync(A.ns, process.execPath, ['-e', script]);
-      const after = await stats(nodes[1]);
-      const d = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
-      assert.equal(d('spoofed_source'), 100, JSON.stringify(after.total.drops));
-      const garbage =
-        d('malformed') + d('truncated') + d('bad_vni') + d('bad_mac') + d('bad_ethertype');
-      assert.equal(garbage, 200, JSON.stringify(after.total.drops));
-      assert.equal(after.bpf!.rx_passed! - before.bpf!.rx_passed!, 300, 'all left to userspace');
-      assert.equal(
-        after.total.counters.rx_packets,
-        before.total.counters.rx_packets,
-        'none delivered',
-      );
-    } finally {
-      await stopPair(nodes);
-    }
-  });
+        await nsExecAsync(A.ns, process.execPath, ['-e', script]);
+        const after = await stats(nodes[1]);
+        const d = (r: string) => after.total.drops[r]! - before.total.drops[r]!;
+        assert.equal(d('spoofed_source'), 100, JSON.stringify(after.total.drops));
+        const garbage =
+          d('malformed') + d('truncated') + d('bad_vni') + d('bad_mac') + d('bad_ethertype');
+        assert.equal(garbage, 200, JSON.stringify(after.total.drops));
+        assert.equal(after.bpf!.rx_passed! - before.bpf!.rx_passed!, 300, 'all left to userspace');
+        assert.equal(
+          after.total.counters.rx_packets,
+          before.total.counters.rx_packets,
+          'none delivered',
+        );
+      }));
 
-  test('a peer leaving: its traffic stops', async () => {
-    const nodes = await pair('vxlan', ['bpf', 'bpf']);
-    try {
-      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
-      await nodes[1].send({ cmd: 'peers', peers: [] });
-      const before = await stats(nodes[1]);
-      await assert.rejects(nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]));
-      const after = await stats(nodes[1]);
-      assert.equal(after.bpf!.rx_packets, before.bpf!.rx_packets, 'nothing decapsulated from it');
-      assert.ok(after.total.drops.unknown_source! - before.total.drops.unknown_source! >= 3);
-    } finally {
-      await stopPair(nodes);
-    }
-  });
+    /** B given A's records alone again: what a test that changed B's table ends with. */
+    const restorePeers = (nodes: [Node, Node]) =>
+      nodes[1].send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
 
-  test('a peer leaving by a delta: its traffic stops; back by a delta: it flows', async () => {
-    const nodes = await pair('vxlan', ['bpf', 'bpf']);
-    try {
-      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
-      await nodes[1].send({ cmd: 'delta', removed: peersOf(A, 'vxlan'), upserts: [] });
-      const before = await stats(nodes[1]);
-      await assert.rejects(nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]));
-      const after = await stats(nodes[1]);
-      assert.equal(after.bpf!.rx_packets, before.bpf!.rx_packets, 'nothing decapsulated from it');
-      assert.ok(after.total.drops.unknown_source! - before.total.drops.unknown_source! >= 3);
-      await nodes[1].send({ cmd: 'delta', removed: [], upserts: peersOf(A, 'vxlan') });
-      await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '5', B.v4]);
-    } finally {
-      await stopPair(nodes);
-    }
+    test('a peer leaving: its traffic stops', () =>
+      onPair(async (nodes) => {
+        try {
+          await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
+          await nodes[1].send({ cmd: 'peers', peers: [] });
+          const before = await stats(nodes[1]);
+          await assert.rejects(
+            nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]),
+          );
+          const after = await stats(nodes[1]);
+          assert.equal(
+            after.bpf!.rx_packets,
+            before.bpf!.rx_packets,
+            'nothing decapsulated from it',
+          );
+          assert.ok(after.total.drops.unknown_source! - before.total.drops.unknown_source! >= 3);
+        } finally {
+          await restorePeers(nodes);
+        }
+      }));
+
+    test('a peer leaving by a delta: its traffic stops; back by a delta: it flows', () =>
+      onPair(async (nodes) => {
+        try {
+          await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', B.v4]);
+          await nodes[1].send({ cmd: 'delta', removed: peersOf(A, 'vxlan'), upserts: [] });
+          const before = await stats(nodes[1]);
+          await assert.rejects(
+            nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', B.v4]),
+          );
+          const after = await stats(nodes[1]);
+          assert.equal(
+            after.bpf!.rx_packets,
+            before.bpf!.rx_packets,
+            'nothing decapsulated from it',
+          );
+          assert.ok(after.total.drops.unknown_source! - before.total.drops.unknown_source! >= 3);
+          await nodes[1].send({ cmd: 'delta', removed: [], upserts: peersOf(A, 'vxlan') });
+          await nsExecAsync(A.ns, 'ping', ['-c', '2', '-i', '0.2', '-W', '5', B.v4]);
+        } finally {
+          await restorePeers(nodes);
+        }
+      }));
   });
 
   test('a probe that fails (test knob) falls back to native, which carries the traffic', async () => {
@@ -389,7 +416,10 @@ describe('bpf engine between two namespaces', { skip }, () => {
       const left = nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']);
       assert.match(left, /weft/, 'the killed process left its filter (clsact outlives it)');
       ids.push(...attachedIn(A.ns, 'va', 'flannel.1'));
-      const nodes: [Node, Node] = [await start(A, 'vxlan', 'bpf'), await start(B, 'vxlan', 'bpf')];
+      const nodes = (await Promise.all([start(A, 'vxlan', 'bpf'), start(B, 'vxlan', 'bpf')])) as [
+        Node,
+        Node,
+      ];
       try {
         const filters = nsExec(A.ns, 'tc', ['filter', 'show', 'dev', 'va', 'ingress']);
         assert.equal(filters.match(/^filter .* handle 0x77ef/gm)?.length, 1, filters);
@@ -491,10 +521,10 @@ describe('bpf engine over an IPv6 underlay, and dual-stack', { skip }, () => {
   ] as const) {
     const what = under === 'v6' ? 'over IPv6' : 'dual-stack';
     test(`${format} ${what}: bpf ⇄ native: ping v4/v6 both ways, iperf3 TCP both ways`, async () => {
-      const nodes: [Node, Node] = [
-        await start6(A, format, 'bpf', under),
-        await start6(B, format, 'native', under),
-      ];
+      const nodes = (await Promise.all([
+        start6(A, format, 'bpf', under),
+        start6(B, format, 'native', under),
+      ])) as [Node, Node];
       try {
         assert.equal((await nodes[0].ready).engine, 'bpf');
         await nodes[0].send({ cmd: 'peers', peers: peers6(B, format, under) });

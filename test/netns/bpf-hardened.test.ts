@@ -33,6 +33,7 @@ import {
   PORT,
   TUN,
   peersOf,
+  sharedPair,
   startNode,
   stopPair,
   twoNodes,
@@ -196,28 +197,58 @@ describe('bpf engine on hardened hosts', { skip }, () => {
   }
 
   for (const format of ['vxlan', 'ipip'] as const) {
-    test(`${format}: a tcx program after weft's (underlay ingress, TUN egress) sees what weft leaves alone`, async () => {
-      const nodes = await pair(format);
-      const counters: Counter[] = [];
-      try {
-        const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'last');
-        const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'last');
-        counters.push(rx, tx);
-        await Promise.all(counters.map((c) => c.ready));
-        // Not tunnel traffic: the underlay's own pings reach A's underlay ingress.
-        await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.under]);
-        assert.ok((await rx.count()) >= 3, 'the program after weft_rx ran');
-        // Into the cluster route but to no peer: weft_tx leaves it to the TUN.
-        await assert.rejects(
-          nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', '10.7.9.9']),
-        );
-        assert.ok((await tx.count()) >= 3, 'the program after weft_tx ran');
-        // And weft still carries the tunnel traffic.
-        await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
-      } finally {
-        for (const c of counters) await c.stop();
-        await stopPair(nodes);
-      }
+    describe(`${format}: tcx programs beside weft's: one pair`, () => {
+      const onPair = sharedPair(() => pair(format));
+
+      test(`${format}: a tcx program after weft's (underlay ingress, TUN egress) sees what weft leaves alone`, () =>
+        onPair(async () => {
+          const counters: Counter[] = [];
+          try {
+            const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'last');
+            const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'last');
+            counters.push(rx, tx);
+            await Promise.all(counters.map((c) => c.ready));
+            // Not tunnel traffic: the underlay's own pings reach A's underlay ingress.
+            await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.under]);
+            assert.ok((await rx.count()) >= 3, 'the program after weft_rx ran');
+            // Into the cluster route but to no peer: weft_tx leaves it to the TUN.
+            await assert.rejects(
+              nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', '10.7.9.9']),
+            );
+            assert.ok((await tx.count()) >= 3, 'the program after weft_tx ran');
+            // And weft still carries the tunnel traffic.
+            await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+          } finally {
+            for (const c of counters) await c.stop();
+          }
+        }));
+
+      test(`${format}: a tcx program before weft's sees the tunnel traffic, and weft still carries it`, () =>
+        onPair(async (nodes) => {
+          const counters: Counter[] = [];
+          try {
+            const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'first');
+            const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'first');
+            counters.push(rx, tx);
+            await Promise.all(counters.map((c) => c.ready));
+            const before = await stats(nodes[0]);
+            await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
+            assert.ok((await tcp(A, B)) > 0);
+            const after = await stats(nodes[0]);
+            assert.ok(
+              after.bpf!.tx_packets! - before.bpf!.tx_packets! >= 3,
+              'weft_tx encapsulated',
+            );
+            assert.ok(
+              after.bpf!.rx_packets! - before.bpf!.rx_packets! >= 3,
+              'weft_rx decapsulated',
+            );
+            assert.ok((await tx.count()) >= 3, 'the program before weft_tx saw the inner packets');
+            assert.ok((await rx.count()) >= 3, 'the program before weft_rx saw the outer packets');
+          } finally {
+            for (const c of counters) await c.stop();
+          }
+        }));
     });
   }
 
@@ -250,30 +281,6 @@ describe('bpf engine on hardened hosts', { skip }, () => {
       nsExec(A.ns, 'ip', ['link', 'del', 'cni0']);
     }
   });
-
-  for (const format of ['vxlan', 'ipip'] as const) {
-    test(`${format}: a tcx program before weft's sees the tunnel traffic, and weft still carries it`, async () => {
-      const nodes = await pair(format);
-      const counters: Counter[] = [];
-      try {
-        const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'first');
-        const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'first');
-        counters.push(rx, tx);
-        await Promise.all(counters.map((c) => c.ready));
-        const before = await stats(nodes[0]);
-        await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
-        assert.ok((await tcp(A, B)) > 0);
-        const after = await stats(nodes[0]);
-        assert.ok(after.bpf!.tx_packets! - before.bpf!.tx_packets! >= 3, 'weft_tx encapsulated');
-        assert.ok(after.bpf!.rx_packets! - before.bpf!.rx_packets! >= 3, 'weft_rx decapsulated');
-        assert.ok((await tx.count()) >= 3, 'the program before weft_tx saw the inner packets');
-        assert.ok((await rx.count()) >= 3, 'the program before weft_rx saw the outer packets');
-      } finally {
-        for (const c of counters) await c.stop();
-        await stopPair(nodes);
-      }
-    });
-  }
 
   for (const format of ['vxlan', 'ipip'] as const) {
     // The tunnel as a rule names it: the UDP port, or IPIP's protocol (4).

@@ -108,8 +108,7 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
   test('engine ⇄ engine: IPv4 and IPv6 ping both ways (the first wait for the handshake), then TCP', async () => {
     const ka: Keys = { priv: randomBytes(32) };
     const kb: Keys = { priv: randomBytes(32) };
-    const a = await weftNode(A, ka);
-    const b = await weftNode(B, kb);
+    const [a, b] = await Promise.all([weftNode(A, ka), weftNode(B, kb)]);
     try {
       await knows(a, B, kb.pub!);
       await knows(b, A, ka.pub!);
@@ -132,8 +131,8 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
   test('a node restarted with its key makes a new session with a peer that kept the old one', async () => {
     const ka: Keys = { priv: randomBytes(32) };
     const kb: Keys = { priv: randomBytes(32) };
-    const a = await weftNode(A, ka);
-    let b = await weftNode(B, kb);
+    const [a, first] = await Promise.all([weftNode(A, ka), weftNode(B, kb)]);
+    let b = first;
     try {
       await knows(a, B, kb.pub!);
       await knows(b, A, ka.pub!);
@@ -157,8 +156,7 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
   test('an inner source outside the sending peer’s AllowedIPs is dropped and counted', async () => {
     const ka: Keys = { priv: randomBytes(32) };
     const kb: Keys = { priv: randomBytes(32) };
-    const a = await weftNode(A, ka);
-    const b = await weftNode(B, kb);
+    const [a, b] = await Promise.all([weftNode(A, ka), weftNode(B, kb)]);
     // B also knows C (10.7.3.0/24 at 192.168.77.3): A may not speak for C's subnet.
     const C = { ...A, under: '192.168.77.3', subnet: '10.7.3.0/24', subnet6: 'fd07:0:0:3::/64' };
     try {
@@ -234,8 +232,7 @@ print(cookies)`,
   test('a wrong peer key carries nothing: B refuses A’s initiations', async () => {
     const ka: Keys = { priv: randomBytes(32) };
     const kb: Keys = { priv: randomBytes(32) };
-    const a = await weftNode(A, ka);
-    const b = await weftNode(B, kb);
+    const [a, b] = await Promise.all([weftNode(A, ka), weftNode(B, kb)]);
     try {
       await knows(a, B, randomBytes(32)); // not B's key
       await knows(b, A, ka.pub!);

@@ -71,6 +71,31 @@ describe('egress-TAP TX between two namespaces', { skip }, () => {
   const stats = async (n: Node) => (await n.send({ cmd: 'stats' })).stats as Full;
 
   /**
+   * A and B at once (each start waits on its own namespace only); `envA` is set while A's
+   * process is spawned, for A alone.
+   */
+  async function startBoth(
+    format: 'udp' | 'vxlan',
+    extraA: Record<string, unknown> = {},
+    extraB: Record<string, unknown> = {},
+    envA: Record<string, string> = {},
+  ): Promise<[Node, Node]> {
+    Object.assign(process.env, envA);
+    let a: Node;
+    try {
+      a = startNode(scope, A, format, 'native', extraA);
+    } finally {
+      for (const k of Object.keys(envA)) delete process.env[k];
+    }
+    const b = startNode(scope, B, format, 'native', extraB);
+    for (const n of [a, b]) {
+      const ready = await n.ready;
+      assert.equal(ready.ready, true, JSON.stringify(ready));
+    }
+    return [a, b];
+  }
+
+  /**
    * iperf3 TCP from A to B: a fixed amount (`mib` MiB, however long it takes on a loaded
    * machine), asserted arrived (iperf3's server stops counting when the sender is done, so what
    * it reports can be a little less than what was sent).
@@ -90,10 +115,11 @@ describe('egress-TAP TX between two namespaces', { skip }, () => {
       test(`${format}, ${under} underlay: TCP leaves by the TAP as whole super-packets, the receiver counts no checksum error`, async () => {
         // An IPv6 underlay costs 20 bytes more (a forwarded IPv6 packet is never fragmented).
         const v6mtu = { tunMtu: format === 'udp' ? 1452 : 1430 };
-        const nodes: [Node, Node] = [
-          await start(A, format, v6 ? { bindIp: 'fd77::1', ...v6mtu } : {}),
-          await start(B, format, v6 ? { bindIp: 'fd77::2', ...v6mtu } : {}),
-        ];
+        const nodes = await startBoth(
+          format,
+          v6 ? { bindIp: 'fd77::1', ...v6mtu } : {},
+          v6 ? { bindIp: 'fd77::2', ...v6mtu } : {},
+        );
         try {
           await nodes[0].send({ cmd: 'peers', peers: v6 ? peers6(B, format) : peersOf(B, format) });
           await nodes[1].send({ cmd: 'peers', peers: v6 ? peers6(A, format) : peersOf(A, format) });
@@ -146,14 +172,7 @@ describe('egress-TAP TX between two namespaces', { skip }, () => {
   });
 
   test('vxlan: a frame the TAP refuses at run time (WEFT_TEST_TAP_FAIL_AT) switches the engine back to the sockets for good, nothing lost', async () => {
-    process.env.WEFT_TEST_TAP_FAIL_AT = '200';
-    let a: Node;
-    try {
-      a = await start(A, 'vxlan', { workers: 1 });
-    } finally {
-      delete process.env.WEFT_TEST_TAP_FAIL_AT;
-    }
-    const nodes: [Node, Node] = [a, await start(B, 'vxlan')];
+    const nodes = await startBoth('vxlan', { workers: 1 }, {}, { WEFT_TEST_TAP_FAIL_AT: '200' });
     try {
       await nodes[0].send({ cmd: 'peers', peers: peersOf(B, 'vxlan') });
       await nodes[1].send({ cmd: 'peers', peers: peersOf(A, 'vxlan') });
@@ -176,14 +195,7 @@ describe('egress-TAP TX between two namespaces', { skip }, () => {
 
   for (const format of ['udp', 'vxlan'] as const) {
     test(`${format}: the probe refused (WEFT_TEST_TAP_PROBE_FAIL): split + UDP GSO, traffic flows`, async () => {
-      process.env.WEFT_TEST_TAP_PROBE_FAIL = '1';
-      let a: Node;
-      try {
-        a = await start(A, format);
-      } finally {
-        delete process.env.WEFT_TEST_TAP_PROBE_FAIL;
-      }
-      const nodes: [Node, Node] = [a, await start(B, format)];
+      const nodes = await startBoth(format, {}, {}, { WEFT_TEST_TAP_PROBE_FAIL: '1' });
       try {
         await nodes[0].send({ cmd: 'peers', peers: peersOf(B, format) });
         await nodes[1].send({ cmd: 'peers', peers: peersOf(A, format) });

@@ -162,8 +162,10 @@ describe(
       ]);
     });
 
-    test('udp (D) sends to every lease on :8285 whatever its type, and nobody answers', async () => {
-      // Capture what leaves D's underlay interface while D's pod pings the three other pods.
+    // That none of them answers: the next test (no pod path from D to any of A, B, C).
+    test('udp (D) sends to every lease on :8285 whatever its type', async () => {
+      // Capture what leaves D's underlay interface while D's pod pings the three other pods
+      // (one request each: what leaves is asserted here, not what comes back).
       const cap = c.scope.spawn(D.ns, 'tcpdump', [
         '-n',
         '-l',
@@ -177,13 +179,18 @@ describe(
       cap.stdout!.on('data', (d: Buffer) => (out += d.toString()));
       const done = new Promise((r) => cap.once('exit', r));
       await tcpdumpListening(cap);
-      const reached = await Promise.all([A, B, C].map((n) => pings(D, n)));
+      await Promise.all(
+        [A, B, C].map((n) =>
+          nsExecAsync(D.pods[0]!.ns, 'ping', ['-n', '-c', '1', '-W', '1', n.pods[0]!.ip]).catch(
+            () => undefined,
+          ),
+        ),
+      );
       const stop = setTimeout(() => cap.kill('SIGTERM'), 5000);
       await done;
       clearTimeout(stop);
       const dsts = [...out.matchAll(/> (10\.250\.0\.\d+)\.8285:/g)].map((m) => m[1]).sort();
       assert.deepEqual(dsts, ['10.250.0.1', '10.250.0.2', '10.250.0.3'], out);
-      assert.deepEqual(reached, [false, false, false], 'a udp node reached a non-udp node');
     });
 
     test('no pod path exists between backends that do not share a wire format', async () => {
