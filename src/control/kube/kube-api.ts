@@ -21,7 +21,14 @@ import { dirname, join, resolve } from 'node:path';
 import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
 import { type KubeConnection, KubeCredentials } from './kube-credentials.js';
-import { LineSplitter, ListScanner, MAX_OBJECT_BYTES, parseJson, tooLarge } from './kube-stream.js';
+import {
+  type KeepTree,
+  LineSplitter,
+  ListScanner,
+  MAX_OBJECT_BYTES,
+  parseJson,
+  tooLarge,
+} from './kube-stream.js';
 
 /** The fields of a v1 Node weft reads or writes (the rest is carried along untouched). */
 export interface KubeNode {
@@ -215,6 +222,8 @@ export interface ListOptions {
   /** Items per page (`limit`); the next pages follow `metadata.continue`. */
   readonly limit: number;
   readonly signal?: AbortSignal;
+  /** What of each Node to parse (the rest arrives as null): see ListScanner. Default: all. */
+  readonly keep?: KeepTree;
 }
 
 export interface KubeApiLimits {
@@ -268,7 +277,7 @@ export class KubeApi {
       const query: Record<string, string> = { limit: String(o.limit) };
       if (cont !== '') query.continue = cont;
       else if (o.resourceVersion !== '') query.resourceVersion = o.resourceVersion;
-      const meta = await this.#listPage('/api/v1/nodes', query, each, o.signal);
+      const meta = await this.#listPage('/api/v1/nodes', query, each, o.signal, o.keep);
       pages++;
       if (typeof meta.resourceVersion === 'string') resourceVersion = meta.resourceVersion;
       cont = typeof meta.continue === 'string' ? meta.continue : '';
@@ -282,6 +291,7 @@ export class KubeApi {
     query: Record<string, string>,
     each: (node: KubeNode) => void,
     signal: AbortSignal | undefined,
+    keep: KeepTree | undefined,
   ): Promise<{ resourceVersion?: unknown; continue?: unknown }> {
     const res = await this.#send('GET', path, { query, signal });
     const what = `GET ${path}`;
@@ -290,9 +300,10 @@ export class KubeApi {
         throw statusError(res.statusCode ?? 0, await readAll(res, this.#maxObject, what), what);
       }
       const scanner = new ListScanner(
-        (item) => each(parseJson(item.toString('utf8'), `${what}: an item`) as KubeNode),
+        (item) => each(parseJson(item, `${what}: an item`) as KubeNode),
         this.#maxObject,
         what,
+        keep ?? null,
       );
       for await (const chunk of res as AsyncIterable<Buffer>) scanner.push(chunk);
       scanner.end();

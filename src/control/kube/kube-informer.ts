@@ -19,6 +19,7 @@ import { WeftError, errorMessage, isWeftError } from '../../common/errors.js';
 import { backoffDelay, sleep, type BackoffOptions } from '../../common/lifecycle.js';
 import { LogOnce, type Logger } from '../../common/log.js';
 import type { KubeApi, KubeNode } from './kube-api.js';
+import type { KeepTree } from './kube-stream.js';
 
 export type NodeChange =
   | { readonly type: 'upsert'; readonly node: KubeNode }
@@ -65,6 +66,17 @@ export function slimNode(n: KubeNode): KubeNode {
   };
   return { metadata, spec };
 }
+
+/**
+ * The same cut, made before a list's Node is parsed (ListScanner): every other object or array
+ * in a Node's first two levels (status, labels, managedFields, taints, ...) reaches JSON.parse
+ * as null. Whatever slimNode reads must be kept here (a unit test checks the two agree); its
+ * strings (name, resourceVersion, podCIDR) are never cut.
+ */
+export const NODE_KEEP: KeepTree = {
+  metadata: { annotations: true },
+  spec: { podCIDRs: true },
+};
 
 class Subscription {
   readonly #queue: NodeBatch[] = [];
@@ -169,7 +181,12 @@ export class NodeInformer {
         const name = n.metadata?.name;
         if (typeof name === 'string') nodes.set(name, slimNode(n));
       },
-      { resourceVersion: '', limit: this.#o.listPageSize ?? LIST_PAGE_SIZE, signal },
+      {
+        resourceVersion: '',
+        limit: this.#o.listPageSize ?? LIST_PAGE_SIZE,
+        signal,
+        keep: NODE_KEEP,
+      },
     );
     return nodes;
   }
@@ -265,6 +282,7 @@ export class NodeInformer {
         resourceVersion: this.#lists === 0 && !this.#firstListLatest ? '0' : '',
         limit: this.#o.listPageSize ?? LIST_PAGE_SIZE,
         signal,
+        keep: NODE_KEEP,
       },
     );
     this.#nodes = fresh;

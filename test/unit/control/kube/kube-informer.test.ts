@@ -18,12 +18,14 @@ import {
 } from '../../../../src/control/kube/kube-api.js';
 import {
   LIST_PAGE_SIZE,
+  NODE_KEEP,
   NodeInformer,
   slimNode,
   type NodeBatch,
   type NodeChange,
 } from '../../../../src/control/kube/kube-informer.js';
-import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
+import { ListScanner } from '../../../../src/control/kube/kube-stream.js';
+import { FakeKubeApiServer, realSizedNode } from '../../../../src/testbed/kube-apiserver.js';
 
 const ANN = { 'flannel.alpha.coreos.com/public-ip': '192.168.1.2' };
 
@@ -67,10 +69,16 @@ class TrackingApi extends KubeApi {
   /** Called as each node is handed over, before the informer sees it. */
   onNode: ((page: number) => void) | null = null;
 
+  /** The `keep` of every list, and the status of every node handed over. */
+  readonly keeps: unknown[] = [];
+  readonly statuses: unknown[] = [];
+
   override listNodes(each: (node: KubeNode) => void, o: ListOptions) {
+    this.keeps.push(o.keep);
     return super.listNodes((n) => {
       const page = server.requestsTo('GET', '/api/v1/nodes').filter(isList).length;
       this.onNode?.(page);
+      this.statuses.push((n as { status?: unknown }).status);
       this.listed.push({ ref: new WeakRef(n), page });
       each(n);
     }, o);
@@ -129,6 +137,45 @@ test('slimNode keeps name, resourceVersion, annotations and pod CIDRs only', () 
     spec: { podCIDR: '10.5.1.0/24', podCIDRs: ['10.5.1.0/24', 'fd00::/64'] },
   });
   assert.deepEqual(slimNode({ metadata: { name: 'b' } }), { metadata: { name: 'b' } });
+});
+
+test('NODE_KEEP keeps all that slimNode reads: a Node cut before its parse slims the same', () => {
+  const full = realSizedNode({
+    name: 'a',
+    podCIDR: '10.5.1.0/24',
+    podCIDRs: ['10.5.1.0/24', 'fd00::/64'],
+    annotations: ANN,
+  }) as unknown as KubeNode;
+  const list = Buffer.from(JSON.stringify({ metadata: {}, items: [full] }));
+  const cut: KubeNode[] = [];
+  const s = new ListScanner((b) => cut.push(JSON.parse(b) as KubeNode), 1 << 20, 'l', NODE_KEEP);
+  s.push(list);
+  s.end();
+  assert.deepEqual(slimNode(cut[0]!), slimNode(full));
+  assert.ok(slimNode(full).spec?.podCIDRs?.length === 2 && slimNode(full).metadata.annotations);
+  // what the cut spares JSON.parse: the status (images, conditions), labels, managedFields
+  const raw = cut[0] as unknown as Record<string, Record<string, unknown>>;
+  assert.equal(raw.status, null);
+  assert.equal(raw.metadata!.managedFields, null);
+  assert.equal(raw.metadata!.labels, null);
+  assert.ok(JSON.stringify(cut[0]).length * 10 < list.length, 'under a tenth of the bytes');
+});
+
+test('the informer lists Nodes cut before their parse', { timeout: 20_000 }, async () => {
+  addRealNodes(3);
+  const api = new TrackingApi(loadKubeConfig({ apiUrl: server.url }));
+  const informer = new NodeInformer(api, { log: logger('test'), watchTimeoutSeconds: 30 });
+  try {
+    const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+    assert.equal((await nextBatch(it)).kind, 'sync');
+    assert.equal(api.listed.length, 3);
+    // each Node as JSON.parse made it: its status (images, conditions) was never built
+    assert.deepEqual(api.statuses, [null, null, null]);
+    assert.equal(api.keeps.length, 1);
+    assert.equal(api.keeps[0], NODE_KEEP);
+  } finally {
+    await informer.close();
+  }
 });
 
 test(

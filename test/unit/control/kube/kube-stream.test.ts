@@ -19,7 +19,7 @@ const LIST =
 
 function scan(bytes: Buffer, cut: number[], max = 1 << 20) {
   const items: unknown[] = [];
-  const s = new ListScanner((b) => items.push(JSON.parse(b.toString('utf8'))), max);
+  const s = new ListScanner((b) => items.push(JSON.parse(b)), max);
   let at = 0;
   for (const c of [...cut, bytes.length]) {
     s.push(bytes.subarray(at, c));
@@ -85,4 +85,57 @@ test('lines across chunks, and one line over the cap refused before its newline'
     () => new LineSplitter(64).push(Buffer.from('y'.repeat(100) + '\n')),
     (err) => isWeftError(err, 'WEFT_ERR_STORE_RESPONSE_TOO_LARGE'),
   );
+});
+
+const KEEP = { metadata: { annotations: true, finalizers: true }, spec: true } as const;
+const CUT_ITEMS = [
+  {
+    kind: 'Node',
+    metadata: {
+      name: 'a',
+      labels: { x: '{"not":"a key"}' },
+      annotations: { k: 'v', nested: '[' },
+      managedFields: [{ f: { '{': 1 } }],
+      finalizers: ['f'],
+      uid: 'u',
+    },
+    spec: { podCIDRs: ['10.0.0.0/24'], taints: [{ key: 'k' }] },
+    status: { images: [{ names: ['x]}'] }], conditions: [] },
+  },
+  // a member name written with an escape is kept (the scanner compares raw bytes)
+  { metadata: { name: 'b' }, 'st\u0061tus': { kept: true }, extra: [1, 2] },
+];
+const CUT_WANT = [
+  {
+    kind: 'Node',
+    metadata: {
+      name: 'a',
+      labels: null,
+      annotations: { k: 'v', nested: '[' },
+      managedFields: null,
+      finalizers: ['f'],
+      uid: 'u',
+    },
+    spec: { podCIDRs: ['10.0.0.0/24'], taints: [{ key: 'k' }] },
+    status: null,
+  },
+  { metadata: { name: 'b' }, status: { kept: true }, extra: null },
+];
+
+test('with keep, the members it does not name arrive as null, whatever the chunk boundaries', () => {
+  const text = JSON.stringify(CUT_ITEMS).replace('"status":{"kept"', '"st\\u0061tus":{"kept"');
+  const bytes = Buffer.from(`{"metadata":{"resourceVersion":"7"},"items":${text}}`, 'utf8');
+  const scanCut = (cut: number[]) => {
+    const items: unknown[] = [];
+    const s = new ListScanner((b) => items.push(JSON.parse(b)), 1 << 20, 'l', KEEP);
+    let at = 0;
+    for (const c of [...cut, bytes.length]) {
+      s.push(bytes.subarray(at, c));
+      at = c;
+    }
+    s.end();
+    return items;
+  };
+  assert.deepEqual(scanCut([]), CUT_WANT);
+  for (let i = 1; i < bytes.length; i++) assert.deepEqual(scanCut([i]), CUT_WANT, `cut at ${i}`);
 });
