@@ -20,6 +20,7 @@ import https from 'node:https';
 import { dirname, join, resolve } from 'node:path';
 import { load as yamlLoad } from 'js-yaml';
 import { WeftError, abortError, errorMessage } from '../../common/errors.js';
+import { YoungGcPacer } from '../../common/young-gc.js';
 import { type KubeConnection, KubeCredentials } from './kube-credentials.js';
 import {
   type KeepTree,
@@ -215,6 +216,9 @@ interface RequestOptions {
 /** A plain request that sends or receives nothing for this long has failed. */
 export const REQUEST_IDLE_MS = 30_000;
 
+/** A young-generation collection after every this many bytes of a list read (young-gc.ts). */
+export const LIST_GC_BYTES = 1024 * 1024;
+
 /** How a list is asked for (see listNodes). */
 export interface ListOptions {
   /** "0": any version (the watch cache); "": the latest (a quorum read). */
@@ -305,7 +309,12 @@ export class KubeApi {
         what,
         keep ?? null,
       );
-      for await (const chunk of res as AsyncIterable<Buffer>) scanner.push(chunk);
+      // (young-gc.ts: the socket's read buffers, freed only by a collection)
+      const pacer = new YoungGcPacer(LIST_GC_BYTES);
+      for await (const chunk of res as AsyncIterable<Buffer>) {
+        scanner.push(chunk);
+        pacer.read(chunk.length);
+      }
       scanner.end();
       const meta = scanner.top.metadata;
       return typeof meta === 'object' && meta !== null ? meta : {};

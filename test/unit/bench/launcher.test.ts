@@ -14,8 +14,12 @@ import { launcherEnv, launcherNodeFlags } from '../../../bench/launcher.js';
 const BIN = fileURLToPath(new URL('../../../bin/weft', import.meta.url));
 const DIST = fileURLToPath(new URL('../../../dist/control/main.js', import.meta.url));
 
-test('bin/weft gives node small semi-spaces and V8 memory-over-speed on its #! line', () => {
-  assert.deepEqual(launcherNodeFlags(BIN), ['--max-semi-space-size=1', '--optimize-for-size']);
+test('bin/weft gives node small semi-spaces, V8 memory-over-speed and gc() on its #! line', () => {
+  assert.deepEqual(launcherNodeFlags(BIN), [
+    '--max-semi-space-size=1',
+    '--optimize-for-size',
+    '--expose-gc',
+  ]);
 });
 
 test('bin/weft limits glibc to two malloc arenas on its #! line', () => {
@@ -44,7 +48,7 @@ test(
     }
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stderr, /^arenas=2$/m);
-    assert.match(r.stderr, /^args=.*--max-semi-space-size=1,--optimize-for-size/m);
+    assert.match(r.stderr, /^args=.*--max-semi-space-size=1,--optimize-for-size,--expose-gc/m);
   },
 );
 

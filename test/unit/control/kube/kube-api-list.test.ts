@@ -6,7 +6,12 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, test } from 'node:test';
 import { isWeftError } from '../../../../src/common/errors.js';
-import { KubeApi, loadKubeConfig, type KubeNode } from '../../../../src/control/kube/kube-api.js';
+import {
+  KubeApi,
+  LIST_GC_BYTES,
+  loadKubeConfig,
+  type KubeNode,
+} from '../../../../src/control/kube/kube-api.js';
 import { FakeKubeApiServer } from '../../../../src/testbed/kube-apiserver.js';
 
 let server: FakeKubeApiServer;
@@ -125,4 +130,24 @@ test('a single-object response over the cap is WEFT_ERR_STORE_RESPONSE_TOO_LARGE
     isWeftError(err, 'WEFT_ERR_STORE_RESPONSE_TOO_LARGE'),
   );
   assert.equal((await api(32_768).getNode('big')).metadata.name, 'big');
+});
+
+test('a list read asks for a young collection per LIST_GC_BYTES read (young-gc.ts)', async () => {
+  for (let i = 0; i < 300; i++)
+    server.addNode({ name: `n${i}`, podCIDR: `10.6.${i}.0/24`, realSize: true });
+  const g = globalThis as { gc?: unknown };
+  const saved = g.gc;
+  const calls: unknown[] = [];
+  g.gc = (o: unknown) => calls.push(o);
+  try {
+    // one page (the pacer counts per page)
+    await api().listNodes(() => undefined, { resourceVersion: '', limit: 500 });
+  } finally {
+    if (saved === undefined) delete g.gc;
+    else g.gc = saved;
+  }
+  // 300 Nodes of 16-18 KB (the fake's size, pinned in its own test): ≥ 4.8 MB read
+  const expected = Math.floor((300 * 16_000) / LIST_GC_BYTES);
+  assert.ok(expected >= 4 && calls.length >= expected, `${calls.length} collections`);
+  assert.ok(calls.every((c) => (c as { type?: string }).type === 'minor'));
 });
