@@ -29,7 +29,7 @@
 // half way and had to drop (tx_error / rx_error), each packet under one slot.
 //
 // Only stable helpers: map lookups, skb_load_bytes/store_bytes, skb_adjust_room, redirect_neigh,
-// redirect, get_prandom_u32.
+// redirect, get_prandom_u32, loop (kernel 5.17).
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 // libbpf's headers after the uapi ones, whose types they use.
@@ -338,6 +338,51 @@ static __always_inline __u32 udp6_checksum(struct __sk_buff* skb, __u32 inner_of
   return check ? check : 0xffff;
 }
 
+// A TCP super-packet whose last segment is short cannot carry one outer IPv6 UDP checksum right
+// for every segment (the tunnel GSO copies it to each, and the lengths it covers differ). It can
+// when cut into equal segments instead: the segment size, below gso_size and at least a quarter
+// of it, that divides its `data` payload bytes exactly (the fewest segments), or 0 if there is
+// none. (TCP takes any segment up to the MSS; the receiver sees smaller ones, no other change.)
+#define RECUT_MAX_SEGS 184  // 4 x the 46 segments a 64 KB packet holds at a 1400-byte MSS
+
+struct recut_search {
+  __u32 data;
+  __u32 gso;
+  __u32 k0;   // the first segment count tried: one more than the packet has now
+  __u32 seg;  // the answer (0: none)
+};
+
+// One step of the search, under bpf_loop: `k0 + i` segments. The verifier checks this function
+// once, not once per iteration: unrolled (or as a bounded loop) the search took it past its
+// 8,192 pending branches without CAP_PERFMON, where it also explores speculative paths.
+static long recut_step(__u32 i, void* arg) {
+  struct recut_search* r = arg;
+  __u32 k = r->k0 + i;
+  __u32 seg = r->data / k;
+  if (seg * 4 < r->gso) return 1;  // below a quarter of the MSS: give up
+  if (seg * k != r->data) return 0;
+  r->seg = seg;
+  return 1;
+}
+
+static __always_inline __u32 equal_segment(__u32 data, __u32 gso) {
+  if (gso == 0 || data <= gso || data > MAX_IP_LEN) return 0;
+  struct recut_search r = {.data = data, .gso = gso, .k0 = data / gso + 1, .seg = 0};
+  if (bpf_loop(RECUT_MAX_SEGS, recut_step, &r, 0) < 0) return 0;
+  return r.seg;
+}
+
+// Sets a GSO packet's gso_size to `gso - by`: adjust_room changes gso_size only by the room it
+// adds (without BPF_F_ADJ_ROOM_FIXED_GSO), so add `by` bytes in front of the network header, then
+// take them away again with the size fixed. The packet's bytes are as they were. 0, or -1 if the
+// first step was refused (nothing changed), -2 if the second was (the packet is broken).
+static __noinline int shrink_gso(struct __sk_buff* skb, __u32 by) {
+  if (bpf_skb_adjust_room(skb, by, BPF_ADJ_ROOM_MAC, 0) < 0) return -1;
+  if (bpf_skb_adjust_room(skb, -(__s32)by, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_FIXED_GSO) < 0)
+    return -2;
+  return 0;
+}
+
 struct outer_hdrs {
   __u8 ip[IP4_HLEN];
   __u8 udp[UDP_HLEN];
@@ -418,8 +463,9 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
 #define o (*op)
     outer_len = IP6_HLEN + UDP_HLEN + head;
     __u32 udp_len = UDP_HLEN + head + ip.len;
-    // One segment's L4 length: the whole packet's, or a GSO super-packet's segment (all alike,
-    // or it goes to the userspace engine, which sends each segment with its own checksum).
+    // One segment's L4 length: the whole packet's, or a GSO super-packet's segment (all alike:
+    // a TCP one with a short last segment is re-cut into equal ones, equal_segment; what cannot
+    // be goes to the userspace engine, which sends each segment with its own checksum).
     __u32 l4_len = ip.len - ip.l4_off;
     __u32 gso = skb->gso_size;
     if (gso) {
@@ -434,7 +480,19 @@ int WEFT_PROG_TX(struct __sk_buff* skb) {
       if (l4_len < thl) goto pass;
       __u32 data = l4_len - thl;
       if (data > gso) {
-        if (data % gso != 0) goto pass;
+        if (data % gso != 0) {
+          // A short last segment: TCP can be cut into equal ones (UDP's datagrams cannot).
+          __u32 seg = ip.proto == PROTO_TCP ? equal_segment(data, gso) : 0;
+          if (!seg) goto pass;
+          int r = shrink_gso(skb, gso - seg);
+          if (r == -1) goto pass;
+          if (r < 0) goto broken;
+          // Counted here: should a later step leave it to userspace, it goes re-cut (still a
+          // cut of the same bytes into valid segments).
+          count(WEFT_C_TX_RECUT, 1);
+          gso = seg;
+          segs = data / seg;
+        }
         l4_len = thl + gso;
       }
     }

@@ -14,6 +14,7 @@
   X(RX_PASSED, "rx_passed") /* Packets for us (our port or, IPIP, our protocol; our address) weft_rx left to the userspace socket. */ \
   X(TX_ERROR, "tx_error") /* Packets weft_tx changed half way (encap written, redirect refused) and dropped. */ \
   X(BRIDGE_BYPASS, "bridge_bypass") /* GSO packets the bpf engine handed from the pods' bridge (--pod-bridge, cni0 by default) straight to the pod's port, which the bridge would have segmented in software. */ \
-  X(RX_ERROR, "rx_error") /* Packets weft_rx changed half way (flannel-udp TTL or IPIP ECN written, decap or redirect refused) and dropped. */
+  X(RX_ERROR, "rx_error") /* Packets weft_rx changed half way (flannel-udp TTL or IPIP ECN written, decap or redirect refused) and dropped. */ \
+  X(TX_RECUT, "tx_recut") /* TCP GSO packets with a short last segment weft_tx cut into equal segments (a smaller gso_size) so that one outer IPv6 UDP checksum is right for each, instead of leaving them to the userspace engine. */
 
 #endif  // WEFT_NATIVE_BPF_WEFT_COUNTERS_GEN_H_

@@ -236,6 +236,11 @@ export const BPF_COUNTER_TABLE = [
     help: 'Packets weft_rx changed half way (flannel-udp TTL or IPIP ECN written, decap or redirect refused) and dropped.',
     series: { family: BPF_ERROR, value: 'rx' },
   },
+  {
+    name: 'tx_recut',
+    help: 'TCP GSO packets with a short last segment weft_tx cut into equal segments (a smaller gso_size) so that one outer IPv6 UDP checksum is right for each, instead of leaving them to the userspace engine.',
+    metric: 'weft_dataplane_bpf_recut_packets_total',
+  },
 ] as const satisfies readonly (CounterRow & { readonly adds?: CounterName })[];
 
 /** Index i is native DropReason i. `none` is never counted. */
