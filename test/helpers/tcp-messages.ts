@@ -55,7 +55,8 @@ export async function tcpMessages(
   count: number,
 ): Promise<{ received: number; bad: number }> {
   const port = String(20000 + Math.floor(Math.random() * 10000));
-  const srv = scope.spawn(serverNs, 'node', [
+  // The node running the suite (setup installs it; a bare `node` may not be on root's PATH).
+  const srv = scope.spawn(serverNs, process.execPath, [
     '-e',
     SERVER,
     host,
@@ -76,7 +77,7 @@ export async function tcpMessages(
     const done = new Promise<void>((resolve) => srv.once('exit', () => resolve()));
     await nsExecAsync(
       clientNs,
-      'node',
+      process.execPath,
       ['-e', CLIENT, host, port, String(size), String(count)],
       60_000,
     );

@@ -563,48 +563,21 @@ describe('bpf engine over an IPv6 underlay, and dual-stack', { skip }, () => {
     });
   }
 
-  test('vxlan over IPv6: bpf ⇄ a kernel vxlan device: super-packets whole, every segment checksummed', async () => {
+  /**
+   * The bpf engine on A (vxlan over IPv6) with B's kernel vxlan device as its peer, pinging both
+   * ways, then `body`; removed after it, and va's checksum offload turned back on. The userspace
+   * engine behind the programs sends one datagram per segment (no UDP GSO, no egress TAP): only
+   * the programs' packets can be larger than the MTU on the veth.
+   */
+  async function withKernelPeer6(body: (a: Awaited<ReturnType<typeof start6>>) => Promise<void>) {
     try {
       addKernelVxlan(B, 'vb', A, { local: U6.B, peer: U6.A });
-      // The userspace engine behind the programs sends one datagram per segment (no UDP GSO, no
-      // egress TAP): only the programs' packets can be larger than the MTU on the veth.
       const offloads = OFFLOAD_NAMES.filter((o) => o !== 'udp_gso' && o !== 'tap_gso');
       const a = await start6(A, 'vxlan', 'bpf', 'v6', { offloads });
       try {
         await a.send({ cmd: 'peers', peers: peers6(B, 'vxlan', 'v6') });
         await pingBoth(A, B);
-        const errors = udp6CsumErrors(B.ns);
-        // TCP super-packets cross the veth whole (SKB_GSO_UDP_TUNNEL; segmented, no frame would
-        // be over 1514 bytes: the 1500-byte MTU and the Ethernet header), the kernel device
-        // takes them.
-        const s0 = await stats(a);
-        let before = txOf(A.ns, 'va');
-        const whole = await tcp(A, B, 4);
-        let after = txOf(A.ns, 'va');
-        const perPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
-        assert.ok(perPacket > 1514, `${perPacket} bytes per veth packet`);
-        const s1 = await stats(a);
-        // Without checksum offload on the veth, the kernel cuts them in software into
-        // datagrams that carry the program's outer UDP checksum, which the receiver checks:
-        // right for every segment.
-        nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'off']);
-        before = txOf(A.ns, 'va');
-        const cut = (await tcp(A, B, 4)) + (await tcp(A, B, 6));
-        after = txOf(A.ns, 'va');
-        const segPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
-        // (A frame's bytes include its Ethernet header: 1514 at the 1500-byte MTU.)
-        assert.ok(segPacket <= 1514, `${segPacket} bytes per veth packet`);
-        assert.equal(udp6CsumErrors(B.ns), errors, 'the kernel found no bad UDP checksum');
-        const s2 = await stats(a);
-        // The programs sent in both runs (a super-packet whose last segment is short goes to
-        // the userspace engine, which checksums each datagram itself); weft sent it all.
-        assert.ok(s1.bpf!.tx_bytes! > s0.bpf!.tx_bytes!, JSON.stringify(s1.bpf));
-        assert.ok(s2.bpf!.tx_bytes! > s1.bpf!.tx_bytes!, JSON.stringify(s2.bpf));
-        const total = s2.total.counters.tx_bytes! - s0.total.counters.tx_bytes!;
-        assert.ok(total >= whole + cut, `${total} < ${whole + cut}`);
-        const back = (await tcp(B, A, 4)) + (await tcp(B, A, 6));
-        const s = await stats(a);
-        assert.ok(s.bpf!.rx_bytes! >= back, JSON.stringify(s.bpf));
+        await body(a);
       } finally {
         const exited = new Promise((r) => a.proc.once('exit', r));
         await a.send({ cmd: 'close' });
@@ -614,44 +587,67 @@ describe('bpf engine over an IPv6 underlay, and dual-stack', { skip }, () => {
       ip(B.ns, 'link', 'del', 'vx');
       nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'on']);
     }
+  }
+
+  test('vxlan over IPv6: bpf ⇄ a kernel vxlan device: super-packets whole, every segment checksummed', async () => {
+    await withKernelPeer6(async (a) => {
+      const errors = udp6CsumErrors(B.ns);
+      // TCP super-packets cross the veth whole (SKB_GSO_UDP_TUNNEL; segmented, no frame would
+      // be over 1514 bytes: the 1500-byte MTU and the Ethernet header), the kernel device
+      // takes them.
+      const s0 = await stats(a);
+      let before = txOf(A.ns, 'va');
+      const whole = await tcp(A, B, 4);
+      let after = txOf(A.ns, 'va');
+      const perPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
+      assert.ok(perPacket > 1514, `${perPacket} bytes per veth packet`);
+      const s1 = await stats(a);
+      // Without checksum offload on the veth, the kernel cuts them in software into
+      // datagrams that carry the program's outer UDP checksum, which the receiver checks:
+      // right for every segment.
+      nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'off']);
+      before = txOf(A.ns, 'va');
+      const cut = (await tcp(A, B, 4)) + (await tcp(A, B, 6));
+      after = txOf(A.ns, 'va');
+      const segPacket = (after.bytes - before.bytes) / (after.packets - before.packets);
+      // (A frame's bytes include its Ethernet header: 1514 at the 1500-byte MTU.)
+      assert.ok(segPacket <= 1514, `${segPacket} bytes per veth packet`);
+      assert.equal(udp6CsumErrors(B.ns), errors, 'the kernel found no bad UDP checksum');
+      const s2 = await stats(a);
+      // The programs sent in both runs (a super-packet whose last segment is short goes to
+      // the userspace engine, which checksums each datagram itself); weft sent it all.
+      assert.ok(s1.bpf!.tx_bytes! > s0.bpf!.tx_bytes!, JSON.stringify(s1.bpf));
+      assert.ok(s2.bpf!.tx_bytes! > s1.bpf!.tx_bytes!, JSON.stringify(s2.bpf));
+      const total = s2.total.counters.tx_bytes! - s0.total.counters.tx_bytes!;
+      assert.ok(total >= whole + cut, `${total} < ${whole + cut}`);
+      const back = (await tcp(B, A, 4)) + (await tcp(B, A, 6));
+      const s = await stats(a);
+      assert.ok(s.bpf!.rx_bytes! >= back, JSON.stringify(s.bpf));
+    });
   });
 
   test('vxlan over IPv6: a TCP GSO packet with a short last segment is re-cut into equal segments, each checksummed', async () => {
-    try {
-      addKernelVxlan(B, 'vb', A, { local: U6.B, peer: U6.A });
-      const offloads = OFFLOAD_NAMES.filter((o) => o !== 'udp_gso' && o !== 'tap_gso');
-      const a = await start6(A, 'vxlan', 'bpf', 'v6', { offloads });
-      try {
-        await a.send({ cmd: 'peers', peers: peers6(B, 'vxlan', 'v6') });
-        await pingBoth(A, B);
-        // The kernel cuts what leaves va in software, and the kernel vxlan device checks the
-        // outer UDP checksum of every datagram.
-        nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'off']);
-        const errors = udp6CsumErrors(B.ns);
-        // 5200 payload bytes: 3 full segments and a short one at either family's MSS through the
-        // 1430-byte TUN (1378 for IPv4 pods, 1358 for IPv6 ones), 4 equal ones of 1300.
-        const SIZE = 5200;
-        const COUNT = 20;
-        for (const dst of [B.v4, B.v6]) {
-          const s0 = (await stats(a)).bpf!;
-          const r = await tcpMessages(scope, B.ns, dst, A.ns, SIZE, COUNT);
-          assert.deepEqual(r, { received: SIZE * COUNT, bad: 0 });
-          const s1 = (await stats(a)).bpf!;
-          // Re-cut by the program (not left to the userspace engine): each message whole in
-          // one GSO packet is one re-cut (a stack that split a message otherwise would re-cut
-          // fewer; none at all would mean the mechanism is gone).
-          assert.ok(s1.tx_recut! > s0.tx_recut!, `${dst}: ${JSON.stringify(s1)}`);
-          assert.ok(s1.tx_bytes! - s0.tx_bytes! >= SIZE * COUNT, JSON.stringify(s1));
-        }
-        assert.equal(udp6CsumErrors(B.ns), errors, 'the kernel found no bad UDP checksum');
-      } finally {
-        const exited = new Promise((r) => a.proc.once('exit', r));
-        await a.send({ cmd: 'close' });
-        await exited;
+    await withKernelPeer6(async (a) => {
+      // The kernel cuts what leaves va in software, and the kernel vxlan device checks the
+      // outer UDP checksum of every datagram.
+      nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'off']);
+      const errors = udp6CsumErrors(B.ns);
+      // 5200 payload bytes: 3 full segments and a short one at either family's MSS through the
+      // 1430-byte TUN (1378 for IPv4 pods, 1358 for IPv6 ones), 4 equal ones of 1300.
+      const SIZE = 5200;
+      const COUNT = 20;
+      for (const dst of [B.v4, B.v6]) {
+        const s0 = (await stats(a)).bpf!;
+        const r = await tcpMessages(scope, B.ns, dst, A.ns, SIZE, COUNT);
+        assert.deepEqual(r, { received: SIZE * COUNT, bad: 0 });
+        const s1 = (await stats(a)).bpf!;
+        // Re-cut by the program (not left to the userspace engine): each message whole in
+        // one GSO packet is one re-cut (a stack that split a message otherwise would re-cut
+        // fewer; none at all would mean the mechanism is gone).
+        assert.ok(s1.tx_recut! > s0.tx_recut!, `${dst}: ${JSON.stringify(s1)}`);
+        assert.ok(s1.tx_bytes! - s0.tx_bytes! >= SIZE * COUNT, JSON.stringify(s1));
       }
-    } finally {
-      ip(B.ns, 'link', 'del', 'vx');
-      nsExec(A.ns, 'ethtool', ['-K', 'va', 'tx', 'on']);
-    }
+      assert.equal(udp6CsumErrors(B.ns), errors, 'the kernel found no bad UDP checksum');
+    });
   });
 });
