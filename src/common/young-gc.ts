@@ -10,7 +10,7 @@
  * --optimize-for-size: ~10 per list). A scavenge every megabyte read frees them at the cost of
  * well under a millisecond each (its live data is one page's cut Nodes).
  */
-type Gc = (options: { type: 'minor' | 'major'; execution?: 'sync' | 'async' }) => void;
+type Gc = (options: { type: 'minor' }) => void;
 
 /** Collects the young generation now; false if the process cannot (no --expose-gc). */
 export function collectYoung(): boolean {

@@ -36,11 +36,11 @@ const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const OPEN_OBJ = 0x7b;
 const CLOSE_OBJ = 0x7d;
+const OPEN_ARR = 0x5b;
+const CLOSE_ARR = 0x5d;
 /** The smallest buffer ListScanner keeps an item's bytes in across chunks. */
 const MIN_STORE = 64 * 1024;
 const NULL = Buffer.from('null');
-const OPEN_ARR = 0x5b;
-const CLOSE_ARR = 0x5d;
 /**
  * Which members of a list item to keep, two levels deep: a member of the item named here is kept
  * whole (`true`) or, given as a tree, only its own members named there. An object or array value
@@ -153,6 +153,11 @@ export class ListScanner {
     }
   }
 
+  /** Inside an item being cut (with `keep`), and not inside a value already being cut. */
+  #cutting(): boolean {
+    return this.#keep !== null && this.#inItems && this.#skipFrom < 0;
+  }
+
   #skip(i: number, depth: number): void {
     this.#skipFrom = i - this.#capStart;
     this.#skipDepth = depth;
@@ -178,7 +183,6 @@ export class ListScanner {
       at = start + cuts[k + 1]!;
     }
     w += b.copy(out, w, at, end);
-    this.#cuts = [];
     return out.toString('utf8', 0, w);
   }
 
@@ -256,12 +260,7 @@ export class ListScanner {
         }
         if (c === QUOTE) {
           inStr = true;
-          if (
-            (depth === 3 || (depth === 4 && this.#sub !== null)) &&
-            this.#skipFrom < 0 &&
-            this.#keep !== null &&
-            this.#inItems
-          ) {
+          if ((depth === 3 || (depth === 4 && this.#sub !== null)) && this.#cutting()) {
             this.#strStart = i - this.#capStart;
           }
           if (depth === 1) {
@@ -277,12 +276,7 @@ export class ListScanner {
               this.#sub = null;
               this.#cuts = [];
             }
-          } else if (
-            (depth === 4 || depth === 5) &&
-            this.#keep !== null &&
-            this.#inItems &&
-            this.#skipFrom < 0
-          ) {
+          } else if ((depth === 4 || depth === 5) && this.#cutting()) {
             this.#opened(b, i, depth, c === OPEN_OBJ);
           } else if (depth === 2) {
             if (this.#key === 'items' && c === OPEN_ARR) {
