@@ -196,18 +196,35 @@ describe('bpf engine on hardened hosts', { skip }, () => {
     });
   }
 
+  /**
+   * Counting tcx programs on A's underlay ingress and TUN egress, both `at` the first or last
+   * place of their hook, while `body` runs; stopped after it.
+   */
+  async function withCounters(
+    format: PairFormat,
+    at: 'first' | 'last',
+    body: (rx: Counter, tx: Counter) => Promise<void>,
+  ): Promise<void> {
+    const counters: Counter[] = [];
+    try {
+      const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', at);
+      counters.push(rx);
+      const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', at);
+      counters.push(tx);
+      await Promise.all(counters.map((c) => c.ready));
+      await body(rx, tx);
+    } finally {
+      for (const c of counters) await c.stop();
+    }
+  }
+
   for (const format of ['vxlan', 'ipip'] as const) {
     describe(`${format}: tcx programs beside weft's: one pair`, () => {
       const onPair = sharedPair(() => pair(format));
 
       test(`${format}: a tcx program after weft's (underlay ingress, TUN egress) sees what weft leaves alone`, () =>
-        onPair(async () => {
-          const counters: Counter[] = [];
-          try {
-            const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'last');
-            const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'last');
-            counters.push(rx, tx);
-            await Promise.all(counters.map((c) => c.ready));
+        onPair(() =>
+          withCounters(format, 'last', async (rx, tx) => {
             // Not tunnel traffic: the underlay's own pings reach A's underlay ingress.
             await nsExecAsync(B.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', A.under]);
             assert.ok((await rx.count()) >= 3, 'the program after weft_rx ran');
@@ -218,19 +235,12 @@ describe('bpf engine on hardened hosts', { skip }, () => {
             assert.ok((await tx.count()) >= 3, 'the program after weft_tx ran');
             // And weft still carries the tunnel traffic.
             await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
-          } finally {
-            for (const c of counters) await c.stop();
-          }
-        }));
+          }),
+        ));
 
       test(`${format}: a tcx program before weft's sees the tunnel traffic, and weft still carries it`, () =>
-        onPair(async (nodes) => {
-          const counters: Counter[] = [];
-          try {
-            const rx = new Counter(scope, counterBin, A.ns, 'va', 'ingress', 'first');
-            const tx = new Counter(scope, counterBin, A.ns, tunOf(format), 'egress', 'first');
-            counters.push(rx, tx);
-            await Promise.all(counters.map((c) => c.ready));
+        onPair((nodes) =>
+          withCounters(format, 'first', async (rx, tx) => {
             const before = await stats(nodes[0]);
             await nsExecAsync(A.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', B.v4]);
             assert.ok((await tcp(A, B)) > 0);
@@ -245,10 +255,8 @@ describe('bpf engine on hardened hosts', { skip }, () => {
             );
             assert.ok((await tx.count()) >= 3, 'the program before weft_tx saw the inner packets');
             assert.ok((await rx.count()) >= 3, 'the program before weft_rx saw the outer packets');
-          } finally {
-            for (const c of counters) await c.stop();
-          }
-        }));
+          }),
+        ));
     });
   }
 
