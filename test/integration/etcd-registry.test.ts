@@ -6,6 +6,8 @@
  * Plain, TLS (client certificates required) and password-auth members are started as needed.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { after, before, describe, it } from 'node:test';
 import { sleep } from '../../src/common/lifecycle.js';
 import { EtcdRegistry, type EtcdRegistryOptions } from '../../src/control/registry/etcd.js';
@@ -333,6 +335,46 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
       await it.return?.();
       await proxy.close();
     }
+  });
+
+  it('a closed registry whose watch its consumer left suspended lets the process exit', async () => {
+    // A child opens a registry, takes one batch of a watch and closes the registry without
+    // resuming or returning the watch. Its idle deadline (an hour here) must not hold the
+    // process: the child exits by itself. Bounded only so that a hang fails the test.
+    const prefix = freshPrefix();
+    etcd!.ctl(['put', `${prefix}/subnets/${V4_KEY}`, V4_VALUE]);
+    const registryUrl = new URL('../../src/control/registry/etcd.ts', import.meta.url).href;
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        `const { EtcdRegistry } = await import(${JSON.stringify(registryUrl)});
+         const r = new EtcdRegistry({ endpoints: [${JSON.stringify(etcd!.endpoint)}],
+           prefix: ${JSON.stringify(prefix)}, watchIdleMs: 3600000 });
+         const it = r.watchSubnets(1, new AbortController().signal)[Symbol.asyncIterator]();
+         await it.next();
+         await r.close();
+         console.log('closed');`,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    const guard = new AbortController();
+    const exited = await Promise.race([
+      once(child, 'exit').then(([code]) => code as number | null),
+      sleep(30_000, guard.signal).then(
+        () => 'still running 30 s after close()',
+        () => 'aborted',
+      ),
+    ]);
+    guard.abort();
+    child.kill('SIGKILL');
+    assert.equal(out.trim(), 'closed');
+    assert.equal(exited, 0);
   });
 
   it('fails over to the live endpoint when another is down', async () => {

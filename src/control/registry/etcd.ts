@@ -440,15 +440,24 @@ export class EtcdRegistry implements Registry {
       while (!stop.aborted) {
         const inbox = new Inbox<LoopItem>();
         let idleTimer: NodeJS.Timeout | undefined;
-        /** (Re)starts the idle deadline; at it, etcd's revision is read (see the file's head). */
+        /** This stream's loop has ended: a message that still comes must not re-arm the timer. */
+        let streamDone = false;
+        /**
+         * (Re)starts the idle deadline; at it, etcd's revision is read (see the file's head).
+         * Unref'd: it watches the stream's socket, which keeps the process alive on its own; a
+         * watch left suspended by its consumer (never resumed, never returned) would otherwise
+         * hold a closed registry's process open for up to watchIdleMs.
+         */
         const armIdle = () => {
           clearTimeout(idleTimer);
+          if (streamDone) return;
           idleTimer = setTimeout(() => {
             this.#client.range({ key: this.#configKey, count_only: true }, stop).then(
               (r) => inbox.push({ kind: 'idle-check', revision: Number(r.header.revision) }),
               () => inbox.push({ kind: 'idle-check', revision: null }),
             );
           }, this.#watchIdleMs);
+          idleTimer.unref();
         };
         let stream: WatchStream;
         try {
@@ -482,7 +491,13 @@ export class EtcdRegistry implements Registry {
           await this.#watchBackoff(attempt++, stop);
           continue;
         }
-        const cancel = () => stream.cancel();
+        const cancel = () => {
+          // Also on close while the consumer holds the generator suspended at a yield (its
+          // finally below runs only when resumed): the timer goes with the stream.
+          streamDone = true;
+          clearTimeout(idleTimer);
+          stream.cancel();
+        };
         stop.addEventListener('abort', cancel, { once: true });
         armIdle();
         let failure: unknown = null;
@@ -558,7 +573,6 @@ export class EtcdRegistry implements Registry {
             yield { kind: 'events', events, revision: eventRevision(last) };
           }
         } finally {
-          clearTimeout(idleTimer);
           stop.removeEventListener('abort', cancel);
           cancel();
         }
