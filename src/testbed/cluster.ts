@@ -53,6 +53,18 @@ const WEFT_CNI_SRC = join(PACKAGE_ROOT, 'test', 'helpers', 'cni-plugin.ts');
  */
 const DEFAULT_LAUNCHER = launcherFrom(process.env.WEFT_TEST_LAUNCHER);
 
+/**
+ * The node argv that runs `weft` or `weft-cni` with `launcher` (default: as WEFT_TEST_LAUNCHER
+ * says, see above): bin/ (dist/), or the sources through tsx.
+ */
+export function launchArgv(
+  what: 'weft' | 'weft-cni',
+  launcher: 'dist' | 'source' = DEFAULT_LAUNCHER,
+): string[] {
+  if (launcher === 'source') return ['--import', 'tsx', what === 'weft' ? WEFT_SRC : WEFT_CNI_SRC];
+  return [what === 'weft' ? WEFT_BIN : WEFT_CNI_BIN];
+}
+
 function launcherFrom(env: string | undefined): 'dist' | 'source' {
   if (env === 'dist' || env === 'source') return env;
   if (env !== undefined && env !== '') {
@@ -476,9 +488,7 @@ export class Cluster {
 
   /** The node argv that runs `weft` or `weft-cni` with this cluster's launcher. */
   #launch(what: 'weft' | 'weft-cni'): string[] {
-    if ((this.options.launcher ?? DEFAULT_LAUNCHER) === 'source')
-      return ['--import', 'tsx', what === 'weft' ? WEFT_SRC : WEFT_CNI_SRC];
-    return [what === 'weft' ? WEFT_BIN : WEFT_CNI_BIN];
+    return launchArgv(what, this.options.launcher);
   }
 
   /** Output of a detached process: a log file (opened here, closed once the child holds it). */

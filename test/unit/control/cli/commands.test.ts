@@ -1,6 +1,7 @@
 /**
  * The CLI's answers to mistakes and failures (issue 13 §3), run as a user runs them: `weft`
- * from source (test/helpers/weft-src.ts) as a child process, against an embedded store in a
+ * as a child process (bin/weft under `npm test`, which has just built dist/; else the sources
+ * through tsx: src/testbed/cluster.ts launchArgv), against an embedded store in a
  * temp dir. Usage and config mistakes exit 2 naming the file, flag or field; runtime failures
  * exit 1; both say it plainly on stderr (besides the JSON log line). Read-only commands create
  * nothing. No root, no network.
@@ -16,13 +17,14 @@ import { checkBackendConfig, backendFactory } from '../../../../src/control/back
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
 import { logger } from '../../../../src/common/log.js';
 import { Registry as PromRegistry } from '../../../../src/common/metrics.js';
+import { launchArgv } from '../../../../src/testbed/cluster.js';
 
 const REPO = resolve(import.meta.dirname, '../../../..');
 const tmp = mkdtempSync(join(tmpdir(), 'weft-cli-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
 function weft(...argv: string[]) {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/helpers/weft-src.ts', ...argv], {
+  const r = spawnSync(process.execPath, [...launchArgv('weft'), ...argv], {
     cwd: REPO,
     encoding: 'utf8',
     env: { ...process.env, WEFT_LOG_LEVEL: 'error' },
