@@ -8,7 +8,10 @@
 // no daemon), one file at a time. The namespace tests spend most of their time waiting on
 // daemons and handshakes, so the namespace lane runs two of its files at once (largest first, so
 // the longest files do not start last; --namespace-concurrency=N changes the two), and the
-// process lane's ~3 minutes fit beside it. Every namespace test works in namespaces and temp dirs
+// process lane's ~3 minutes fit beside it. The namespace lane is the run's length, so the process
+// lane runs niced (10): on a machine of few CPUs it takes what the namespace lane leaves (its
+// files wait on daemons, handshakes and timers) instead of slowing it; no test of either lane
+// judges by time. Every namespace test works in namespaces and temp dirs
 // of its own; what the host has only one of (wireguard-go's UAPI directory) is taken under a lock
 // (test/helpers/host-lock.ts). The namespace lane prints as it runs, a file's report whole when
 // its turn comes; the process lane's report follows it. --serial runs every file in one lane,
@@ -72,7 +75,8 @@ const lanes = (
     ? [{ files, concurrency: 1 }]
     : [
         { files: files.filter(inNamespaceLane).sort(bySizeDown), concurrency: nsConcurrency },
-        { files: files.filter((f) => !inNamespaceLane(f)), concurrency: 1 },
+        // niced: see the file's head
+        { files: files.filter((f) => !inNamespaceLane(f)), concurrency: 1, nice: 10 },
       ]
 ).filter((l) => l.files.length > 0);
 const argsFor = (lane) => [
@@ -111,7 +115,10 @@ const env = { ...process.env, WEFT_TEST_LAUNCHER: fromSource ? 'source' : 'dist'
 function runLane(lane, i) {
   const live = i === 0;
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, argsFor(lane), {
+    const [cmd, args] = lane.nice
+      ? ['nice', ['-n', String(lane.nice), process.execPath, ...argsFor(lane)]]
+      : [process.execPath, argsFor(lane)];
+    const child = spawn(cmd, args, {
       env,
       stdio: live ? 'inherit' : ['ignore', 'pipe', 'pipe'],
     });
