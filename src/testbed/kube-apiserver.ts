@@ -34,8 +34,7 @@
  * - Discovery (/api, /apis, /api/v1) so kubectl can talk to it.
  *
  * Test controls: addNode/updateNode/deleteNode/addPod, compact(), dropWatches(), failNext(),
- * bookmark(), `requests` (every request seen, with its decoded body) and `onRequest` (a hook
- * called as each arrives, before it is served). `realSizedNode()`
+ * bookmark(), and `requests` (every request seen, with its decoded body). `realSizedNode()`
  * fills a node in as a kubelet does (see there for its size).
  *
  * Stored objects are never changed in place (every write stores a new object), so the history
@@ -120,8 +119,6 @@ export class FakeKubeApiServer {
   #snapshotId = 0;
   readonly #cachePagesRv0: boolean;
   readonly requests: RecordedRequest[] = [];
-  /** Called with each request as it arrives, before it is served (a test's hook). */
-  onRequest: ((r: RecordedRequest) => void) | null = null;
 
   private constructor(token: string | undefined, tls: FakeTls | undefined, cachePagesRv0: boolean) {
     this.#token = token;
@@ -327,15 +324,13 @@ export class FakeKubeApiServer {
           throw new HttpError(status(400, 'BadRequest', 'the request body is not JSON'));
         }
       }
-      const recorded: RecordedRequest = {
+      this.requests.push({
         method: req.method ?? '',
         path: url.pathname,
         query: url.searchParams,
         contentType,
         body,
-      };
-      this.requests.push(recorded);
-      this.onRequest?.(recorded);
+      });
       if (this.#token !== undefined && req.headers.authorization !== `Bearer ${this.#token}`) {
         throw new HttpError(status(401, 'Unauthorized', 'Unauthorized'));
       }

@@ -219,12 +219,6 @@ export const REQUEST_IDLE_MS = 30_000;
 /** A young-generation collection after every this many bytes of a list read (young-gc.ts). */
 export const LIST_GC_BYTES = 1024 * 1024;
 
-/** A list's `metadata.continue` ('' when there is none: the last page). */
-function continueOf(meta: unknown): string {
-  const cont = (meta as { continue?: unknown } | null)?.continue;
-  return typeof cont === 'string' ? cont : '';
-}
-
 /** How a list is asked for (see listNodes). */
 export interface ListOptions {
   /** "0": any version (the watch cache); "": the latest (a quorum read). */
@@ -275,67 +269,35 @@ export class KubeApi {
    * resourceVersion (the token holds it; the server refuses both). Resolves with the list's
    * resourceVersion (where a watch starts) and the number of pages. A continue token the server
    * has expired is a 410 → WEFT_ERR_STORE_COMPACTED (the caller lists again from the start).
-   *
-   * One page ahead: the next page is asked for as soon as this page's `metadata` (which the API
-   * server writes before the items) has given its continue token, so the server reads and
-   * encodes it while this one's items are parsed, as client-go's pager buffers pages ahead. Its
-   * response waits unread (the socket is paused) until this page is done; when this page fails,
-   * the request made ahead is ended. A server that writes `metadata` after the items is asked
-   * page by page.
    */
   async listNodes(
     each: (node: KubeNode) => void,
     o: ListOptions,
   ): Promise<{ resourceVersion: string; pages: number }> {
-    const path = '/api/v1/nodes';
-    // Ends a request made ahead that will not be read (this list failed or was aborted).
-    const ahead = new AbortController();
-    const signal = o.signal ? AbortSignal.any([o.signal, ahead.signal]) : ahead.signal;
-    const ask = (cont: string): Promise<http.IncomingMessage> => {
+    let cont = '';
+    let resourceVersion = '';
+    let pages = 0;
+    do {
       const query: Record<string, string> = { limit: String(o.limit) };
       if (cont !== '') query.continue = cont;
       else if (o.resourceVersion !== '') query.resourceVersion = o.resourceVersion;
-      const res = this.#send('GET', path, { query, signal });
-      res.catch(() => undefined); // awaited when its page's turn comes, or dropped below
-      return res;
-    };
-    let next: Promise<http.IncomingMessage> | null = ask('');
-    let resourceVersion = '';
-    let pages = 0;
-    try {
-      while (next !== null) {
-        const res: http.IncomingMessage = await next;
-        next = null;
-        const meta = await this.#readPage(res, path, each, signal, o.keep, (name, value) => {
-          const cont = name === 'metadata' ? continueOf(value) : '';
-          if (cont !== '' && next === null) next = ask(cont);
-        });
-        pages++;
-        if (typeof meta.resourceVersion === 'string') resourceVersion = meta.resourceVersion;
-        const cont = continueOf(meta);
-        if (cont !== '' && next === null) next = ask(cont); // metadata came after the items
-      }
-      return { resourceVersion, pages };
-    } finally {
-      if (next !== null) {
-        ahead.abort();
-        await (next as Promise<http.IncomingMessage>).then(
-          (res) => res.destroy(),
-          () => undefined,
-        );
-      }
-    }
+      const meta = await this.#listPage('/api/v1/nodes', query, each, o.signal, o.keep);
+      pages++;
+      if (typeof meta.resourceVersion === 'string') resourceVersion = meta.resourceVersion;
+      cont = typeof meta.continue === 'string' ? meta.continue : '';
+    } while (cont !== '');
+    return { resourceVersion, pages };
   }
 
-  /** One list page, streamed: its items to `each`, its other members to `onMember`, its metadata returned. */
-  async #readPage(
-    res: http.IncomingMessage,
+  /** One list page, streamed: its items to `each`, its metadata returned. */
+  async #listPage(
     path: string,
+    query: Record<string, string>,
     each: (node: KubeNode) => void,
-    signal: AbortSignal,
+    signal: AbortSignal | undefined,
     keep: KeepTree | undefined,
-    onMember: (name: string, value: unknown) => void,
   ): Promise<{ resourceVersion?: unknown; continue?: unknown }> {
+    const res = await this.#send('GET', path, { query, signal });
     const what = `GET ${path}`;
     try {
       if (res.statusCode !== 200) {
@@ -346,7 +308,6 @@ export class KubeApi {
         this.#maxObject,
         what,
         keep ?? null,
-        onMember,
       );
       // (young-gc.ts: the socket's read buffers, freed only by a collection)
       const pacer = new YoungGcPacer(LIST_GC_BYTES);
@@ -358,7 +319,7 @@ export class KubeApi {
       const meta = scanner.top.metadata;
       return typeof meta === 'object' && meta !== null ? meta : {};
     } catch (err) {
-      if (signal.aborted) throw abortError(signal);
+      if (signal?.aborted) throw abortError(signal);
       if (err instanceof WeftError) throw err;
       throw new WeftError(
         'WEFT_ERR_STORE_UNAVAILABLE',

@@ -113,25 +113,17 @@ export class ListScanner {
   #cuts: number[] = [];
   /** Where #item puts a cut item's pieces together. */
   #scratch: Buffer = Buffer.alloc(0);
-  readonly #onMember: ((name: string, value: unknown) => void) | null;
 
-  /**
-   * `onMember` is told of each top-level member other than `items` as soon as it is parsed
-   * (a list's `metadata` comes before its items: its continue token is known before the page's
-   * items are read).
-   */
   constructor(
     onItem: (item: string) => void,
     maxBytes: number,
     what = 'list',
     keep: KeepTree | null = null,
-    onMember: ((name: string, value: unknown) => void) | null = null,
   ) {
     this.#onItem = onItem;
     this.#max = maxBytes;
     this.#what = what;
     this.#keep = keep === null ? null : keepLevel(keep);
-    this.#onMember = onMember;
   }
 
   /**
@@ -312,10 +304,11 @@ export class ListScanner {
             if (this.#inItems) {
               this.#inItems = false;
             } else if (this.#capStart >= 0) {
-              const value = parseJson(b.toString('utf8', this.#capStart, i + 1), this.#what);
-              this.top[this.#key] = value;
+              this.top[this.#key] = parseJson(
+                b.toString('utf8', this.#capStart, i + 1),
+                this.#what,
+              );
               this.#capStart = -1;
-              this.#onMember?.(this.#key, value);
             }
           } else if (depth === 0) {
             this.#done = true;
