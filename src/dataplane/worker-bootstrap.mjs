@@ -5,8 +5,9 @@
 //
 // Under `npm test` (WEFT_TEST_LAUNCHER=dist: the runner has just built dist/ from these same
 // sources) the thread takes dist/'s worker.js instead: registering tsx and loading worker.ts
-// through it costs ~0.5 CPU-s a thread, and the suite starts engines of up to six threads
-// a few hundred times. The native addon is the same file either way (one per process).
+// through it costs ~0.5 CPU-s a thread (four threads: 2.3 CPU-s against 0.45 from dist/), and
+// the suite starts engines of up to six threads again and again (dataplane-engine.test.ts: 151
+// → 127 CPU-s). The native addon is the same file either way (one per process).
 const fromDist = process.env.WEFT_TEST_LAUNCHER === 'dist';
 let runQueue;
 if (fromDist) {
