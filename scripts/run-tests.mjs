@@ -10,12 +10,12 @@
 // the longest files do not start last; --namespace-concurrency=N changes the two), and the
 // process lane's ~3 minutes fit beside it. The namespace lane is the run's length, so the process
 // lane runs niced (10): on a machine of few CPUs it takes what the namespace lane leaves (its
-// files wait on daemons, handshakes and timers) instead of slowing it (npm test here: 897 → 770 s);
-// a test must not judge by time in either lane. Every namespace test works in namespaces and temp dirs
-// of its own; what the host has only one of (wireguard-go's UAPI directory) is taken under a lock
-// (test/helpers/host-lock.ts). The namespace lane prints as it runs, a file's report whole when
-// its turn comes; the process lane's report follows it. --serial runs every file in one lane,
-// one at a time.
+// files wait on daemons, handshakes and timers) instead of slowing it (npm test on 2 vCPUs:
+// 897 s → 770–833 s); a test must not judge by time in either lane. Every namespace test works
+// in namespaces and temp dirs of its own; what the host has only one of (wireguard-go's UAPI
+// directory) is taken under a lock (test/helpers/host-lock.ts). The namespace lane prints as it
+// runs, a file's report whole when its turn comes; the process lane's report follows it.
+// --serial runs every file in one lane, one at a time.
 //
 // The run is guarded: the root network namespace (links, addresses, routes, rules, iptables,
 // nftables, /var/lib/cni, /sys/fs/bpf) is snapshotted before and after, and any difference fails
