@@ -12,6 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { sleep } from '../../src/common/lifecycle.js';
 import { EtcdRegistry, type EtcdRegistryOptions } from '../../src/control/registry/etcd.js';
 import type { WatchBatch } from '../../src/control/registry/registry.js';
+import { orHang } from '../helpers/hang-bound.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 import {
   enableAuth,
@@ -363,15 +364,11 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     );
     let out = '';
     child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-    const guard = new AbortController();
-    const exited = await Promise.race([
+    const exited = await orHang(
       once(child, 'exit').then(([code]) => code as number | null),
-      sleep(30_000, guard.signal).then(
-        () => 'still running 30 s after close()',
-        () => 'aborted',
-      ),
-    ]);
-    guard.abort();
+      30_000,
+      () => 'still running 30 s after close()',
+    );
     child.kill('SIGKILL');
     assert.equal(out.trim(), 'closed');
     assert.equal(exited, 0);
@@ -404,16 +401,10 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     await sleep(700); // several reconnect attempts (100 ms, 200 ms, 400 ms)
     ac.abort();
     // Left alone it retries forever: the bound only turns a watch that ignores its signal into
-    // a failure instead of a hang (not a latency check), and is cleared once the watch ends.
-    const guard = new AbortController();
-    const got = await Promise.race([
-      done,
-      sleep(30_000, guard.signal).then(
-        () => assert.fail('the watch still running 30 s after the abort'),
-        () => [],
-      ),
-    ]);
-    guard.abort();
+    // a failure instead of a hang (not a latency check).
+    const got = await orHang(done, 30_000, () =>
+      assert.fail('the watch still running 30 s after the abort'),
+    );
     assert.deepEqual(got, []);
   });
 
@@ -424,13 +415,9 @@ describe('EtcdRegistry on a real etcd', { skip }, () => {
     await sleep(300);
     await r.close();
     // Its 50 backed-off retries would take minutes; only the close can end it this soon.
-    const guard = new AbortController();
-    const hang = sleep(30_000, guard.signal).then(
-      () => assert.fail('still retrying 30 s after close()'),
-      () => {}, // aborted: the call ended first
+    await orHang(expectCode(pending, 'WEFT_ERR_STORE_UNAVAILABLE'), 30_000, () =>
+      assert.fail('still retrying 30 s after close()'),
     );
-    await Promise.race([expectCode(pending, 'WEFT_ERR_STORE_UNAVAILABLE'), hang]);
-    guard.abort();
   });
 
   it('rejects a call whose signal fires with WEFT_ERR_ABORTED', async () => {

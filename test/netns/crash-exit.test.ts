@@ -18,8 +18,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { sleep } from '../../src/common/lifecycle.js';
 import { runWeft, startWeft, stopAll } from '../helpers/daemon.js';
+import { orHang } from '../helpers/hang-bound.js';
 import { NetnsScope, isRoot } from '../../src/testbed/netns.js';
 
 const skip = isRoot() ? false : 'needs root (network namespaces, a TUN)';
@@ -64,16 +64,7 @@ describe('a daemon with a running native engine that crashes exits non-zero', { 
       assert.equal(started.engine, 'native');
       await p.waitForLog((l) => l.msg === 'ready', 30_000);
       // Bounded only so that a hang fails the test instead of the suite; not a latency check.
-      // The bound's timer is cleared: left running, it held this file's process a minute.
-      const guard = new AbortController();
-      const exited = await Promise.race([
-        p.exited,
-        sleep(60_000, guard.signal).then(
-          () => 'still running after 60 s',
-          () => 'aborted',
-        ),
-      ]);
-      guard.abort();
+      const exited = await orHang(p.exited, 60_000, () => 'still running after 60 s');
       assert.equal(exited, code, p.stderr().slice(-2000));
       if (how !== 'exit') {
         const fatal = p.logs.find((l) => l.msg === 'fatal error; exiting');
