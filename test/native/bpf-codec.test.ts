@@ -249,11 +249,10 @@ function counterDelta(a: ArrayLike<number>, b: ArrayLike<number>): Record<string
   return d;
 }
 
-/** prog_id / map_id / link_id of every bpf fd this process holds (/proc/self/fdinfo). */
 /**
- * Every BPF object an fd of this process refers to, as `prog:<id>`, `map:<id>` or `link:<id>`.
- * The kernel numbers each kind on its own: a program and a map may share an id, so an id alone
- * could name an object another engine of this process still holds.
+ * Every BPF object an fd of this process refers to (/proc/self/fdinfo), as `prog:<id>`,
+ * `map:<id>` or `link:<id>`. The kernel numbers each kind on its own: a program and a map may
+ * share an id, so an id alone could name an object another engine of this process still holds.
  */
 function heldBpfObjects(): Set<string> {
   const held = new Set<string>();
