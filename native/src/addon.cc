@@ -698,7 +698,8 @@ Napi::Value TsoSplit(const Napi::CallbackInfo& info) {
   return BufferArray(info.Env(), TsoSplitForTest(b.Data(), b.Length(), in_place));
 }
 
-// groCoalesce(packets, tunMtu, gather?, udp?) → Buffer[] TUN writes (harness.h GroCoalesceForTest)
+// groCoalesce(packets, tunMtu, gather?, udp?, authenticated?) → Buffer[] TUN writes
+// (harness.h GroCoalesceForTest)
 Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 2 || !info[0].IsArray())
@@ -707,6 +708,7 @@ Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
   uint32_t mtu = info[1].ToNumber().Uint32Value();
   bool gather = info.Length() > 2 && info[2].ToBoolean().Value();
   bool udp = info.Length() > 3 && info[3].ToBoolean().Value();
+  bool authenticated = info.Length() > 4 && info[4].ToBoolean().Value();
   std::vector<Bytes> packets(in.Length());
   for (uint32_t i = 0; i < in.Length(); i++) {
     Napi::Value v = in.Get(i);
@@ -714,7 +716,7 @@ Napi::Value GroCoalesce(const Napi::CallbackInfo& info) {
     Napi::Buffer<uint8_t> b = v.As<Napi::Buffer<uint8_t>>();
     packets[i].assign(b.Data(), b.Data() + b.Length());
   }
-  return BufferArray(env, GroCoalesceForTest(packets, mtu, gather, udp));
+  return BufferArray(env, GroCoalesceForTest(packets, mtu, gather, udp, authenticated));
 }
 
 // checksum(buf) → the Internet checksum of buf

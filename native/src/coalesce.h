@@ -39,7 +39,11 @@ class Coalescer {
   // Takes `pkt` (an inner packet described by `ip`) into the pending group. Returns
   // false when it cannot join: the caller then Finish()es the group and calls Add again, and
   // writes the packet on its own when it is refused by an empty group too.
-  bool Add(const uint8_t* pkt, const IpInfo& ip);
+  // A packet's transport checksum is verified before it joins (the group leaves with a new one),
+  // unless `authenticated`: a packet that arrived under an authenticated cipher (WireGuard's
+  // Poly1305) cannot have been corrupted on the way, and its checksum is the sender's business,
+  // as the kernel's WireGuard marks every packet it decrypts CHECKSUM_UNNECESSARY.
+  bool Add(const uint8_t* pkt, const IpInfo& ip, bool authenticated = false);
 
   // Completes the pending group: returns the bytes to write (vnet header + packet) and their
   // length, and empties the group. Returns 0 when the group is empty.

@@ -808,10 +808,12 @@ class Engine::Loop {
   }
 
   // Writes a decapsulated inner packet (kVnetHdrLen writable bytes before it) to the TUN, or
-  // adds it to the coalesced group.
-  void DeliverInner(uint8_t* inner, size_t inner_len, const IpInfo& ip) {
+  // adds it to the coalesced group (`authenticated`: it was opened by WireGuard, so its
+  // checksum is not summed again before it joins; Coalescer::Add).
+  void DeliverInner(uint8_t* inner, size_t inner_len, const IpInfo& ip,
+                    bool authenticated = false) {
     if (gro_) {
-      if (co_.Add(inner, ip) || (FlushGro(), co_.Add(inner, ip))) {
+      if (co_.Add(inner, ip, authenticated) || (FlushGro(), co_.Add(inner, ip, authenticated))) {
         c_.Add(kRxPackets, 1);
         c_.Add(kRxBytes, inner_len);
         return;
@@ -1090,7 +1092,7 @@ class Engine::Loop {
       c_.Drop(DropReason::kWgAllowedIps);
       return;
     }
-    DeliverInner(out, r.len, ip);
+    DeliverInner(out, r.len, ip, /*authenticated=*/true);
   }
 
   Engine* e_;

@@ -360,7 +360,13 @@ export interface NativeAddon {
    * (gather: a coalescer that reads later payloads in place, as the engine uses it; udp: UDP
    * datagrams are merged too, as on a TUN that took USO).
    */
-  groCoalesce(packets: Buffer[], tunMtu: number, gather?: boolean, udp?: boolean): Buffer[];
+  groCoalesce(
+    packets: Buffer[],
+    tunMtu: number,
+    gather?: boolean,
+    udp?: boolean,
+    authenticated?: boolean,
+  ): Buffer[];
   /** native DropReason names, index = reason (src/dataplane/stats.ts DROP_REASONS). */
   dropReasons(): string[];
   /** Counter names (engine.h kCounterNames), then `drop_<reason>` (stats.ts COUNTERS). */

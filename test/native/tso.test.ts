@@ -220,6 +220,22 @@ describe('receive-side coalescing (userspace GRO: TCP, and UDP where the TUN has
     assert.equal(writes[3]![1], 0);
   });
 
+  it('an authenticated segment (opened by WireGuard) joins its group without its checksum summed', () => {
+    const { segs } = train(false, 8000);
+    const bad = Buffer.from(segs[3]!);
+    bad[bad.length - 1] = bad[bad.length - 1]! ^ 0xff;
+    const run = [segs[0]!, segs[1]!, segs[2]!, bad, segs[4]!];
+    for (const gather of [false, true]) {
+      // not authenticated: the bad segment is written alone ([0..2] · bad · [4])
+      assert.equal(native.groCoalesce(run, 1500, gather).length, 3);
+      // authenticated (as the kernel's WireGuard marks what it decrypts CHECKSUM_UNNECESSARY)
+      const writes = native.groCoalesce(run, 1500, gather, false, true);
+      assert.equal(writes.length, 1);
+      assert.equal(writes[0]![0], 1, 'NEEDS_CSUM');
+      assert.equal(native.tsoSplit(writes[0]!).length, run.length);
+    }
+  });
+
   it('gathering (later payloads read in place) writes the same bytes as copying', () => {
     const v4 = train(false, 30000).segs;
     const v6 = train(true, 9000).segs;
