@@ -4,7 +4,9 @@
 // bit 2: IPIP, whose "datagram" is the whole outer IPv4 packet) and the outer source family (bit 1:
 // IPv6), then the outer source address, then the datagram. Bit 3 sends the datagram to the
 // WireGuard receive path instead (message types 1-4 parsed and checked by a device with an
-// established session; bit 4: under load, so mac2 and cookie replies run too).
+// established session; bit 4: under load, so mac2 and cookie replies run too). Bit 5 hands the
+// decapsulated packet to the coalescer as authenticated (as WireGuard's receive path does: no
+// checksum summed, so arbitrary payloads reach its merging).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -141,7 +143,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     weft::Coalescer co(co_buf.data(), cfg.tun_mtu, false,
                        weft::Coalescer::kUdpV4 | weft::Coalescer::kUdpV6);
     for (int k = 0; k < 2; k++) {
-      if (!co.Add(rx.data() + r.inner_off, r.ip)) {
+      if (!co.Add(rx.data() + r.inner_off, r.ip, (data[0] & 0x20) != 0)) {
         const uint8_t* out;
         co.Finish(&out);
       }

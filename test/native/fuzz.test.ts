@@ -91,6 +91,11 @@ describe('decap fuzzing (libFuzzer)', () => {
           join(corpus, `seed${i}`),
           Buffer.concat([Buffer.from([vx ? 1 : 0]), src, frame]),
         );
+        // selector bit 5: the coalescer takes it as authenticated (WireGuard's receive path)
+        writeFileSync(
+          join(corpus, `auth${i}`),
+          Buffer.concat([Buffer.from([(vx ? 1 : 0) | 0x20]), src, frame]),
+        );
         // IPIP (selector bit 2): the whole outer IPv4 packet, protocol 4, around the packet
         const outer = Buffer.from('45000000000040004004000000000000c0a80164', 'hex');
         outer.writeUInt16BE(20 + p.length, 2);
