@@ -141,9 +141,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // segments mostly breaks on the sequence or ID check; the group logic runs either way).
     static std::vector<uint8_t> co_buf(weft::kVnetHdrLen + weft::Coalescer::kMaxLen);
     weft::Coalescer co(co_buf.data(), cfg.tun_mtu, false,
-                       weft::Coalescer::kUdpV4 | weft::Coalescer::kUdpV6);
+                       weft::Coalescer::kUdpV4 | weft::Coalescer::kUdpV6, (data[0] & 0x20) != 0);
     for (int k = 0; k < 2; k++) {
-      if (!co.Add(rx.data() + r.inner_off, r.ip, (data[0] & 0x20) != 0)) {
+      if (!co.Add(rx.data() + r.inner_off, r.ip)) {
         const uint8_t* out;
         co.Finish(&out);
       }

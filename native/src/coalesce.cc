@@ -13,9 +13,9 @@ constexpr uint8_t kPsh = 0x08;
 constexpr size_t kUdpHdrLen = 8;
 
 // A packet that may start or join a group: TCP or UDP, fits the TUN MTU, plain IP header, a
-// payload, a valid checksum (not summed when `authenticated`: see Coalescer::Add); TCP with only
-// ACK (and PSH); UDP with a checksum (a zero one is not checked, so it is not merged either) and
-// a length that matches the IP one. Returns the transport header length, or 0.
+// payload, a valid checksum (not summed when `authenticated`: see the Coalescer constructor);
+// TCP with only ACK (and PSH); UDP with a checksum (a zero one is not checked, so it is not
+// merged either) and a length that matches the IP one. Returns the transport header length, or 0.
 size_t Eligible(const uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, unsigned udp_versions,
                 bool authenticated) {
   if (ip.len > tun_mtu) return 0;
@@ -48,8 +48,8 @@ size_t Eligible(const uint8_t* pkt, const IpInfo& ip, uint32_t tun_mtu, unsigned
 
 }  // namespace
 
-bool Coalescer::Add(const uint8_t* pkt, const IpInfo& ip, bool authenticated) {
-  size_t thl = Eligible(pkt, ip, tun_mtu_, udp_versions_, authenticated);
+bool Coalescer::Add(const uint8_t* pkt, const IpInfo& ip) {
+  size_t thl = Eligible(pkt, ip, tun_mtu_, udp_versions_, authenticated_);
   if (thl == 0) return false;
   const uint8_t* t = pkt + ip.l4_off;
   size_t hdrs = ip.l4_off + thl;

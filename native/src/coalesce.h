@@ -31,19 +31,24 @@ class Coalescer {
   // where Add found them (the caller keeps those bytes unchanged until the group is finished)
   // and FinishIov returns the group as iovecs — one copy less per byte.
   // `udp_versions`: bit 4 and/or bit 6 (kUdpV4, kUdpV6) allow UDP groups of that IP version.
+  // A packet's transport checksum is verified before it joins (the group leaves with a new one),
+  // unless `authenticated`: packets that arrive under an authenticated cipher (WireGuard's
+  // Poly1305) cannot have been corrupted on the way, and their checksums are the sender's
+  // business, as the kernel's WireGuard marks every packet it decrypts CHECKSUM_UNNECESSARY.
   static constexpr unsigned kUdpV4 = 1u << 4;
   static constexpr unsigned kUdpV6 = 1u << 6;
-  Coalescer(uint8_t* buf, uint32_t tun_mtu, bool gather = false, unsigned udp_versions = 0)
-      : buf_(buf), tun_mtu_(tun_mtu), gather_(gather), udp_versions_(udp_versions) {}
+  Coalescer(uint8_t* buf, uint32_t tun_mtu, bool gather = false, unsigned udp_versions = 0,
+            bool authenticated = false)
+      : buf_(buf),
+        tun_mtu_(tun_mtu),
+        gather_(gather),
+        udp_versions_(udp_versions),
+        authenticated_(authenticated) {}
 
   // Takes `pkt` (an inner packet described by `ip`) into the pending group. Returns
   // false when it cannot join: the caller then Finish()es the group and calls Add again, and
   // writes the packet on its own when it is refused by an empty group too.
-  // A packet's transport checksum is verified before it joins (the group leaves with a new one),
-  // unless `authenticated`: a packet that arrived under an authenticated cipher (WireGuard's
-  // Poly1305) cannot have been corrupted on the way, and its checksum is the sender's business,
-  // as the kernel's WireGuard marks every packet it decrypts CHECKSUM_UNNECESSARY.
-  bool Add(const uint8_t* pkt, const IpInfo& ip, bool authenticated = false);
+  bool Add(const uint8_t* pkt, const IpInfo& ip);
 
   // Completes the pending group: returns the bytes to write (vnet header + packet) and their
   // length, and empties the group. Returns 0 when the group is empty.
@@ -71,6 +76,7 @@ class Coalescer {
   bool closed_ = false;  // a PSH or short segment ended the group
   bool gather_ = false;
   unsigned udp_versions_ = 0;
+  bool authenticated_ = false;
   size_t head_len_ = 0;  // bytes of the group held in buf_ (all of it unless gathering)
   const uint8_t* span_[kMaxSegs] = {};  // gathering: payload of segment i (i ≥ 1)
   size_t span_len_[kMaxSegs] = {};

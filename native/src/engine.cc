@@ -88,9 +88,11 @@ class Engine::Loop {
         slot_(dir == Direction::kRx ? 1 : 0),
         c_(w->counters[slot_]),
         co_buf_(kVnetHdrLen + Coalescer::kMaxLen),
+        // WireGuard delivers only packets it opened: authenticated (no checksum summed again)
         co_(co_buf_.data(), e->cfg_.codec.tun_mtu, /*gather=*/true,
             ((e->offloads_enabled_ & kTunFUso4) != 0 ? Coalescer::kUdpV4 : 0) |
-                ((e->offloads_enabled_ & kTunFUso6) != 0 ? Coalescer::kUdpV6 : 0)),
+                ((e->offloads_enabled_ & kTunFUso6) != 0 ? Coalescer::kUdpV6 : 0),
+            /*authenticated=*/e->wg_ != nullptr),
         gro_((e->offloads_enabled_ & kOffloadGro) != 0) {
     // A slot holds one MTU-sized packet and the headroom before it (rounded to a cache line).
     // WireGuard seals in place: the tag and up to 15 bytes of padding follow the packet.
@@ -808,12 +810,10 @@ class Engine::Loop {
   }
 
   // Writes a decapsulated inner packet (kVnetHdrLen writable bytes before it) to the TUN, or
-  // adds it to the coalesced group (`authenticated`: it was opened by WireGuard, so its
-  // checksum is not summed again before it joins; Coalescer::Add).
-  void DeliverInner(uint8_t* inner, size_t inner_len, const IpInfo& ip,
-                    bool authenticated = false) {
+  // adds it to the coalesced group.
+  void DeliverInner(uint8_t* inner, size_t inner_len, const IpInfo& ip) {
     if (gro_) {
-      if (co_.Add(inner, ip, authenticated) || (FlushGro(), co_.Add(inner, ip, authenticated))) {
+      if (co_.Add(inner, ip) || (FlushGro(), co_.Add(inner, ip))) {
         c_.Add(kRxPackets, 1);
         c_.Add(kRxBytes, inner_len);
         return;
@@ -1092,7 +1092,7 @@ class Engine::Loop {
       c_.Drop(DropReason::kWgAllowedIps);
       return;
     }
-    DeliverInner(out, r.len, ip, /*authenticated=*/true);
+    DeliverInner(out, r.len, ip);
   }
 
   Engine* e_;

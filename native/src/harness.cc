@@ -44,7 +44,8 @@ std::vector<Bytes> TsoSplitForTest(const uint8_t* b, size_t len, bool in_place) 
 std::vector<Bytes> GroCoalesceForTest(const std::vector<Bytes>& packets, uint32_t tun_mtu,
                                       bool gather, bool udp, bool authenticated) {
   std::vector<uint8_t> buf(kVnetHdrLen + Coalescer::kMaxLen);
-  Coalescer co(buf.data(), tun_mtu, gather, udp ? Coalescer::kUdpV4 | Coalescer::kUdpV6 : 0);
+  Coalescer co(buf.data(), tun_mtu, gather, udp ? Coalescer::kUdpV4 | Coalescer::kUdpV6 : 0,
+               authenticated);
   std::vector<Bytes> kept(packets);  // the coalescer may write into them; alive until flushed
   std::vector<Bytes> out;
   auto flush = [&]() {
@@ -66,8 +67,7 @@ std::vector<Bytes> GroCoalesceForTest(const std::vector<Bytes>& packets, uint32_
   for (Bytes& pkt : kept) {
     IpInfo ip;
     if (ParseIp(pkt.data(), pkt.size(), &ip) == DropReason::kNone &&
-        (co.Add(pkt.data(), ip, authenticated) ||
-         (flush(), co.Add(pkt.data(), ip, authenticated)))) {
+        (co.Add(pkt.data(), ip) || (flush(), co.Add(pkt.data(), ip)))) {
       continue;
     }
     flush();

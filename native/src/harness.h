@@ -21,7 +21,7 @@ std::vector<Bytes> TsoSplitForTest(const uint8_t* vnet_hdr_and_packet, size_t le
 // The TUN writes (vnet header + packet) the receive path makes of these inner packets in this
 // order: `gather`, with the gathering coalescer the engine uses (later payloads read in place);
 // `udp`, UDP datagrams merge too (as on a TUN that took USO4 and USO6); `authenticated`, as
-// WireGuard's receive path adds them (checksums not summed: Coalescer::Add).
+// WireGuard's receive path adds them (checksums not summed: the Coalescer constructor).
 std::vector<Bytes> GroCoalesceForTest(const std::vector<Bytes>& packets, uint32_t tun_mtu,
                                       bool gather, bool udp, bool authenticated = false);
 
