@@ -163,6 +163,13 @@ describe('native engine, wireguard framing, between two namespaces', { skip }, (
       await knows(a, B, kb.pub!);
       await knows(b, A, ka.pub!, [C], [randomBytes(32)]);
       await nsExecAsync(A.ns, 'ping', ['-c', '1', '-W', '5', B.v4]); // the session is up
+      // B counts the request after writing it to its TUN, so the reply can reach A first: the
+      // baseline is taken once the request is counted.
+      await waitFor(
+        async () => (await stats(b)).counters.rx_packets! >= 1,
+        20_000,
+        'B counts the ping request',
+      );
       const before = await stats(b);
       // Five UDP packets from 10.7.3.5 (C's subnet) to B, written raw in A: A's engine seals
       // them for B (their destination), B opens them with A's key and refuses the source.
