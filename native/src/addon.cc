@@ -794,9 +794,9 @@ Napi::Value AllOffloadNames(const Napi::CallbackInfo& info) {
 }
 
 // engineCreate({format, tunName, workers, bindIp, port, sockBufBytes, offloads, busyPollUs, vni,
-// vtepMac, tunMtu, cpuAffine, steering, tapName, tapProbeFail, fifoPriority, persist}) → {id,
-// tunName, offloadsAccepted, offloadsEnabled, steering, affinityNote, tapName, tapNote, fifoNote};
-// offloads are names (offloads.h) both ways.
+// vtepMac, tunMtu, cpuAffine, steering, steeringGapUs, tapName, tapProbeFail, fifoPriority,
+// persist}) → {id, tunName, offloadsAccepted, offloadsEnabled, steering, affinityNote, tapName,
+// tapNote, fifoNote}; offloads are names (offloads.h) both ways.
 Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsObject())
@@ -814,6 +814,11 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   cfg.offloads = OffloadsArg(env, o.Get("offloads"));
   cfg.cpu_affine = o.Get("cpuAffine").ToBoolean().Value();
   if (o.Get("steering").IsBoolean()) cfg.steering = o.Get("steering").ToBoolean().Value();
+  if (o.Get("steeringGapUs").IsNumber()) {
+    int64_t us = o.Get("steeringGapUs").ToNumber().Int64Value();
+    if (us < 0) throw Napi::RangeError::New(env, "dataplane: steeringGapUs must be >= 0");
+    cfg.steering_gap_ns = static_cast<uint64_t>(us) * 1000;
+  }
   cfg.persist = o.Get("persist").ToBoolean().Value();
   if (o.Get("busyPollUs").IsNumber())
     cfg.busy_poll_us = o.Get("busyPollUs").ToNumber().Int32Value();

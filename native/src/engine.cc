@@ -1652,7 +1652,7 @@ void Engine::SetUpSteering() {
     }
     std::string error;
     if (affinity_note_.empty() &&
-        AttachSteering(workers_[0]->tun_fd, Steering::kCpu, &error) == 0) {
+        AttachSteering(workers_[0]->tun_fd, Steering::kCpu, cfg_.steering_gap_ns, &error) == 0) {
       for (int k = 0; k < n; k++) cpus_.push_back(k);
       steering_ = "cpu";
       return;
@@ -1673,7 +1673,7 @@ void Engine::SetUpSteering() {
     return;
   }
   std::string error;
-  if (AttachSteering(workers_[0]->tun_fd, Steering::kFlowHash, &error) == 0) {
+  if (AttachSteering(workers_[0]->tun_fd, Steering::kFlowHash, 0, &error) == 0) {
     steering_ = "flow";
   } else {
     affinity_note_ += (affinity_note_.empty() ? "" : "; ") + error;

@@ -65,6 +65,9 @@ struct EngineConfig {
   bool cpu_affine = false;
   // Attach a TUN steering program at all (tests turn it off to see the TUN's own choice).
   bool steering = true;
+  // CPU-affine steering: a flow moves to the sending CPU's queue only after this long without a
+  // packet, so packets it left in its old queue have gone out first (steering.h).
+  uint64_t steering_gap_ns = 10'000'000;
   // With kOffloadTapGso: the egress TAP's name ("" lets the kernel pick) and a test knob that
   // makes the start-up probe write a frame the kernel refuses.
   std::string tap_name;

@@ -173,6 +173,8 @@ export interface NativeEngineConfig extends NativeCodecConfig {
   readonly cpuAffine?: boolean;
   /** Attach a TUN steering program (by flow, or by CPU when affine). Default true. */
   readonly steering?: boolean;
+  /** CPU-affine steering: a flow moves to the sending CPU's queue after this pause (default 10 ms). */
+  readonly steeringGapUs?: number;
   /** The egress TAP's name, with the tap_gso offload ('' lets the kernel pick). */
   readonly tapName?: string;
   /** Test knob: the TAP's start-up probe writes a frame the kernel refuses. */

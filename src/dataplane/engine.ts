@@ -41,13 +41,20 @@ export interface DataplaneOptions {
   /** Offloads wanted (offloads.ts names); default: WEFT_DATAPLANE_OFFLOADS. */
   readonly offloads?: readonly OffloadName[];
   /**
-   * Native engine: pin queue k's threads to CPU k, steer each packet into the TUN queue of the
-   * CPU that sent it and prefer queue k's socket for datagrams taken in on CPU k. Needs one queue
-   * per online CPU; otherwise logged and run unpinned. Default false.
+   * Native engine: pin queue k's threads to CPU k, steer each flow into the TUN queue of the
+   * CPU that sent it (where it starts, or resumes after `steeringGapUs` without a packet; in
+   * between it keeps its queue, so its packets stay in order) and prefer queue k's socket for
+   * datagrams taken in on CPU k. Needs one queue per online CPU; otherwise logged and run
+   * unpinned. Default false.
    */
   readonly cpuAffine?: boolean;
   /** Native engine: attach the TUN steering program (default true; tests turn it off). */
   readonly steering?: boolean;
+  /**
+   * Native engine, CPU-affine: the pause after which a flow moves to the sending CPU's queue
+   * (default 10,000 µs: longer than a queue holds a packet, so none is overtaken).
+   */
+  readonly steeringGapUs?: number;
   /**
    * Native engine: the TUN is persistent (TUNSETPERSIST): it outlives close() and the process,
    * with its addresses and routes, and the next engine of the same name attaches to it again.

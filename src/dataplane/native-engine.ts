@@ -116,6 +116,7 @@ export async function startNativeEngine(opts: DataplaneOptions): Promise<Datapla
       busyPollUs: opts.busyPollUs ?? 0,
       cpuAffine: opts.cpuAffine ?? false,
       steering: opts.steering ?? true,
+      ...(opts.steeringGapUs !== undefined ? { steeringGapUs: opts.steeringGapUs } : {}),
       tapName: egressTapName(opts.tunName),
       // test knob: the egress TAP's probe is refused, so the engine starts on the fallback
       tapProbeFail: process.env.WEFT_TEST_TAP_PROBE_FAIL === '1',

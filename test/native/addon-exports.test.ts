@@ -45,6 +45,24 @@ describe('native addon exports', () => {
       /unknown offload tso9/,
     );
   });
+
+  it('refuse a negative steering pause at engine creation', () => {
+    assert.throws(
+      () =>
+        native.engineCreate({
+          format: 'udp',
+          tunName: 'weft-never',
+          workers: 1,
+          bindIp: '127.0.0.1',
+          port: 0,
+          vni: 1,
+          vtepMac: Buffer.alloc(6),
+          tunMtu: 1400,
+          steeringGapUs: -1,
+        }),
+      /steeringGapUs must be >= 0/,
+    );
+  });
 });
 
 describe('offload kill switch', () => {

@@ -896,6 +896,73 @@ while True:
     }
   });
 
+  /**
+   * CPU-affine steering, one queue per CPU: one UDP socket in A sends to B from CPU 0, then from
+   * CPU 1, `pauseS` apart; returns how many packets each of A's queues sent meanwhile.
+   */
+  async function sentFromTwoCpus(gapUs: number, pauseS: number): Promise<number[] | string> {
+    const cpus = Number(execFileSync('getconf', ['_NPROCESSORS_ONLN']).toString());
+    if (cpus < 2 || cpus > 16) return `CPU-affine queues need 2-16 CPUs here, not ${cpus}`;
+    const nodes = await startPair(scope, [A, B], 'udp', 'native', {
+      cpuAffine: true,
+      workers: cpus,
+      steeringGapUs: gapUs,
+    });
+    try {
+      const stats = (await nodes[0].send({ cmd: 'stats' })).stats as Stats & { steering: string };
+      assert.equal(stats.steering, 'cpu');
+      const sent = async () =>
+        (
+          (await nodes[0].send({ cmd: 'stats' })).stats as {
+            workers: { counters: Record<string, number> }[];
+          }
+        ).workers.map((w) => w.counters.tx_packets!);
+      const before = await sent();
+      // sched_setaffinity returns once the thread runs on the CPU asked for; each sendto then
+      // reaches the TUN from that CPU.
+      nsExec(A.ns, 'python3', [
+        '-c',
+        `import os, socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for cpu in (0, 1):
+    time.sleep(${pauseS})
+    os.sched_setaffinity(0, {cpu})
+    s.sendto(b'x', ('${B.v4}', 9))`,
+      ]);
+      // Both packets are counted once the engine has sent them.
+      let after = before;
+      await waitFor(
+        async () => {
+          after = await sent();
+          return after.reduce((a, n) => a + n, 0) - before.reduce((a, n) => a + n, 0) >= 2;
+        },
+        10_000,
+        'A to send both packets',
+      );
+      return after.map((n, q) => n - before[q]!);
+    } finally {
+      await stopPair(nodes);
+    }
+  }
+
+  test('CPU-affine steering: a flow sent from two CPUs in turn keeps the queue it started on', async (t) => {
+    // A pause far longer than the test: the flow never pauses, so it never moves.
+    const grew = await sentFromTwoCpus(600_000_000, 0);
+    if (typeof grew === 'string') return t.skip(grew);
+    assert.equal(grew.filter((d) => d > 0).length, 1, `by queue: ${grew}`);
+    assert.equal(Math.max(...grew), 2);
+  });
+
+  test('CPU-affine steering: after a pause the flow moves to the sending CPU’s queue', async (t) => {
+    // 1 ms of pause moves a flow; each packet follows a sleep of 200 ms (a stall only adds).
+    const grew = await sentFromTwoCpus(1000, 0.2);
+    if (typeof grew === 'string') return t.skip(grew);
+    assert.deepEqual(
+      grew,
+      grew.map((_, q) => (q < 2 ? 1 : 0)),
+    );
+  });
+
   test('--dataplane-sched-fifo: the loop threads alone run SCHED_FIFO at that priority', async () => {
     const nodes = await startPair(scope, [A, B], 'vxlan', 'native', { schedFifo: 7 });
     try {
