@@ -18,6 +18,7 @@ const TOOLS: Record<string, string | null> = {
   bridge: 'iproute2',
   tc: 'iproute2',
   nstat: 'iproute2',
+  ss: 'iproute2',
   iptables: 'iptables',
   'iptables-save': 'iptables',
   'iptables-restore': 'iptables',
