@@ -29,6 +29,7 @@
  *    pod 0.0                         pod 1.0
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import yaml from 'js-yaml';
@@ -253,6 +254,15 @@ describe('hardened hosts: bpf (vxlan, ipip), native and kernel vxlan', { skip },
     test('bpf ipip: the bpf engine runs IPIP under the DaemonSet capabilities', () => {
       const e = ENGINES[1]!;
       for (const node of [0, 1]) assert.equal(engineOf(e, node), 'bpf', `node ${node}`);
+    });
+
+    test('native: the queues are CPU-affine and steered by CPU under the DaemonSet capabilities', () => {
+      // The daemon runs one queue per CPU, at most 4: affine where that is every CPU.
+      const cpus = Number(execFileSync('getconf', ['_NPROCESSORS_ONLN']).toString());
+      for (const node of [0, 1]) {
+        const started = logged(NATIVE, node, 'userspace dataplane started').at(-1);
+        assert.equal(started?.steering, cpus <= 4 ? 'cpu' : 'flow', `node ${node}`);
+      }
     });
 
     test('native: strict rp_filter keeps TCP off the egress TAP, said once', () => {

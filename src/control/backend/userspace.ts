@@ -593,6 +593,8 @@ export class UserspaceBackend implements Backend {
         ...(bindIp6 ? { bind6: `[${bindIp6}]:${spec.port}` } : {}),
         engine: dp.engine,
         mtu,
+        // native: how the TUN picks a queue (cpu: CPU-affine queues; flow; tun: its own table)
+        steering: dp.stats().steering,
       },
       'userspace dataplane started',
     );
