@@ -135,6 +135,7 @@ std::vector<bpf_insn> CpuFlowletProgram(int map_fd, uint64_t gap_ns) {
   return p;
 }
 
+// A program fd, or -errno with `error` set.
 int LoadProgram(const bpf_insn* insns, size_t count, std::string* error) {
   static const char kLicense[] = "GPL";
   char log[4096] = {0};
@@ -148,15 +149,14 @@ int LoadProgram(const bpf_insn* insns, size_t count, std::string* error) {
   attr.log_size = sizeof(log);
   attr.log_level = 1;
   int prog = static_cast<int>(syscall(SYS_bpf, BPF_PROG_LOAD, &attr, sizeof(attr)));
-  if (prog < 0) {
-    int e = errno;
-    *error = std::string("steering program load: ") + std::strerror(e) + (log[0] ? ": " : "") + log;
-    errno = e;
-  }
-  return prog;
+  if (prog >= 0) return prog;
+  int e = errno;
+  *error = std::string("steering program load: ") + std::strerror(e) + (log[0] ? ": " : "") + log;
+  return -e;
 }
 
 // The flowlet slots: an array map of {u64, u32, u32 pad}, zeroed (every flow starts paused).
+// A map fd, or -errno with `error` set.
 int CreateSlots(std::string* error) {
   bpf_attr attr;
   std::memset(&attr, 0, sizeof(attr));
@@ -165,12 +165,10 @@ int CreateSlots(std::string* error) {
   attr.value_size = 16;
   attr.max_entries = kFlowletSlots;
   int fd = static_cast<int>(syscall(SYS_bpf, BPF_MAP_CREATE, &attr, sizeof(attr)));
-  if (fd < 0) {
-    int e = errno;
-    *error = std::string("steering map: ") + std::strerror(e);
-    errno = e;
-  }
-  return fd;
+  if (fd >= 0) return fd;
+  int e = errno;
+  *error = std::string("steering map: ") + std::strerror(e);
+  return -e;
 }
 
 }  // namespace
@@ -179,16 +177,14 @@ int AttachSteering(int tun_fd, Steering kind, uint64_t gap_ns, std::string* erro
   int prog;
   if (kind == Steering::kCpu) {
     int slots = CreateSlots(error);
-    if (slots < 0) return errno;
+    if (slots < 0) return -slots;
     std::vector<bpf_insn> insns = CpuFlowletProgram(slots, gap_ns);
     prog = LoadProgram(insns.data(), insns.size(), error);
-    int e = errno;
     close(slots);  // the program holds the map
-    errno = e;
   } else {
     prog = LoadProgram(kFlowHash, sizeof(kFlowHash) / sizeof(kFlowHash[0]), error);
   }
-  if (prog < 0) return errno;
+  if (prog < 0) return -prog;
   // The TUN holds its own reference; ours is closed either way.
   int rc = ioctl(tun_fd, TUNSETSTEERINGEBPF, &prog);
   int e = errno;

@@ -371,6 +371,9 @@ while True:
     assert.ok(fragCreates() > frags0, 'no fragment created');
   }
 
+  /** Online CPUs, as the engine counts them for CPU-affine queues (get_nprocs). */
+  const onlineCpus = () => Number(execFileSync('getconf', ['_NPROCESSORS_ONLN']).toString());
+
   /** 20 new TCP connections, one at a time, from A to B: each leaves A by one queue. */
   async function connectionsStayOnOneQueue(nodes: [Node, Node]): Promise<void> {
     // A sink on B that says 'got' once a connection has brought it 1 MB: by then every packet
@@ -882,7 +885,7 @@ while True:
   test('CPU-affine queues: pinned, the TUN steers by the sending CPU, traffic flows', async () => {
     const nodes = await startPair(scope, [A, B], 'vxlan', 'native', { cpuAffine: true });
     try {
-      const cpus = Number(execFileSync('getconf', ['_NPROCESSORS_ONLN']).toString());
+      const cpus = onlineCpus();
       const stats = (await nodes[0].send({ cmd: 'stats' })).stats as Stats & { steering: string };
       // 2 queues: affine where the machine has 2 CPUs; elsewhere run unpinned, steered by flow.
       assert.equal(stats.steering, cpus === 2 ? 'cpu' : 'flow');
@@ -901,7 +904,7 @@ while True:
    * CPU 1, `pauseS` apart; returns how many packets each of A's queues sent meanwhile.
    */
   async function sentFromTwoCpus(gapUs: number, pauseS: number): Promise<number[] | string> {
-    const cpus = Number(execFileSync('getconf', ['_NPROCESSORS_ONLN']).toString());
+    const cpus = onlineCpus();
     if (cpus < 2 || cpus > 16) return `CPU-affine queues need 2-16 CPUs here, not ${cpus}`;
     const nodes = await startPair(scope, [A, B], 'udp', 'native', {
       cpuAffine: true,
