@@ -16,7 +16,7 @@
  * vxlan6 (kernel, flannel-v6.1) and vxlan6-bpf (the bpf engine), whose ratio is to vxlan6 of the
  * same round. Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
- * received pps and loss, ping RTT avg and p99, and CPU seconds per GB moved by one TCP stream:
+ * received pps and loss, ping RTT avg, p50 and p99, and CPU seconds per GB moved by one TCP stream:
  * the whole machine's (every row, kernel paths included: user, system, irq and softirq time of
  * every CPU from /proc/stat, so the kernel's softirq work and iperf3's own count alike), and the
  * daemons' own (userspace rows). The machine figure counts whatever else runs on the machine
@@ -144,6 +144,7 @@ export const FIGURES = [
   { key: 'udp64Kpps', label: 'UDP 64 B rx', unit: 'kpps', higherIsBetter: true },
   { key: 'udp64LossPct', label: 'UDP 64 B loss', unit: '%', higherIsBetter: false },
   { key: 'pingAvgUs', label: 'ping avg', unit: 'µs', higherIsBetter: false },
+  { key: 'pingP50Us', label: 'ping p50', unit: 'µs', higherIsBetter: false },
   { key: 'pingP99Us', label: 'ping p99', unit: 'µs', higherIsBetter: false },
   { key: 'cpuSecPerGB', label: 'CPU per GB', unit: 's/GB', higherIsBetter: false },
   { key: 'daemonCpuSecPerGB', label: 'daemon CPU per GB', unit: 's/GB', higherIsBetter: false },
@@ -292,6 +293,7 @@ async function measure(bed: Bed, seconds: number, pings: number): Promise<Sample
   const p = await ping(bed.src.ns, bed.dst.ip, pings, 0.01);
   if (p.received === 0) throw new Error('ping: no reply');
   s.pingAvgUs = p.avgMs! * 1000;
+  s.pingP50Us = p.p50Ms! * 1000;
   s.pingP99Us = p.p99Ms! * 1000;
   return s;
 }

@@ -17,7 +17,29 @@ export interface PingResult {
   readonly sent: number;
   readonly received: number;
   readonly avgMs: number | null;
+  /** The median: on a shared machine a few stalled replies move the average, not this. */
+  readonly p50Ms: number | null;
   readonly p99Ms: number | null;
+}
+
+/** The q-quantile (0 < q ≤ 1) of ascending `sorted` by nearest rank; null when empty. */
+function quantile(sorted: readonly number[], q: number): number | null {
+  if (sorted.length === 0) return null;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(sorted.length * q) - 1))]!;
+}
+
+/** What `ping -n` printed, as figures (`count`: what was asked, if ping said nothing). */
+export function parsePing(out: string, count: number): PingResult {
+  const rtts = [...out.matchAll(/time=([\d.]+) ms/g)].map((m) => Number(m[1]));
+  const sent = Number(/(\d+) packets transmitted/.exec(out)?.[1] ?? count);
+  const sorted = [...rtts].sort((a, b) => a - b);
+  return {
+    sent,
+    received: rtts.length,
+    avgMs: rtts.length ? rtts.reduce((a, b) => a + b, 0) / rtts.length : null,
+    p50Ms: quantile(sorted, 0.5),
+    p99Ms: quantile(sorted, 0.99),
+  };
 }
 
 /** `ping -c count` from a namespace; never throws for lost packets. */
@@ -38,17 +60,7 @@ export async function ping(
   } catch (err) {
     out = (err as { stdout?: string }).stdout ?? '';
   }
-  const rtts = [...out.matchAll(/time=([\d.]+) ms/g)].map((m) => Number(m[1]));
-  const sent = Number(/(\d+) packets transmitted/.exec(out)?.[1] ?? count);
-  const sorted = [...rtts].sort((a, b) => a - b);
-  return {
-    sent,
-    received: rtts.length,
-    avgMs: rtts.length ? rtts.reduce((a, b) => a + b, 0) / rtts.length : null,
-    p99Ms: sorted.length
-      ? sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]!
-      : null,
-  };
+  return parsePing(out, count);
 }
 
 /** The pod pairs on different nodes that get no answer to one ping (`a → b (ip)`), sorted. */

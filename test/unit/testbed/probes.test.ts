@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { pingGaps } from '../../../src/testbed/probes.js';
+import { parsePing, pingGaps } from '../../../src/testbed/probes.js';
 
 /** A `ping -D` reply line at `t` seconds after an epoch second. */
 const reply = (t: number, seq: number) =>
@@ -54,4 +54,25 @@ test('the window bounds it: pings lost at the end, or no reply at all', () => {
     endMs: T0 + 1500,
   });
   assert.deepEqual([none.blackoutMs, none.replies, none.sent], [1500, 0, 5]);
+});
+
+test('parsePing: a few stalled replies move the average, not the median', () => {
+  const times = [0.3, 0.31, 0.29, 0.3, 0.32, 0.3, 0.28, 0.31, 0.3, 3.5];
+  const out = [
+    'PING 10.5.1.2 (10.5.1.2) 56(84) bytes of data.',
+    ...times.map((t, i) => `64 bytes from 10.5.1.2: icmp_seq=${i + 1} ttl=62 time=${t} ms`),
+    '',
+    '--- 10.5.1.2 ping statistics ---',
+    '11 packets transmitted, 10 received, 9.09091% packet loss, time 100ms',
+  ].join('\n');
+  const p = parsePing(out, 11);
+  assert.deepEqual([p.sent, p.received], [11, 10]);
+  assert.equal(p.avgMs!.toFixed(3), '0.621');
+  assert.equal(p.p50Ms, 0.3); // nearest rank: the 5th of 10
+  assert.equal(p.p99Ms, 3.5);
+});
+
+test('parsePing: no reply gives no figures', () => {
+  const p = parsePing('3 packets transmitted, 0 received, 100% packet loss, time 2040ms', 3);
+  assert.deepEqual(p, { sent: 3, received: 0, avgMs: null, p50Ms: null, p99Ms: null });
 });
