@@ -1,6 +1,7 @@
 /**
  * pingGaps reads `ping -D` output: the blackout is the largest gap between replies with a ping
  * lost inside it; a gap with every ping answered is the pinger stalling, not the path.
+ * parsePing reads `ping -n` output into the bench's figures (average, median, p99).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
