@@ -374,6 +374,14 @@ while True:
   /** Online CPUs, as the engine counts them for CPU-affine queues (get_nprocs). */
   const onlineCpus = () => Number(execFileSync('getconf', ['_NPROCESSORS_ONLN']).toString());
 
+  /** TCP states in which a socket sends by itself (retransmitted SYNs and FINs). */
+  const SENDING_STATES = ['syn-sent', 'syn-recv', 'fin-wait-1', 'closing', 'last-ack'].flatMap(
+    (s) => ['state', s],
+  );
+  /** Whether A or B holds a TCP socket that is opening or closing. */
+  const closing = () =>
+    [A, B].some((n) => nsExec(n.ns, 'ss', ['-Htn', ...SENDING_STATES]).trim() !== '');
+
   /** 20 new TCP connections, one at a time, from A to B: each leaves A by one queue. */
   async function connectionsStayOnOneQueue(nodes: [Node, Node]): Promise<void> {
     // A sink on B that says 'got' once a connection has brought it 1 MB: by then every packet
@@ -401,12 +409,15 @@ while True:
     // a new one after a retransmission timeout (net.core.txrehash), which moves the connection
     // to another queue by design; a machine that stalls can time one out, so A keeps its hashes.
     nsExec(A.ns, 'sysctl', ['-qw', 'net.core.txrehash=0']);
-    // Every earlier connection has had all its data acknowledged: none sends again.
+    // Every earlier connection has had all its data acknowledged: none sends again. And no
+    // socket in either namespace is opening or closing (an earlier test's, orphaned when its
+    // processes were killed): those retransmit SYNs and FINs on their own schedule, and their
+    // packets would leave A by whichever queue their hash picks.
     const drained = () =>
       nsExec(A.ns, 'ss', ['-Htn', 'state', 'established', '( dport = :5201 )'])
         .split('\n')
         .filter((l) => l.trim())
-        .every((l) => l.trim().split(/\s+/)[1] === '0');
+        .every((l) => l.trim().split(/\s+/)[1] === '0') && !closing();
     try {
       const lines = createInterface({ input: sink.stdout! })[Symbol.asyncIterator]();
       assert.equal((await lines.next()).value, 'listening');
@@ -439,6 +450,14 @@ while True:
       client.kill();
       sink.kill();
       nsExec(A.ns, 'sysctl', ['-qw', 'net.core.txrehash=1']);
+      // The connections close while the engines still carry their FINs (stopPair comes next),
+      // so that none is left retransmitting into the next test's pair: the client's are gone
+      // from ESTABLISHED once it has exited, and no socket is closing.
+      const open = () =>
+        nsExec(A.ns, 'ss', ['-Htn', 'state', 'established', '( dport = :5201 )']).trim() !== '';
+      await waitFor(() => !open() && !closing(), 10_000, 'connections closed').catch(
+        () => undefined,
+      );
     }
   }
 
