@@ -381,6 +381,11 @@ while True:
   /** Whether A or B holds a TCP socket that is opening or closing. */
   const closing = () =>
     [A, B].some((n) => nsExec(n.ns, 'ss', ['-Htn', ...SENDING_STATES]).trim() !== '');
+  /** A's established connections to B's sink, one `ss` line each. */
+  const toSink = () =>
+    nsExec(A.ns, 'ss', ['-Htn', 'state', 'established', '( dport = :5201 )'])
+      .split('\n')
+      .filter((l) => l.trim());
 
   /** 20 new TCP connections, one at a time, from A to B: each leaves A by one queue. */
   async function connectionsStayOnOneQueue(nodes: [Node, Node]): Promise<void> {
@@ -413,11 +418,7 @@ while True:
     // socket in either namespace is opening or closing (an earlier test's, orphaned when its
     // processes were killed): those retransmit SYNs and FINs on their own schedule, and their
     // packets would leave A by whichever queue their hash picks.
-    const drained = () =>
-      nsExec(A.ns, 'ss', ['-Htn', 'state', 'established', '( dport = :5201 )'])
-        .split('\n')
-        .filter((l) => l.trim())
-        .every((l) => l.trim().split(/\s+/)[1] === '0') && !closing();
+    const drained = () => toSink().every((l) => l.trim().split(/\s+/)[1] === '0') && !closing();
     try {
       const lines = createInterface({ input: sink.stdout! })[Symbol.asyncIterator]();
       assert.equal((await lines.next()).value, 'listening');
@@ -453,9 +454,7 @@ while True:
       // The connections close while the engines still carry their FINs (stopPair comes next),
       // so that none is left retransmitting into the next test's pair: the client's are gone
       // from ESTABLISHED once it has exited, and no socket is closing.
-      const open = () =>
-        nsExec(A.ns, 'ss', ['-Htn', 'state', 'established', '( dport = :5201 )']).trim() !== '';
-      await waitFor(() => !open() && !closing(), 10_000, 'connections closed').catch(
+      await waitFor(() => toSink().length === 0 && !closing(), 10_000, 'connections closed').catch(
         () => undefined,
       );
     }
