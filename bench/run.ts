@@ -16,7 +16,8 @@
  * vxlan6 (kernel, flannel-v6.1) and vxlan6-bpf (the bpf engine), whose ratio is to vxlan6 of the
  * same round. Each weft path runs the real
  * `weft daemon` on the embedded store. Figures: iperf3 TCP 1 and 4 streams, UDP 64-byte
- * received pps and loss, ping RTT avg, p50 and p99, and CPU seconds per GB moved by one TCP stream:
+ * received pps and loss, ping RTT avg, p50 and p99 (pingRound: every path pinged in turns after
+ * the round's throughput runs), and CPU seconds per GB moved by one TCP stream:
  * the whole machine's (every row, kernel paths included: user, system, irq and softirq time of
  * every CPU from /proc/stat, so the kernel's softirq work and iperf3's own count alike), and the
  * daemons' own (userspace rows). The machine figure counts whatever else runs on the machine
@@ -30,7 +31,7 @@ import { bool, int, list, parseFlags, usage } from '../src/control/config/flags.
 import { Progress } from '../src/control/demo/progress.js';
 import { buildBenchCluster } from '../src/testbed/bench-cluster.js';
 import { type Cluster, HEALTH_PORT } from '../src/testbed/cluster.js';
-import { iperf, ping, waitForMesh } from '../src/testbed/probes.js';
+import { type PingResult, iperf, ping, poolPings, waitForMesh } from '../src/testbed/probes.js';
 import { isRoot, nsExecAsync } from '../src/testbed/netns.js';
 import {
   WG_UAPI_DIR,
@@ -251,7 +252,8 @@ async function buildBed(path: PathDef): Promise<Bed> {
   }
 }
 
-async function measure(bed: Bed, seconds: number, pings: number): Promise<Sample> {
+/** A round's throughput figures of one path (its pings are taken with every path's: pingRound). */
+async function measure(bed: Bed, seconds: number): Promise<Sample> {
   const s: Sample = {};
   const { scope } = bed.cluster;
   const pids = bed.cluster.nodes.map((n) => n.daemon?.pid);
@@ -287,14 +289,6 @@ async function measure(bed: Bed, seconds: number, pings: number): Promise<Sample
     s.udp64Kpps = received / (sum.seconds || seconds) / 1000;
     s.udp64LossPct = (100 * (sum.lost_packets ?? 0)) / sum.packets;
   }
-  // Let the UDP flood's queues drain (socket buffers hold up to 4 MB) so the pings measure the
-  // path, not the backlog left by the previous figure.
-  await new Promise((r) => setTimeout(r, 1000));
-  const p = await ping(bed.src.ns, bed.dst.ip, pings, 0.01);
-  if (p.received === 0) throw new Error('ping: no reply');
-  s.pingAvgUs = p.avgMs! * 1000;
-  s.pingP50Us = p.p50Ms! * 1000;
-  s.pingP99Us = p.p99Ms! * 1000;
   return s;
 }
 
@@ -311,6 +305,45 @@ interface Summary {
     Record<FigureKey, { median: number; min: number; max: number; ratio: number | null }>
   >;
   errors: string[];
+}
+
+/** How a round pings: `chunks` turns, `perChunk` pings each (10 ms apart), per path. */
+interface PingPlan {
+  readonly chunks: number;
+  readonly perChunk: number;
+}
+
+/**
+ * A round's pings, every path's through the same stretch of time: after the round's throughput
+ * figures (and a second for the last UDP flood's queues to drain), each path in turn gets a chunk
+ * of pings, the turns starting one path later each time, until every path has had `chunks`.
+ * On this shared machine the RTT of an idle path drifts by tens of µs from one second to the
+ * next (halted vCPUs waking, other tenants): measured one path after the other, that drift
+ * lands in one path's figure; taken in turns, every path samples it alike, so a difference of
+ * 20 µs between two paths is a difference between the paths.
+ */
+async function pingRound(beds: readonly Bed[], plan: PingPlan): Promise<Map<string, PingResult>> {
+  await new Promise((r) => setTimeout(r, 1000));
+  const runs = new Map<string, PingResult[]>(beds.map((b) => [b.path.name, []]));
+  for (let c = 0; c < plan.chunks; c++) {
+    for (let k = 0; k < beds.length; k++) {
+      const bed = beds[(c + k) % beds.length]!;
+      runs.get(bed.path.name)!.push(await ping(bed.src.ns, bed.dst.ip, plan.perChunk, 0.01));
+    }
+  }
+  return new Map([...runs].map(([name, r]) => [name, poolPings(r)]));
+}
+
+/** The ping figures of one path's round into its sample (an error when nothing came back). */
+function withPings(s: Sample, p: PingResult | undefined): Sample {
+  if (s.error !== undefined || p === undefined) return s;
+  if (p.received === 0) return { error: 'ping: no reply' };
+  return {
+    ...s,
+    pingAvgUs: p.avgMs! * 1000,
+    pingP50Us: p.p50Ms! * 1000,
+    pingP99Us: p.p99Ms! * 1000,
+  };
 }
 
 function summarize(paths: readonly PathDef[], rounds: Array<Record<string, Sample>>): Summary[] {
@@ -433,7 +466,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
   const rounds = o.quick ? 1 : o.rounds;
   const seconds = o.quick ? 2 : o.duration;
-  const pings = o.quick ? 20 : 100;
+  // 200 pings per path and round (one chunk of 20 with --quick)
+  const pings: PingPlan = o.quick ? { chunks: 1, perChunk: 20 } : { chunks: 5, perChunk: 40 };
   const wanted = o.paths.length
     ? o.paths.flatMap((p) => p.split(',')).map((p) => p.trim())
     : PATHS.map((p) => p.name);
@@ -481,10 +515,21 @@ export async function main(argv: readonly string[]): Promise<number> {
         round[p.name] = await progress
           .step(
             `round ${r + 1}/${rounds} [${'#'.repeat(done)}${'.'.repeat(total - done)}] ${p.label}`,
-            () => measure(bed, seconds, pings),
+            () => measure(bed, seconds),
             (s) => `${fmt(s.tcp1Gbps ?? 0)} Gbit/s`,
           )
           .catch((err: Error) => ({ error: err.message.split('\n')[0]! }));
+      }
+      const measured = paths.flatMap((p) => {
+        const bed = beds.get(p.name);
+        return bed && round[p.name]?.error === undefined ? [bed] : [];
+      });
+      if (measured.length > 0) {
+        const rtts = await progress.step(
+          `round ${r + 1}/${rounds}: ping, every path in turns`,
+          () => pingRound(measured, pings),
+        );
+        for (const p of paths) round[p.name] = withPings(round[p.name]!, rtts.get(p.name));
       }
       results.push(round);
     }

@@ -16,6 +16,8 @@ function crossPairs(pods: readonly Pod[]): Array<[Pod, Pod]> {
 export interface PingResult {
   readonly sent: number;
   readonly received: number;
+  /** Every reply's round trip, in the order the replies came. */
+  readonly rttsMs: readonly number[];
   readonly avgMs: number | null;
   /** The median: on a shared machine a few stalled replies move the average, not this. */
   readonly p50Ms: number | null;
@@ -28,18 +30,32 @@ function quantile(sorted: readonly number[], q: number): number | null {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(sorted.length * q) - 1))]!;
 }
 
+/** The figures of `sent` pings whose replies took `rttsMs`. */
+export function pingFigures(sent: number, rttsMs: readonly number[]): PingResult {
+  const sorted = [...rttsMs].sort((a, b) => a - b);
+  return {
+    sent,
+    received: rttsMs.length,
+    rttsMs,
+    avgMs: rttsMs.length ? rttsMs.reduce((a, b) => a + b, 0) / rttsMs.length : null,
+    p50Ms: quantile(sorted, 0.5),
+    p99Ms: quantile(sorted, 0.99),
+  };
+}
+
+/** Several ping runs to one destination as one: their pings and replies together. */
+export function poolPings(runs: readonly PingResult[]): PingResult {
+  return pingFigures(
+    runs.reduce((n, r) => n + r.sent, 0),
+    runs.flatMap((r) => r.rttsMs),
+  );
+}
+
 /** What `ping -n` printed, as figures (`count`: what was asked, if ping said nothing). */
 export function parsePing(out: string, count: number): PingResult {
   const rtts = [...out.matchAll(/time=([\d.]+) ms/g)].map((m) => Number(m[1]));
   const sent = Number(/(\d+) packets transmitted/.exec(out)?.[1] ?? count);
-  const sorted = [...rtts].sort((a, b) => a - b);
-  return {
-    sent,
-    received: rtts.length,
-    avgMs: rtts.length ? rtts.reduce((a, b) => a + b, 0) / rtts.length : null,
-    p50Ms: quantile(sorted, 0.5),
-    p99Ms: quantile(sorted, 0.99),
-  };
+  return pingFigures(sent, rtts);
 }
 
 /** `ping -c count` from a namespace; never throws for lost packets. */

@@ -1,11 +1,12 @@
 /**
  * pingGaps reads `ping -D` output: the blackout is the largest gap between replies with a ping
  * lost inside it; a gap with every ping answered is the pinger stalling, not the path.
- * parsePing reads `ping -n` output into the bench's figures (average, median, p99).
+ * parsePing reads `ping -n` output into the bench's figures (average, median, p99); poolPings
+ * joins several runs to one destination (the bench pings every path in turns) into one set.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parsePing, pingGaps } from '../../../src/testbed/probes.js';
+import { parsePing, pingGaps, poolPings } from '../../../src/testbed/probes.js';
 
 /** A `ping -D` reply line at `t` seconds after an epoch second. */
 const reply = (t: number, seq: number) =>
@@ -75,5 +76,36 @@ test('parsePing: a few stalled replies move the average, not the median', () => 
 
 test('parsePing: no reply gives no figures', () => {
   const p = parsePing('3 packets transmitted, 0 received, 100% packet loss, time 2040ms', 3);
-  assert.deepEqual(p, { sent: 3, received: 0, avgMs: null, p50Ms: null, p99Ms: null });
+  assert.deepEqual(p, {
+    sent: 3,
+    received: 0,
+    rttsMs: [],
+    avgMs: null,
+    p50Ms: null,
+    p99Ms: null,
+  });
+});
+
+/** `ping -n` output with these reply times, of `sent` pings. */
+const pingOut = (times: number[], sent = times.length) =>
+  [
+    ...times.map((t, i) => `64 bytes from 10.5.1.2: icmp_seq=${i + 1} ttl=62 time=${t} ms`),
+    `${sent} packets transmitted, ${times.length} received`,
+  ].join('\n');
+
+test("poolPings: the figures of all the runs' replies together, not an average of averages", () => {
+  const fast = parsePing(pingOut([0.1, 0.1, 0.1, 0.1]), 4);
+  const slow = parsePing(pingOut([0.5, 0.9], 3), 3);
+  const p = poolPings([fast, slow]);
+  assert.deepEqual([p.sent, p.received], [7, 6]);
+  assert.deepEqual(p.rttsMs, [0.1, 0.1, 0.1, 0.1, 0.5, 0.9]);
+  assert.equal(p.avgMs!.toFixed(3), '0.300'); // (0.4 + 1.4) / 6; the runs' averages give 0.4
+  assert.equal(p.p50Ms, 0.1); // nearest rank: the 3rd of 6
+  assert.equal(p.p99Ms, 0.9);
+});
+
+test('poolPings: runs without a reply count as sent', () => {
+  const none = parsePing('5 packets transmitted, 0 received', 5);
+  const p = poolPings([none, parsePing(pingOut([0.2]), 1)]);
+  assert.deepEqual([p.sent, p.received, p.avgMs], [6, 1, 0.2]);
 });
