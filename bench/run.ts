@@ -319,8 +319,10 @@ interface PingPlan {
  * of pings, the turns starting one path later each time, until every path has had `chunks`.
  * On this shared machine the RTT of an idle path drifts by tens of µs from one second to the
  * next (halted vCPUs waking, other tenants): measured one path after the other, that drift
- * lands in one path's figure; taken in turns, every path samples it alike, so a difference of
- * 20 µs between two paths is a difference between the paths.
+ * lands in one path's figure; taken in turns, every path samples it alike, and what is left
+ * between two paths' figures is the paths and the sampling error of 200 pings. Each turn's
+ * first ping follows a quiet spell on its path, as a sparse flow's first packet does: it
+ * counts (bench/README.md, "The first packet after an idle spell").
  */
 async function pingRound(beds: readonly Bed[], plan: PingPlan): Promise<Map<string, PingResult>> {
   await new Promise((r) => setTimeout(r, 1000));

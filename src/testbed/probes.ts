@@ -31,7 +31,7 @@ function quantile(sorted: readonly number[], q: number): number | null {
 }
 
 /** The figures of `sent` pings whose replies took `rttsMs`. */
-export function pingFigures(sent: number, rttsMs: readonly number[]): PingResult {
+function pingFigures(sent: number, rttsMs: readonly number[]): PingResult {
   const sorted = [...rttsMs].sort((a, b) => a - b);
   return {
     sent,
