@@ -37,18 +37,37 @@ namespace weft {
 // ---- netlink bindings (src/control/netlink/native-netlink.ts is the only caller) ----
 namespace nlbind {
 
-struct Handle {
+// A socket's state is shared with the batches in flight on the libuv pool (netlinkApplyAsync):
+// one call at a time uses the socket (`mu`), and a close while a batch runs waits for it and
+// leaves the batch's worker the last owner of nothing it still reads.
+struct Socket {
+  std::mutex mu;
   std::unique_ptr<Netlink> nl;
 };
 
-Netlink* GetNetlink(const Napi::CallbackInfo& info) {
+struct Handle {
+  std::shared_ptr<Socket> sock;
+};
+
+Handle* GetHandle(const Napi::CallbackInfo& info) {
   if (info.Length() < 1 || !info[0].IsExternal()) {
     throw Napi::TypeError::New(info.Env(), "netlink: expected a handle");
   }
-  Handle* h = info[0].As<Napi::External<Handle>>().Data();
-  if (!h->nl) throw Napi::Error::New(info.Env(), "netlink: handle is closed");
-  return h->nl.get();
+  return info[0].As<Napi::External<Handle>>().Data();
 }
+
+// The socket, locked for the caller's use (a batch in flight on the pool holds it until done).
+class Locked {
+ public:
+  explicit Locked(const Napi::CallbackInfo& info) : sock_(GetHandle(info)->sock), lock_(sock_->mu) {
+    if (!sock_->nl) throw Napi::Error::New(info.Env(), "netlink: handle is closed");
+  }
+  Netlink* operator->() const { return sock_->nl.get(); }
+
+ private:
+  std::shared_ptr<Socket> sock_;
+  std::lock_guard<std::mutex> lock_;
+};
 
 Napi::Error ErrnoError(Napi::Env env, const std::string& what, int err) {
   Napi::Error e = Napi::Error::New(env, what + ": " + std::strerror(err));
@@ -167,20 +186,22 @@ Napi::Value Open(const Napi::CallbackInfo& info) {
   std::string error;
   std::unique_ptr<Netlink> nl = Netlink::Open(path, &error);
   if (!nl) throw Napi::Error::New(info.Env(), "netlink open: " + error);
-  auto* h = new Handle{std::move(nl)};
+  auto* h = new Handle{std::make_shared<Socket>()};
+  h->sock->nl = std::move(nl);
   return Napi::External<Handle>::New(info.Env(), h, [](Napi::Env, Handle* p) { delete p; });
 }
 
 Napi::Value Close(const Napi::CallbackInfo& info) {
   if (info.Length() > 0 && info[0].IsExternal()) {
-    info[0].As<Napi::External<Handle>>().Data()->nl.reset();
+    Socket& sock = *info[0].As<Napi::External<Handle>>().Data()->sock;
+    std::lock_guard<std::mutex> lock(sock.mu);
+    sock.nl.reset();
   }
   return info.Env().Undefined();
 }
 
-Napi::Value Apply(const Napi::CallbackInfo& info) {
+std::vector<NlOp> OpsArg(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  Netlink* nl = GetNetlink(info);
   if (info.Length() < 2 || !info[1].IsArray()) throw Napi::TypeError::New(env, "netlink: ops");
   Napi::Array arr = info[1].As<Napi::Array>();
   std::vector<NlOp> ops;
@@ -190,10 +211,51 @@ Napi::Value Apply(const Napi::CallbackInfo& info) {
     if (!v.IsObject()) throw Napi::TypeError::New(env, "netlink: op is not an object");
     ops.push_back(ToOp(env, v.As<Napi::Object>()));
   }
-  std::vector<int> res = nl->Apply(ops);
+  return ops;
+}
+
+Napi::Int32Array Errnos(Napi::Env env, const std::vector<int>& res) {
   Napi::Int32Array out = Napi::Int32Array::New(env, res.size());
   for (size_t i = 0; i < res.size(); i++) out[i] = res[i];
   return out;
+}
+
+// netlinkApplyAsync(handle, ops) → Promise<Int32Array> (0 or an errno per op): the ops are read
+// here, on the JS thread; the batch is sent and its acknowledgements read on a libuv pool
+// thread. rtnetlink does a request's work in the sender's sendmsg, so the kernel's part (5,000
+// peers' routes, neighbours and FDB entries: ~0.3 s) runs there while the event loop goes on.
+class ApplyWorker : public Napi::AsyncWorker {
+ public:
+  ApplyWorker(Napi::Env env, std::shared_ptr<Socket> sock, std::vector<NlOp> ops)
+      : Napi::AsyncWorker(env, "weft:netlinkApply"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        sock_(std::move(sock)),
+        ops_(std::move(ops)) {}
+
+  Napi::Promise Promise() const { return deferred_.Promise(); }
+
+  void Execute() override {
+    std::lock_guard<std::mutex> lock(sock_->mu);
+    if (!sock_->nl) return SetError("netlink: handle is closed");
+    res_ = sock_->nl->Apply(ops_);
+  }
+  void OnOK() override { deferred_.Resolve(Errnos(Env(), res_)); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Socket> sock_;
+  std::vector<NlOp> ops_;
+  std::vector<int> res_;
+};
+
+Napi::Value ApplyAsync(const Napi::CallbackInfo& info) {
+  std::shared_ptr<Socket> sock = GetHandle(info)->sock;
+  std::vector<NlOp> ops = OpsArg(info);
+  auto* w = new ApplyWorker(info.Env(), std::move(sock), std::move(ops));
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
 }
 
 Napi::Value Mac(Napi::Env env, bool has, const uint8_t* mac) {
@@ -253,7 +315,6 @@ Napi::Object LinkObject(Napi::Env env, const LinkEntry& l) {
 
 Napi::Value List(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  Netlink* nl = GetNetlink(info);
   std::string what = info.Length() > 1 && info[1].IsString()
                          ? info[1].As<Napi::String>().Utf8Value()
                          : std::string();
@@ -263,6 +324,7 @@ Napi::Value List(const Napi::CallbackInfo& info) {
   Napi::Array out = Napi::Array::New(env);
   uint32_t n = 0;
   int err = 0;
+  Locked nl(info);
   if (what == "route") {
     std::vector<RouteEntry> v;
     err = nl->ListRoutes(family, &v);
@@ -315,12 +377,11 @@ Napi::Value List(const Napi::CallbackInfo& info) {
 
 Napi::Value GetLink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  Netlink* nl = GetNetlink(info);
   std::string name = info.Length() > 1 && info[1].IsString()
                          ? info[1].As<Napi::String>().Utf8Value()
                          : std::string();
   LinkEntry l;
-  int err = nl->GetLink(name, &l);
+  int err = Locked(info)->GetLink(name, &l);
   if (err == ENODEV) return env.Null();
   if (err != 0) throw ErrnoError(env, "get link " + name, err);
   return LinkObject(env, l);
@@ -424,8 +485,9 @@ Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
   if (!mon) throw Napi::Error::New(env, "netlink monitor open: " + error);
   // A Netlink handle given third: the changes it makes itself are not reported.
   if (info.Length() > 2 && info[2].IsExternal()) {
-    Handle* h = info[2].As<Napi::External<Handle>>().Data();
-    if (h->nl) mon->IgnorePort(h->nl->portid());
+    Socket& sock = *info[2].As<Napi::External<Handle>>().Data()->sock;
+    std::lock_guard<std::mutex> lock(sock.mu);
+    if (sock.nl) mon->IgnorePort(sock.nl->portid());
   }
   uv_loop_t* loop = nullptr;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr)
@@ -458,7 +520,7 @@ Napi::Value MonitorClose(const Napi::CallbackInfo& info) {
 void Define(Napi::Env env, Napi::Object exports) {
   exports.Set("netlinkOpen", Napi::Function::New(env, Open));
   exports.Set("netlinkClose", Napi::Function::New(env, Close));
-  exports.Set("netlinkApply", Napi::Function::New(env, Apply));
+  exports.Set("netlinkApplyAsync", Napi::Function::New(env, ApplyAsync));
   exports.Set("netlinkList", Napi::Function::New(env, List));
   exports.Set("netlinkGetLink", Napi::Function::New(env, GetLink));
   exports.Set("netlinkMonitorOpen", Napi::Function::New(env, MonitorOpen));

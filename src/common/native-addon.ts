@@ -305,8 +305,11 @@ export interface NativeAddon {
 
   netlinkOpen(netnsPath: string): NetlinkHandle;
   netlinkClose(h: NetlinkHandle): void;
-  /** One result per op: 0 or an errno. */
-  netlinkApply(h: NetlinkHandle, ops: Array<Record<string, unknown>>): Int32Array;
+  /**
+   * Sends the ops on a libuv pool thread (the kernel's work is done there); one result per op:
+   * 0 or an errno. The handle's other calls wait while a batch is in flight.
+   */
+  netlinkApplyAsync(h: NetlinkHandle, ops: Array<Record<string, unknown>>): Promise<Int32Array>;
   netlinkList(h: NetlinkHandle, what: 'route', family: Family, ifindex: number): RawRoute[];
   netlinkList(h: NetlinkHandle, what: 'neigh' | 'fdb', family: Family, ifindex: number): RawNeigh[];
   netlinkList(h: NetlinkHandle, what: 'addr', family: Family, ifindex: number): RawAddr[];
@@ -530,7 +533,7 @@ export const NATIVE_EXPORTS: { readonly [K in keyof NativeAddon]: true } = {
   version: true,
   netlinkOpen: true,
   netlinkClose: true,
-  netlinkApply: true,
+  netlinkApplyAsync: true,
   netlinkList: true,
   netlinkGetLink: true,
   netlinkMonitorOpen: true,

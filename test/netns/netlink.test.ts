@@ -183,6 +183,58 @@ describe('NativeNetlink in a namespace', { skip }, () => {
     });
   }
 
+  test('a batch is answered through the event loop (sent from a pool thread), not within the call', async () => {
+    const ops: Op[] = [];
+    for (let i = 0; i < 256; i++)
+      ops.push({
+        op: 'replaceRoute',
+        dst: FAM[4].net(i),
+        gw: FAM[4].gw,
+        dev: FAM[4].dev,
+        onlink: true,
+      });
+    let settled = false;
+    const applied = nl.apply(ops).then((res) => {
+      settled = true;
+      return res;
+    });
+    // Microtasks only: the event loop does not turn, so no pool thread's answer can come in.
+    for (let i = 0; i < 100; i++) await Promise.resolve();
+    assert.equal(settled, false);
+    assert.deepEqual(
+      (await applied).filter((r) => r !== null),
+      [],
+    );
+    assert.deepEqual(
+      (await nl.apply(ops.map((o) => ({ ...o, op: 'delRoute' }) as Op))).filter((r) => r !== null),
+      [],
+    );
+  });
+
+  test('closing a handle with a batch in flight settles the batch and leaves the process up', async () => {
+    const other = new NativeNetlink({ netns: ns });
+    const ops: Op[] = [];
+    for (let i = 0; i < 2000; i++)
+      ops.push({
+        op: 'replaceRoute',
+        dst: FAM[4].net(i),
+        gw: FAM[4].gw,
+        dev: FAM[4].dev,
+        onlink: true,
+      });
+    const applied = other.apply(ops);
+    other.close();
+    // The close waited for a batch that had the socket (every op applied), or the batch found
+    // the socket closed before its turn (rejected, naming it): either way it settles.
+    const outcome = await applied.then(
+      (res) => (res.every((r) => r === null) ? 'applied' : 'failed ops'),
+      (err: { code?: string; message: string }) =>
+        err.code === 'WEFT_ERR_NETLINK' && /closed/.test(err.message) ? 'refused' : err.message,
+    );
+    assert.ok(outcome === 'applied' || outcome === 'refused', outcome);
+    await nl.apply(ops.map((o) => ({ ...o, op: 'delRoute' }) as Op));
+  });
+
   test('errors name the op, the target and the errno, per op in a batch', async () => {
     const res = await nl.apply([
       { op: 'replaceRoute', dst: '10.5.40.0/24', gw: '10.77.0.1', dev: 'd0' },

@@ -1,7 +1,10 @@
 /**
- * Netlink over the native addon (libmnl). The binding is synchronous (rtnetlink answers in
- * microseconds and this runs on the control thread, never on a packet path); the Promise API
- * keeps the seam open for other implementations.
+ * Netlink over the native addon (libmnl). Dumps are synchronous (they run on the control
+ * thread, never on a packet path); a batch of changes is sent from a libuv pool thread
+ * (`netlinkApplyAsync`): rtnetlink does each request's work in the sender's sendmsg, and a start's
+ * 5,000 peers are ~0.3 s of it, which the event loop now spends planning the next peers
+ * (reconcile.ts runPlanned). The handle's calls take turns on its socket in the addon: a dump
+ * asked for while a batch is being sent waits until it is answered.
  *
  * `netns`: a namespace name (`/run/netns/<name>`) or path; the socket is opened inside it, so
  * every op acts there. Tests always pass one; the daemon runs in its node's namespace and passes
@@ -44,7 +47,7 @@ export type NetlinkBinding = Pick<
   NativeAddon,
   | 'netlinkOpen'
   | 'netlinkClose'
-  | 'netlinkApply'
+  | 'netlinkApplyAsync'
   | 'netlinkList'
   | 'netlinkGetLink'
   | 'netlinkMonitorOpen'
@@ -84,6 +87,11 @@ function toLinkInfo(l: RawLink): LinkInfo {
   };
 }
 
+/** One call's use of the link cache: whether it read the links itself (a miss then means gone). */
+interface CallState {
+  fresh: boolean;
+}
+
 export class NativeNetlink implements Netlink {
   readonly #b: NetlinkBinding;
   readonly #h: unknown;
@@ -96,8 +104,6 @@ export class NativeNetlink implements Netlink {
    * that create or delete links, and by every listRoutes (the periodic re-check).
    */
   #links: Map<string, number> | null = null;
-  /** The cache was read during the current call (a miss then means: no such device). */
-  #fresh = false;
   /** Link dumps made (tests: the cache at work). */
   linkDumps = 0;
 
@@ -114,24 +120,24 @@ export class NativeNetlink implements Netlink {
   }
 
   /** Name → index of every link (the cache, filled on first use). */
-  #indexes(): Map<string, number> {
-    return this.#links ?? this.#refreshLinks();
+  #indexes(call: CallState): Map<string, number> {
+    return this.#links ?? this.#refreshLinks(call);
   }
 
-  #refreshLinks(): Map<string, number> {
+  #refreshLinks(call: CallState): Map<string, number> {
     const m = new Map<string, number>();
     this.linkDumps++;
     for (const l of this.#list('link', 4, 0)) m.set(l.name, l.index);
     this.#links = m;
-    this.#fresh = true;
+    call.fresh = true;
     return m;
   }
 
   /** The index of `dev`, refreshing the cache (once per call) when it does not know the name. */
-  #index(dev: string): number | undefined {
-    const i = this.#indexes().get(dev);
-    if (i !== undefined || this.#fresh) return i;
-    return this.#refreshLinks().get(dev);
+  #index(dev: string, call: CallState): number | undefined {
+    const i = this.#indexes(call).get(dev);
+    if (i !== undefined || call.fresh) return i;
+    return this.#refreshLinks(call).get(dev);
   }
 
   #list(what: 'link', family: Family, ifindex: number): RawLink[];
@@ -159,7 +165,7 @@ export class NativeNetlink implements Netlink {
 
   async apply(ops: readonly Op[]): Promise<Array<WeftError | null>> {
     this.#check();
-    this.#fresh = false;
+    const call: CallState = { fresh: false };
     const results: Array<WeftError | null> = new Array<WeftError | null>(ops.length).fill(null);
     // Device names are resolved per segment: a segment ends after an op that creates or deletes
     // a device, so later ops in the same batch see it (or its absence).
@@ -168,37 +174,38 @@ export class NativeNetlink implements Netlink {
       let end = start;
       while (end < ops.length && !changesLinks(ops[end]!)) end++;
       end = Math.min(end + 1, ops.length);
-      this.#applySegment(ops, start, end, results);
+      await this.#applySegment(ops, start, end, results, call);
       if (changesLinks(ops[end - 1]!)) this.#links = null;
       start = end;
     }
     return results;
   }
 
-  #applySegment(
+  async #applySegment(
     ops: readonly Op[],
     start: number,
     end: number,
     results: Array<WeftError | null>,
-  ): void {
-    const idx = (dev: string) => this.#index(dev);
+    call: CallState,
+  ): Promise<void> {
+    const idx = (dev: string) => this.#index(dev, call);
     const todo: number[] = [];
     for (let i = start; i < end; i++) todo.push(i);
-    const enodev = this.#send(ops, todo, idx, results);
+    const enodev = await this.#send(ops, todo, idx, results);
     if (enodev.length === 0) return;
     // A cached index went stale (the device was recreated): look again, retry those once.
-    if (this.#fresh) return; // the indexes were just read: the device is really gone
-    this.#refreshLinks();
-    this.#send(ops, enodev, (dev) => this.#indexes().get(dev), results);
+    if (call.fresh) return; // the indexes were read in this call: the device is really gone
+    const links = this.#refreshLinks(call);
+    await this.#send(ops, enodev, (dev) => links.get(dev), results);
   }
 
-  /** Encodes and sends ops[i] for i in `which`; returns those that failed with ENODEV. */
-  #send(
+  /** Encodes and sends ops[i] for i in `which`; resolves with those that failed with ENODEV. */
+  async #send(
     ops: readonly Op[],
     which: readonly number[],
     idx: (dev: string) => number | undefined,
     results: Array<WeftError | null>,
-  ): number[] {
+  ): Promise<number[]> {
     const raw: Array<Record<string, unknown>> = [];
     const rawIndex: number[] = [];
     for (const i of which) {
@@ -214,7 +221,13 @@ export class NativeNetlink implements Netlink {
     }
     const enodev: number[] = [];
     if (raw.length === 0) return enodev;
-    const errs = this.#b.netlinkApply(this.#h, raw);
+    let errs: Int32Array;
+    try {
+      errs = await this.#b.netlinkApplyAsync(this.#h, raw);
+    } catch (err) {
+      // (closed while the batch waited for its turn)
+      throw new WeftError('WEFT_ERR_NETLINK', (err as Error).message, { cause: err });
+    }
     for (let k = 0; k < errs.length; k++) {
       const errno = errs[k]!;
       const i = rawIndex[k]!;
@@ -303,7 +316,7 @@ export class NativeNetlink implements Netlink {
 
   async listRoutes(filter: RouteFilter): Promise<RouteEntry[]> {
     const names = new Map<number, string>();
-    for (const [name, index] of this.#refreshLinks()) names.set(index, name);
+    for (const [name, index] of this.#refreshLinks({ fresh: false })) names.set(index, name);
     const table = filter.table ?? RT_TABLE_MAIN;
     const out: RouteEntry[] = [];
     for (const r of this.#list('route', filter.family, 0)) {
@@ -326,8 +339,7 @@ export class NativeNetlink implements Netlink {
   }
 
   async listNeighs(family: Family, dev: string): Promise<NeighEntry[]> {
-    this.#fresh = false;
-    const ifindex = this.#index(dev);
+    const ifindex = this.#index(dev, { fresh: false });
     if (ifindex === undefined) return [];
     return this.#list('neigh', family, ifindex)
       .filter((n) => n.dst !== null)
@@ -335,8 +347,7 @@ export class NativeNetlink implements Netlink {
   }
 
   async listFdb(dev: string): Promise<FdbEntry[]> {
-    this.#fresh = false;
-    const ifindex = this.#index(dev);
+    const ifindex = this.#index(dev, { fresh: false });
     if (ifindex === undefined) return [];
     return this.#list('fdb', 4, ifindex)
       .filter((n) => n.mac !== null && (n.flags & NTF_SELF) !== 0)
@@ -344,8 +355,7 @@ export class NativeNetlink implements Netlink {
   }
 
   async listAddrs(family: Family, dev: string): Promise<AddrEntry[]> {
-    this.#fresh = false;
-    const ifindex = this.#index(dev);
+    const ifindex = this.#index(dev, { fresh: false });
     if (ifindex === undefined) return [];
     return this.#list('addr', family, ifindex).map((a) => ({ addr: `${a.addr}/${a.prefix}`, dev }));
   }

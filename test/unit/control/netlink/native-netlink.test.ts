@@ -25,7 +25,7 @@ function fakeBinding() {
   const binding = {
     netlinkOpen: () => ({}),
     netlinkClose: () => undefined,
-    netlinkApply: (_h: unknown, ops: Array<Record<string, unknown>>) => {
+    netlinkApplyAsync: async (_h: unknown, ops: Array<Record<string, unknown>>) => {
       sent.push(ops);
       const live = new Set(links.values());
       return Int32Array.from(ops.map((o) => (live.has(o.ifindex as number) ? 0 : ENODEV)));
@@ -98,4 +98,32 @@ test('the periodic re-check (listRoutes) reads the links afresh', async () => {
   await nl.listRoutes({ family: 4 });
   await nl.listRoutes({ family: 4 });
   assert.equal(nl.linkDumps, 3);
+});
+
+test('a batch in flight keeps its own view of the cache: another call reading the links does not stop its ENODEV retry', async () => {
+  const f = fakeBinding();
+  const nl = new NativeNetlink({ binding: f.binding });
+  await nl.apply([route(1)]);
+  // The next batch is answered only when the test says so; it is judged by the links then.
+  const inner = f.binding.netlinkApplyAsync;
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  f.binding.netlinkApplyAsync = async (h, ops) => {
+    f.binding.netlinkApplyAsync = inner;
+    await gate;
+    return inner(h, ops);
+  };
+  const first = nl.apply([route(2)]); // sent with flannel.1's cached index 3
+  await new Promise((r) => setImmediate(r));
+  f.recreate('flannel.1'); // now index 4
+  f.links.set('other0', 9);
+  // Another call misses the cache and reads the links while the first batch is in flight.
+  const other: Op = { op: 'replaceRoute', dst: '10.6.3.0/24', dev: 'other0' };
+  assert.deepEqual(await nl.apply([other]), [null]);
+  release();
+  assert.deepEqual(await first, [null], 'the first call retried with the new index');
+  assert.deepEqual(
+    f.sent.at(-1)!.map((o) => o.ifindex),
+    [4],
+  );
 });
