@@ -7,8 +7,9 @@
  *   no longer (a peer that changed its MAC or public IP) are deleted. A peer's ops are a group:
  *   applied in order, and when one fails the group's earlier adds are rolled back (reverse order)
  *   and the group is retried with bounded backoff.
- * - `flush()` applies every pending group in ONE Netlink batch (a snapshot of 5,000 peers is one
- *   pass), then the rollbacks of failed groups in a second one.
+ * - `flush()` applies every pending group in ONE Netlink batch (whatever was planned since the
+ *   last flush: runPlanned hands a snapshot of 5,000 peers over in chunks, each flushed while the
+ *   next is planned), then the rollbacks of failed groups in a second one.
  * - `resync()` lists the kernel entries this backend owns (the `Ownership` scopes: routes on a
  *   device inside the cluster network, permanent neighbours and FDB entries on the VXLAN device),
  *   restores what is missing or different and deletes what no peer wants — including entries left
@@ -143,6 +144,19 @@ export function inverse(op: AddOp): Op {
     case 'replaceAddr':
       return { ...op, op: 'delAddr' };
   }
+}
+
+/** A kernel entry a re-check read: its identity, whether an add op matches it, its removal. */
+interface Dump {
+  readonly id: string;
+  readonly matches: (op: AddOp) => boolean;
+  readonly del: Op;
+}
+
+/** What a re-check read, and the flushes it may predate (those after `since`). */
+interface Reading {
+  readonly dumps: readonly Dump[];
+  readonly since: number;
 }
 
 interface PeerState {
@@ -449,10 +463,21 @@ export class Reconciler {
   /**
    * Re-checks the kernel against the desired state and repairs it. Only `ensureBase` and the
    * repairs hold the queue; the dumps and the comparison do not (flushes go on meanwhile).
+   *
+   * `judgeAfter` (runPlanned's first re-check): the kernel is read with `ensureBase`, before any
+   * flush queued after this call changes it, and judged when the promise resolves true (the
+   * snapshot planned: every lease's entries known); false drops the re-check (the run stopped
+   * before that). So what an earlier run left is read while the table holds only that (cheap on
+   * a fresh node), and deleted only once no lease of the snapshot can still want it.
    */
-  async resync(): Promise<void> {
+  async resync(judgeAfter?: Promise<boolean>): Promise<void> {
     this.#startWatch();
-    const base = await this.#serial(async () => (this.#ensureBase ? await this.#ensureBase() : 0));
+    let early: Reading | null = null;
+    const base = await this.#serial(async () => {
+      const restored = this.#ensureBase ? await this.#ensureBase() : 0;
+      if (judgeAfter) early = await this.#read(false);
+      return restored;
+    });
     if (base > 0) this.#onRepaired?.(base);
     // One resync at a time (run() never overlaps them; a caller's own resync waits for it).
     const prev = this.#resyncing;
@@ -460,7 +485,9 @@ export class Reconciler {
     this.#resyncing = new Promise<void>((r) => (done = r));
     try {
       await prev;
-      const found = await this.#compare();
+      const reading = early ?? (await this.#read(true));
+      if (judgeAfter && !(await judgeAfter)) return;
+      const found = await this.#compare(reading);
       await this.#serial(() => this.#repair(found));
     } finally {
       this.#deletedDuringResync = null;
@@ -641,17 +668,19 @@ export class Reconciler {
   }
 
   /**
-   * Dumps the owned kernel entries and compares them with what the peers want, outside the
-   * queue. Peers a flush applied after the dumps began, or with ops pending, are left out: the
-   * dumps may predate their entries.
+   * Dumps the owned kernel entries. From here on the identities flushes delete are noted, and
+   * `since` marks the flushes the dumps may predate. Outside the queue the event loop goes on
+   * between dumps (`turns`); a read holding the queue (resync's judgeAfter) takes no turns, so
+   * the flushes queued behind it wait for its dumps only.
    */
-  async #compare(): Promise<{ dels: Op[]; dirty: Set<string>; since: number }> {
+  async #read(turns: boolean): Promise<Reading> {
     const since = this.#flushes;
     this.#deletedDuringResync = new Set();
-    const dumps: Array<{ id: string; matches: (op: AddOp) => boolean; del: Op }> = [];
+    const dumps: Dump[] = [];
+    const turn = turns ? nextTurn : async () => {};
     for (const own of this.#ownership) {
       for (const scope of own.routes) {
-        await nextTurn();
+        await turn();
         for (const r of await this.#nl.listRoutes({ family: own.family, dev: scope.dev })) {
           const net = parseCIDR(r.dst);
           if (!net || !containsNet(scope.within, net)) continue;
@@ -665,7 +694,7 @@ export class Reconciler {
         }
       }
       if (own.neighDev) {
-        await nextTurn();
+        await turn();
         for (const n of await this.#nl.listNeighs(own.family, own.neighDev)) {
           if ((n.state & NUD_PERMANENT) === 0) continue;
           dumps.push({
@@ -676,7 +705,7 @@ export class Reconciler {
         }
       }
       if (own.fdbDev) {
-        await nextTurn();
+        await turn();
         for (const f of await this.#nl.listFdb(own.fdbDev)) {
           if (f.dst === null) continue;
           dumps.push({
@@ -687,13 +716,26 @@ export class Reconciler {
         }
       }
     }
+    return { dumps, since };
+  }
+
+  /**
+   * Compares a reading with what the peers want, outside the queue. Peers a flush applied after
+   * the dumps began, or with ops pending, are left out: the dumps may predate their entries.
+   */
+  async #compare({
+    dumps,
+    since,
+  }: Reading): Promise<{ dels: Op[]; dirty: Set<string>; since: number }> {
     await nextTurn();
-    // What every peer wants now, by identity; `settled`: the dumps show its current state.
+    // What every peer wants now, by identity; `settled`: the dumps show its current state. (An
+    // unsettled peer's entries only matter against a dump: none, as on a fresh node, skips them.)
     const want = new Map<string, { key: string; op: AddOp; settled: boolean }>();
     let n = 0;
     for (const [key, p] of this.#peers) {
       if (++n % COMPARE_PER_TURN === 0) await nextTurn();
       const settled = p.pending === null && p.flushed <= since;
+      if (!settled && dumps.length === 0) continue;
       for (const op of p.desired) want.set(identity(op), { key, op, settled });
     }
     const seen = new Set<string>();
@@ -780,6 +822,13 @@ export class Reconciler {
 /** How long a flush waits for more events after the first one it carries. */
 export const FLUSH_WINDOW_MS = 5;
 
+/**
+ * Events of the first batch (the snapshot of every lease) planned per event-loop turn: each
+ * turn's ops go to the kernel at once (NativeNetlink sends them from a pool thread) while the
+ * next are planned.
+ */
+export const SNAPSHOT_CHUNK = 500;
+
 /** A backend's pure plan: one lease event, one family → kernel ops (empty: nothing to do). */
 export type Planner = (event: LeaseEvent, family: Family) => Op[];
 
@@ -789,10 +838,16 @@ export type Planner = (event: LeaseEvent, family: Family) => Op[];
  * (default 5 ms) after the first event it carries, once the events already received are planned,
  * and whatever arrives while it is in flight goes into the next one — so a burst of thousands of
  * separate store events (a trickle, as the Kubernetes watch delivers them) costs at most one
- * kernel batch per window, not one per event. The first flush (the snapshot of every lease) is
- * preceded by a resync, which removes what an earlier run left behind and what no lease wants
- * (its dumps read a table the snapshot has not filled yet: cheap on a fresh node, and never a
- * stall after the peers are programmed); then run() re-checks on changes until `signal`.
+ * kernel batch per window, not one per event. The first batch (the snapshot of every lease) is
+ * planned SNAPSHOT_CHUNK events per turn, each chunk flushed at once, so the kernel inserts one
+ * chunk's entries (on NativeNetlink's pool thread) while the next chunk is planned: with 5,000
+ * peers the kernel's ~0.3 s and the plan's overlap instead of following each other. The first
+ * re-check removes what an earlier run left behind and what no lease wants: it reads the kernel
+ * before the first flush (the table as that run left it: cheap on a fresh node) and judges once
+ * the whole snapshot is planned — not before: its comparison must know every lease's entries, or
+ * a restart would delete a peer's routes that a later chunk still wants (the flushes only add or
+ * replace, so an earlier run's entries stay in place until then). Then run() re-checks on
+ * changes until `signal`.
  */
 export async function runPlanned(
   events: AsyncIterable<LeaseEvent[]>,
@@ -819,22 +874,34 @@ export async function runPlanned(
   let periodic: Promise<void> | undefined;
   let flushing: Promise<void> | null = null;
   let again = false;
+  /** The first batch is planned (its re-check may judge), and then sent (flushes wait again). */
+  let snapshotPlanned = false;
+  let snapshotSent = false;
+  let judge!: (go: boolean) => void;
+  const snapshotIn = new Promise<boolean>((resolve) => (judge = resolve));
   let failed: ((err: unknown) => void) | undefined;
   const failure = new Promise<never>((_, reject) => (failed = reject));
   failure.catch(() => undefined);
+  /** Before the first flush: the first re-check reads the kernel, then the periodic ones follow. */
+  const startRechecks = () => {
+    const first = rec.resync(snapshotIn);
+    first.catch((err: unknown) => failed!(err));
+    periodic = first.then(() => rec.run(loop.signal));
+    periodic.catch(() => undefined); // (its failure is `first`'s, raised above)
+  };
   const flushLoop = async (): Promise<void> => {
     do {
       again = false;
       await new Promise<void>((resolve) =>
-        windowMs > 0 ? setTimeout(resolve, windowMs) : setImmediate(resolve),
+        windowMs > 0 && snapshotSent ? setTimeout(resolve, windowMs) : setImmediate(resolve),
       );
-      if (!periodic) {
-        await rec.resync();
-        periodic = rec.run(loop.signal);
-      }
       const carried = received;
       received = [];
+      if (!periodic) startRechecks();
+      // (this flush carries the snapshot's last chunk, or a later batch)
+      const complete = snapshotPlanned;
       await rec.flush();
+      if (complete) snapshotSent = true;
       if (o.onProgrammed) for (const t of carried) o.onProgrammed(secondsSince(t));
     } while (again && !signal.aborted);
   };
@@ -860,10 +927,20 @@ export async function runPlanned(
       const next = await racer.race(iter.next());
       if (next.done || signal.aborted) break;
       const now = performance.now();
-      for (const ev of next.value) {
+      const batch = next.value;
+      for (let i = 0; i < batch.length; i++) {
+        const ev = batch[i]!;
         if (o.onProgrammed) received.push(now);
         for (const family of o.families)
           rec.update(`${ev.lease.key}|${family}`, o.plan(ev, family));
+        if (!snapshotPlanned && (i + 1) % SNAPSHOT_CHUNK === 0 && i + 1 < batch.length) {
+          kick();
+          await racer.race(nextTurn()); // (the flush starts; the kernel works while we plan on)
+        }
+      }
+      if (!snapshotPlanned) {
+        snapshotPlanned = true;
+        judge(true);
       }
       kick();
     }
@@ -874,6 +951,7 @@ export async function runPlanned(
     void iter.return?.()?.catch(() => undefined);
     throw err;
   } finally {
+    judge(false); // (stopped before the snapshot was planned: its re-check judges nothing)
     loop.abort();
     signal.removeEventListener('abort', stop);
     await periodic;

@@ -3,7 +3,11 @@ import { constants } from 'node:os';
 import { describe, test } from 'node:test';
 import { parseCIDR } from '../../../../src/common/ip.js';
 import { logger } from '../../../../src/common/log.js';
-import { Reconciler, runPlanned } from '../../../../src/control/backend/reconcile.js';
+import {
+  Reconciler,
+  SNAPSHOT_CHUNK,
+  runPlanned,
+} from '../../../../src/control/backend/reconcile.js';
 import type { LeaseEvent } from '../../../../src/control/lease/types.js';
 import { planVxlan } from '../../../../src/control/backend/vxlan.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
@@ -272,6 +276,86 @@ describe('runPlanned: cost follows what changed', () => {
     ac.abort();
     events.end();
     await run;
+  });
+});
+
+describe('runPlanned: the snapshot goes to the kernel while it is planned', () => {
+  const ctx = { dev: 'flannel.1', extDev: 'eth0', directRouting: false, extNets: [] };
+  const lease = (i: number) =>
+    peerLease(
+      {
+        publicIP: `192.168.${i >> 8}.${i & 255}`,
+        backendData: {
+          VNI: 1,
+          VtepMAC: `aa:bb:cc:00:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`,
+        },
+      },
+      { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
+    );
+  const snapshot = (n: number): LeaseEvent[] =>
+    Array.from({ length: n }, (_, i) => ({ type: 'added' as const, lease: lease(i) }));
+  /** runPlanned over `n` leases; `before` runs first (an earlier run's entries). */
+  const start = async (n: number, before: (nl: FakeNetlink) => Promise<void> = async () => {}) => {
+    const { nl, rec } = flannel1Reconciler();
+    await before(nl);
+    let planned = 0;
+    /** For each batch sent to the kernel: its ops, and how many events were planned then. */
+    const batches: Array<{ ops: readonly Op[]; planned: number }> = [];
+    const apply = nl.apply.bind(nl);
+    nl.apply = async (ops) => {
+      batches.push({ ops, planned });
+      return apply(ops);
+    };
+    const events = channel<LeaseEvent[]>();
+    events.push(snapshot(n));
+    events.end();
+    await runPlanned(events, new AbortController().signal, {
+      reconciler: rec,
+      families: [4],
+      plan: (ev, family) => {
+        planned++;
+        return planVxlan(ev, family, ctx);
+      },
+    });
+    return { nl, batches };
+  };
+  const isDel = (op: Op) => op.op.startsWith('del');
+
+  test('the first chunk is sent as soon as it is planned, before the rest', async () => {
+    const n = SNAPSHOT_CHUNK * 4;
+    const { nl, batches } = await start(n);
+    assert.equal(batches[0]!.planned, SNAPSHOT_CHUNK);
+    assert.equal(batches[0]!.ops.length, SNAPSHOT_CHUNK * 3); // neighbour, FDB entry, route
+    assert.ok(batches.length > 1);
+    assert.equal(nl.routes.size, n);
+  });
+
+  test('a restart deletes no entry a lease still wants, a later chunk’s included', async () => {
+    const n = SNAPSHOT_CHUNK * 3;
+    const { nl, batches } = await start(n, async (nl) => {
+      // the earlier run's entries, the same leases'
+      await nl.apply(snapshot(n).flatMap((ev) => planVxlan(ev, 4, ctx)));
+    });
+    assert.deepEqual(batches.flatMap((b) => b.ops).filter(isDel), []);
+    assert.equal(nl.routes.size, n);
+  });
+
+  test('entries no lease wants (an earlier run’s) are deleted after the whole snapshot is in', async () => {
+    const n = SNAPSHOT_CHUNK * 2;
+    const gone = lease(n); // a lease that is no more
+    const { nl, batches } = await start(n, async (nl) => {
+      await nl.apply(planVxlan({ type: 'added', lease: gone }, 4, ctx));
+    });
+    const firstDel = batches.findIndex((b) => b.ops.some(isDel));
+    assert.ok(firstDel > 0);
+    // every lease's entries were sent before it
+    assert.equal(batches.slice(0, firstDel).flatMap((b) => b.ops).length, n * 3);
+    assert.deepEqual(batches[firstDel]!.ops.map((op) => op.op).sort(), [
+      'delFdb',
+      'delNeigh',
+      'delRoute',
+    ]);
+    assert.equal(nl.routes.size, n);
   });
 });
 
