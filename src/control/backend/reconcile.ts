@@ -159,11 +159,17 @@ interface Reading {
   readonly since: number;
 }
 
+/**
+ * The peers that want one entry: one peer (nearly always: its own route, neighbour and FDB
+ * entry) as itself, several in a Map by peer key, the newest last.
+ */
+type Wanters = { readonly key: string; readonly op: AddOp } | Map<string, AddOp>;
+
 interface PeerState {
   /** Desired adds, in apply order. */
   desired: AddOp[];
-  /** Ops waiting for the next flush (null when nothing is pending). */
-  pending: Op[] | null;
+  /** Ops waiting for the next flush (null when nothing is pending); never changed in place. */
+  pending: readonly Op[] | null;
   attempt: number;
   retryAt: number;
   /** The flush that last applied this peer's ops (`Reconciler.#flushes` then). */
@@ -214,7 +220,7 @@ export class Reconciler {
    * kept as update() changes them, so a kernel notification is judged in O(1), not by walking
    * 5,000 peers' entries per batch (200 lease changes a second took a whole CPU that way).
    */
-  readonly #wantedIndex = new Map<string, Map<string, AddOp>>();
+  readonly #wantedIndex = new Map<string, Wanters>();
   /** Keys of the peers with ops pending: a flush looks at these, not at every peer. */
   readonly #dirty = new Set<string>();
   readonly #once = new LogOnce();
@@ -248,16 +254,24 @@ export class Reconciler {
   /** Records a peer's planned ops (applied at the next flush). */
   update(key: string, ops: readonly Op[]): void {
     const prev = this.#peers.get(key);
-    const desired = ops.filter(isAddOp);
-    const dels = ops.filter((op) => !isAddOp(op));
-    const keep = new Set(desired.map(identity));
-    const covered = new Set(dels.map(identity));
+    const desired: AddOp[] = [];
+    const dels: Op[] = [];
+    for (const op of ops) {
+      if (isAddOp(op)) desired.push(op);
+      else dels.push(op);
+    }
     // Entries wanted before but not now are removed (routes first: reverse of the add order).
-    const stale = (prev?.desired ?? [])
-      .filter((op) => !keep.has(identity(op)) && !covered.has(identity(op)))
-      .reverse()
-      .map(inverse);
-    const pending = [...dels, ...stale, ...desired];
+    let stale: Op[] = [];
+    if (prev !== undefined && prev.desired.length > 0) {
+      const keep = new Set(desired.map(identity));
+      const covered = new Set(dels.map(identity));
+      stale = prev.desired
+        .filter((op) => !keep.has(identity(op)) && !covered.has(identity(op)))
+        .reverse()
+        .map(inverse);
+    }
+    // (a new peer, as every one of a start's snapshot: its adds are its pending ops)
+    const pending = dels.length + stale.length === 0 ? desired : [...dels, ...stale, ...desired];
     this.#index(key, prev?.desired ?? [], desired);
     if (desired.length === 0 && pending.length === 0) {
       this.#peers.delete(key);
@@ -273,24 +287,33 @@ export class Reconciler {
   #index(key: string, before: readonly AddOp[], after: readonly AddOp[]): void {
     for (const op of before) {
       const id = identity(op);
-      const by = this.#wantedIndex.get(id);
-      if (by?.delete(key) && by.size === 0) this.#wantedIndex.delete(id);
+      const w = this.#wantedIndex.get(id);
+      if (w instanceof Map) {
+        if (w.delete(key) && w.size === 0) this.#wantedIndex.delete(id);
+      } else if (w?.key === key) {
+        this.#wantedIndex.delete(id);
+      }
     }
     for (const op of after) {
       const id = identity(op);
-      let by = this.#wantedIndex.get(id);
-      if (!by) this.#wantedIndex.set(id, (by = new Map()));
+      const w = this.#wantedIndex.get(id);
+      if (w === undefined || (!(w instanceof Map) && w.key === key)) {
+        this.#wantedIndex.set(id, { key, op });
+        continue;
+      }
+      const by = w instanceof Map ? w : new Map([[w.key, w.op]]);
       by.delete(key); // (re-inserted last: the newest peer's op is the one reported)
       by.set(key, op);
+      if (by !== w) this.#wantedIndex.set(id, by);
     }
   }
 
   /** The entry the peers want under an identity (the newest peer's, if several want it). */
   #wantedOp(id: string): AddOp | undefined {
-    const by = this.#wantedIndex.get(id);
-    if (!by) return undefined;
+    const w = this.#wantedIndex.get(id);
+    if (!(w instanceof Map)) return w?.op;
     let last: AddOp | undefined;
-    for (const op of by.values()) last = op;
+    for (const op of w.values()) last = op;
     return last;
   }
 
@@ -573,7 +596,7 @@ export class Reconciler {
   async #flush(retriesOnly: boolean): Promise<void> {
     const now = Date.now();
     const flush = ++this.#flushes;
-    const groups: Array<{ key: string; peer: PeerState; ops: Op[]; start: number }> = [];
+    const groups: Array<{ key: string; peer: PeerState; ops: readonly Op[]; start: number }> = [];
     const batch: Op[] = [];
     for (const key of this.#dirty) {
       const peer = this.#peers.get(key);
@@ -598,9 +621,10 @@ export class Reconciler {
     const seconds = secondsSince(began);
     const rollback: Op[] = [];
     for (const g of groups) {
-      const res = results.slice(g.start, g.start + g.ops.length);
-      const firstErr = res.findIndex((r) => r !== null);
-      if (firstErr < 0) {
+      const res = (i: number) => results[g.start + i] ?? null;
+      let firstErr = 0;
+      while (firstErr < g.ops.length && res(firstErr) === null) firstErr++;
+      if (firstErr === g.ops.length) {
         g.peer.attempt = 0;
         this.#stranded.delete(g.key);
         // (an update() while the batch was in flight replaced the state: keep the new one)
@@ -608,11 +632,11 @@ export class Reconciler {
           this.#peers.delete(g.key);
         continue;
       }
-      const err = res[firstErr]!;
+      const err = res(firstErr)!;
       // Undo this group's adds that went through, newest first, so a peer is all or nothing.
       for (let i = g.ops.length - 1; i >= 0; i--) {
         const op = g.ops[i]!;
-        if (res[i] === null && isAddOp(op)) rollback.push(inverse(op));
+        if (res(i) === null && isAddOp(op)) rollback.push(inverse(op));
       }
       if (this.#peers.get(g.key) === g.peer) this.#scheduleRetry(g.key, g.peer, g.ops, err);
     }
@@ -631,7 +655,7 @@ export class Reconciler {
     }
   }
 
-  #scheduleRetry(key: string, peer: PeerState, ops: Op[], err: Error): void {
+  #scheduleRetry(key: string, peer: PeerState, ops: readonly Op[], err: Error): void {
     if (peer.attempt >= this.#retry.attempts) {
       // Out of quick retries: the periodic resync keeps restoring it.
       this.#log.warn({ peer: key, err: err.message }, 'peer not programmed; left to resync');

@@ -16,7 +16,7 @@ import {
 } from '../../../../src/control/backend/reconcile.js';
 import { planVxlan } from '../../../../src/control/backend/vxlan.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
-import type { Netlink } from '../../../../src/control/netlink/netlink.js';
+import type { Netlink, Op } from '../../../../src/control/netlink/netlink.js';
 import { FAM, peerLease } from './fixtures.js';
 
 const log = logger('test');
@@ -154,6 +154,33 @@ describe('Reconciler: re-checks driven by kernel change notifications', () => {
     await rec.flush();
     await settle();
     nl.external([{ op: 'delRoute', dst: dst(1), dev: F.dev }]);
+    await settle();
+    assert.equal(rec.recheckWanted, 'change');
+    rec.close();
+  });
+
+  test('two peers wanting one route: the newest one’s is judged, and the older one’s once it leaves', async () => {
+    const { nl, rec, F } = setup();
+    const route = (gw: string): Op => ({
+      op: 'replaceRoute',
+      dst: '10.6.7.0/24',
+      gw,
+      dev: F.dev,
+      onlink: true,
+    });
+    rec.update('a', [route('10.6.7.1')]);
+    rec.update('b', [route('10.6.7.2')]);
+    await rec.flush();
+    await settle();
+    nl.external([route('10.6.7.2')]); // as the newest wants it
+    await settle();
+    assert.equal(rec.recheckWanted, null);
+    rec.update('b', []);
+    await rec.flush();
+    nl.external([route('10.6.7.1')]); // as the one left wants it
+    await settle();
+    assert.equal(rec.recheckWanted, null);
+    nl.external([route('10.6.7.2')]); // as the one gone wanted it
     await settle();
     assert.equal(rec.recheckWanted, 'change');
     rec.close();
