@@ -355,6 +355,83 @@ describe('PeerChecker: verdicts kept at the cost of what changed', () => {
     }
   });
 
+  test('overlaps among 1,500 random subnets are judged as a plain scan judges them, with removals between', () => {
+    const cfg = config();
+    const r = rng(7);
+    let macs = 0;
+    const lease = (): Lease => {
+      const prefix = r() < 0.02 ? 22 : 25 + Math.floor(r() * 4); // a few /22, the rest /25 … /28
+      const size = 2 ** (32 - prefix);
+      const addr = 0x0a050000 + Math.floor((r() * 65536) / size) * size; // inside 10.5.0.0/16
+      const v4 = `10.5.${(addr >> 8) & 255}.${addr & 255}/${prefix}`;
+      const mac = (++macs)
+        .toString(16)
+        .padStart(4, '0')
+        .replace(/(..)(..)/, '00:00:$1:$2');
+      return peer(v4, {
+        backendData: { VNI: 1, VtepMAC: `0a:00:${mac}` },
+        backendV6Data: { VNI: 1, VtepMAC: `0e:00:${mac}` },
+      });
+    };
+    /** The reference: every verdict by a scan of the leases accepted before it. */
+    const plainScan = (leases: readonly Lease[]) => {
+      const span = (l: Lease) => {
+        const n = l.subnet!;
+        const start = Number(n.addr) - (Number(n.addr) % 2 ** (32 - n.prefix));
+        return { start, end: start + 2 ** (32 - n.prefix) - 1, key: l.key };
+      };
+      const own = span(ownLease());
+      const accepted: Array<ReturnType<typeof span>> = [];
+      const verdicts: Array<[string, string, string | null]> = [];
+      for (const l of leases) {
+        const s = span(l);
+        if (s.start <= own.end && own.start <= s.end) {
+          verdicts.push([l.key, 'overlaps_own', ownLease().key]);
+          continue;
+        }
+        // (the accepted span starting at or before it, else the first one after it)
+        const before = accepted
+          .filter((a) => a.start <= s.start)
+          .sort((a, b) => b.start - a.start)[0];
+        const after = accepted
+          .filter((a) => a.start > s.start)
+          .sort((a, b) => a.start - b.start)[0];
+        const other =
+          before && before.end >= s.start ? before : after && after.start <= s.end ? after : null;
+        if (other) verdicts.push([l.key, 'overlaps_peer', other.key]);
+        else {
+          accepted.push(s);
+          verdicts.push([l.key, 'accepted', null]);
+        }
+      }
+      return verdicts;
+    };
+    const verdictsOf = (checker: PeerChecker, leases: readonly Lease[]) =>
+      leases.map((l): [string, string, string | null] => {
+        const x = checker.rejected.get(l.key);
+        return x ? [l.key, x.reason, x.other?.key ?? null] : [l.key, 'accepted', null];
+      });
+    const leases = new Map<string, Lease>();
+    for (let i = 0; i < 1500; i++) {
+      const l = lease();
+      leases.set(l.key, l); // (a key drawn again keeps its first place, as a store's would)
+    }
+    const checker = new PeerChecker(cfg);
+    checker.apply([...leases.values()].map(add), true);
+    const order = byAge([...leases.values()]);
+    assert.ok(checker.accepted.size > 300, `${checker.accepted.size} accepted`);
+    assert.deepEqual(verdictsOf(checker, order), plainScan(order));
+    // Accepted leases that hold nothing back leave (their spans come out of the list), and
+    // newcomers are checked against what is left.
+    const blocking = new Set([...checker.rejected.values()].map((x) => x.other?.key));
+    const gone = [...checker.accepted.keys()].filter((k) => !blocking.has(k)).slice(0, 150);
+    const newcomers = Array.from({ length: 300 }, lease).filter((l) => !leases.has(l.key));
+    checker.apply([...gone.map((k) => del(leases.get(k)!)), ...newcomers.map(add)], false);
+    assert.equal(checker.fullChecks, 1, 'the removals and newcomers were judged incrementally');
+    const now = [...order.filter((l) => !gone.includes(l.key)), ...newcomers];
+    assert.deepEqual(verdictsOf(checker, now), plainScan(now));
+  });
+
   test('newcomers, removals and updates that change no verdict run no whole re-check', () => {
     const checker = new PeerChecker(config());
     const mac = (i: number) => `0a:00:00:01:00:${i.toString(16).padStart(2, '0')}`;
