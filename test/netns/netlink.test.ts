@@ -44,6 +44,17 @@ const FAM = {
 } as const;
 const FAMILIES: Family[] = [4, 6];
 
+/** `n` IPv4 onlink routes via flannel.1's peer gateway, and the ops that delete them. */
+const onlinkRoutes = (n: number): Op[] =>
+  Array.from({ length: n }, (_, i) => ({
+    op: 'replaceRoute',
+    dst: FAM[4].net(i),
+    gw: FAM[4].gw,
+    dev: FAM[4].dev,
+    onlink: true,
+  }));
+const removals = (ops: readonly Op[]): Op[] => ops.map((o) => ({ ...o, op: 'delRoute' }) as Op);
+
 describe('NativeNetlink in a namespace', { skip }, () => {
   const scope = new NetnsScope();
   let ns = '';
@@ -184,15 +195,7 @@ describe('NativeNetlink in a namespace', { skip }, () => {
   }
 
   test('a batch is answered through the event loop (sent from a pool thread), not within the call', async () => {
-    const ops: Op[] = [];
-    for (let i = 0; i < 256; i++)
-      ops.push({
-        op: 'replaceRoute',
-        dst: FAM[4].net(i),
-        gw: FAM[4].gw,
-        dev: FAM[4].dev,
-        onlink: true,
-      });
+    const ops = onlinkRoutes(256);
     let settled = false;
     const applied = nl.apply(ops).then((res) => {
       settled = true;
@@ -206,22 +209,14 @@ describe('NativeNetlink in a namespace', { skip }, () => {
       [],
     );
     assert.deepEqual(
-      (await nl.apply(ops.map((o) => ({ ...o, op: 'delRoute' }) as Op))).filter((r) => r !== null),
+      (await nl.apply(removals(ops))).filter((r) => r !== null),
       [],
     );
   });
 
   test('closing a handle with a batch in flight settles the batch and leaves the process up', async () => {
     const other = new NativeNetlink({ netns: ns });
-    const ops: Op[] = [];
-    for (let i = 0; i < 2000; i++)
-      ops.push({
-        op: 'replaceRoute',
-        dst: FAM[4].net(i),
-        gw: FAM[4].gw,
-        dev: FAM[4].dev,
-        onlink: true,
-      });
+    const ops = onlinkRoutes(2000);
     const applied = other.apply(ops);
     other.close();
     // The close waited for a batch that had the socket (every op applied), or the batch found
@@ -232,7 +227,7 @@ describe('NativeNetlink in a namespace', { skip }, () => {
         err.code === 'WEFT_ERR_NETLINK' && /closed/.test(err.message) ? 'refused' : err.message,
     );
     assert.ok(outcome === 'applied' || outcome === 'refused', outcome);
-    await nl.apply(ops.map((o) => ({ ...o, op: 'delRoute' }) as Op));
+    await nl.apply(removals(ops));
   });
 
   test('errors name the op, the target and the errno, per op in a batch', async () => {

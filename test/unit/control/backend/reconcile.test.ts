@@ -189,6 +189,20 @@ function flannel1Reconciler(onRepaired?: (n: number) => void) {
   return { nl, rec };
 }
 
+/** flannel.1's plan context, and peer i of a cluster on it (its own subnet, address and MAC). */
+const FLANNEL1 = { dev: 'flannel.1', extDev: 'eth0', directRouting: false, extNets: [] };
+const flannel1Peer = (i: number) =>
+  peerLease(
+    {
+      publicIP: `192.168.${i >> 8}.${i & 255}`,
+      backendData: {
+        VNI: 1,
+        VtepMAC: `aa:bb:cc:00:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`,
+      },
+    },
+    { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
+  );
+
 /** An event stream the test pushes batches into. */
 function channel<T>() {
   const items: T[] = [];
@@ -215,18 +229,8 @@ function channel<T>() {
 }
 
 describe('runPlanned: cost follows what changed', () => {
-  const ctx = { dev: 'flannel.1', extDev: 'eth0', directRouting: false, extNets: [] };
-  const lease = (i: number) =>
-    peerLease(
-      {
-        publicIP: `192.168.${i >> 8}.${i & 255}`,
-        backendData: {
-          VNI: 1,
-          VtepMAC: `aa:bb:cc:00:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`,
-        },
-      },
-      { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
-    );
+  const ctx = FLANNEL1;
+  const lease = flannel1Peer;
   const setup = () => {
     const { nl, rec } = flannel1Reconciler();
     const planned: string[] = [];
@@ -280,18 +284,8 @@ describe('runPlanned: cost follows what changed', () => {
 });
 
 describe('runPlanned: the snapshot goes to the kernel while it is planned', () => {
-  const ctx = { dev: 'flannel.1', extDev: 'eth0', directRouting: false, extNets: [] };
-  const lease = (i: number) =>
-    peerLease(
-      {
-        publicIP: `192.168.${i >> 8}.${i & 255}`,
-        backendData: {
-          VNI: 1,
-          VtepMAC: `aa:bb:cc:00:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`,
-        },
-      },
-      { v4: `10.${6 + (i >> 8)}.${i & 255}.0/24`, v6: `fc00:0:${(i + 0x100).toString(16)}::/64` },
-    );
+  const ctx = FLANNEL1;
+  const lease = flannel1Peer;
   const snapshot = (n: number): LeaseEvent[] =>
     Array.from({ length: n }, (_, i) => ({ type: 'added' as const, lease: lease(i) }));
   /** runPlanned over `n` leases; `before` runs first (an earlier run's entries). */
