@@ -307,7 +307,7 @@ export interface NativeAddon {
   netlinkClose(h: NetlinkHandle): void;
   /**
    * Sends the ops on a libuv pool thread (the kernel's work is done there); one result per op:
-   * 0 or an errno. The handle's other calls wait while a batch is in flight.
+   * 0 or an errno. The handle's other calls wait while a batch holds its socket.
    */
   netlinkApplyAsync(h: NetlinkHandle, ops: Array<Record<string, unknown>>): Promise<Int32Array>;
   netlinkList(h: NetlinkHandle, what: 'route', family: Family, ifindex: number): RawRoute[];
