@@ -130,7 +130,8 @@ class Spans {
   remove(net: IPNet, key: string): void {
     const { start } = spanOf(net);
     const chunks = this.#chunks;
-    for (let c = this.#firstChunkEndingAtOrAfter(start); c < chunks.length; c++) {
+    const first = firstWhere(chunks, (chunk) => chunk.at(-1)!.start >= start);
+    for (let c = first; c < chunks.length; c++) {
       const chunk = chunks[c]!;
       for (let i = 0; i < chunk.length; i++) {
         const s = chunk[i]!;
@@ -149,38 +150,22 @@ class Spans {
    * when every span starts at or before it).
    */
   #after(start: bigint): { c: number; i: number } {
-    const chunks = this.#chunks;
-    let lo = 0;
-    let hi = chunks.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (chunks[mid]!.at(-1)!.start <= start) lo = mid + 1;
-      else hi = mid;
-    }
-    if (lo === chunks.length) return { c: lo, i: 0 };
-    const chunk = chunks[lo]!;
-    let a = 0;
-    let b = chunk.length;
-    while (a < b) {
-      const mid = (a + b) >> 1;
-      if (chunk[mid]!.start <= start) a = mid + 1;
-      else b = mid;
-    }
-    return { c: lo, i: a };
+    const c = firstWhere(this.#chunks, (chunk) => chunk.at(-1)!.start > start);
+    if (c === this.#chunks.length) return { c, i: 0 };
+    return { c, i: firstWhere(this.#chunks[c]!, (s) => s.start > start) };
   }
+}
 
-  /** The first chunk whose last span starts at or after `start`. */
-  #firstChunkEndingAtOrAfter(start: bigint): number {
-    const chunks = this.#chunks;
-    let lo = 0;
-    let hi = chunks.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (chunks[mid]!.at(-1)!.start < start) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+/** The first index of `xs` where `past` holds, `past` being false up to some index, then true. */
+function firstWhere<T>(xs: readonly T[], past: (x: T) => boolean): number {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (past(xs[mid]!)) hi = mid;
+    else lo = mid + 1;
   }
+  return lo;
 }
 
 /** Why a vxlan peer's backend data is unusable for family `f` (null: usable). */
