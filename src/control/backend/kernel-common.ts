@@ -6,6 +6,7 @@ import {
   type Counter,
   type Histogram,
   type Registry as PromRegistry,
+  TimedEvents,
   counterOn,
   histogramOn,
 } from '../../common/metrics.js';
@@ -231,10 +232,12 @@ export function runKernelPlan(
     ...(o.ensureBase === undefined ? {} : { ensureBase: o.ensureBase }),
     ...reconcilerMetricHooks(o.metrics),
   });
+  const programmed = o.metrics.programmed.labels({ target: 'kernel' });
+  const timed = new TimedEvents((seconds) => programmed.observe(seconds));
   return runPlanned(events, signal, {
     reconciler,
     families: o.families,
     plan: o.plan,
-    onProgrammed: (seconds) => o.metrics.programmed.observe({ target: 'kernel' }, seconds),
+    onProgrammed: (received) => timed.took(received),
   });
 }

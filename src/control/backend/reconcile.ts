@@ -882,10 +882,10 @@ export async function runPlanned(
     plan: Planner;
     flushWindowMs?: number | undefined;
     /**
-     * After each flush: how long ago (seconds) each lease event it carried was received
-     * (metrics hook: lease event → peer programmed).
+     * After each flush: when each lease event it carried was received (performance.now()
+     * readings; metrics hook: lease event → peer programmed, see TimedEvents).
      */
-    onProgrammed?: ((seconds: number) => void) | undefined;
+    onProgrammed?: ((received: readonly number[]) => void) | undefined;
   },
 ): Promise<void> {
   const rec = o.reconciler;
@@ -926,7 +926,7 @@ export async function runPlanned(
       const complete = snapshotPlanned;
       await rec.flush();
       if (complete) snapshotSent = true;
-      if (o.onProgrammed) for (const t of carried) o.onProgrammed(secondsSince(t));
+      o.onProgrammed?.(carried);
     } while (again && !signal.aborted);
   };
   const kick = () => {

@@ -40,7 +40,7 @@ import {
   registerDataplaneMetrics,
   removeBpfPins,
 } from '../../dataplane/index.js';
-import { secondsSince } from '../../common/metrics.js';
+import { TimedEvents } from '../../common/metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
@@ -371,6 +371,7 @@ class PeerFeed {
   #scheduled: NodeJS.Timeout | null = null;
   // When each lease event not yet handed to the engine was received (performance.now()).
   #received: number[] = [];
+  readonly #timed: TimedEvents;
 
   constructor(
     private readonly engine: () => Dataplane,
@@ -380,7 +381,10 @@ class PeerFeed {
     private readonly metrics: ReturnType<typeof kernelMetrics>,
     private readonly skipped: LogOnce,
     private readonly record: DataplaneRecord | null,
-  ) {}
+  ) {
+    const programmed = metrics.programmed.labels({ target: 'engine' });
+    this.#timed = new TimedEvents((seconds) => programmed.observe(seconds));
+  }
 
   /** Hands over the whole table (the next flush sends it again should the engine refuse it). */
   handOverTable(): void {
@@ -435,8 +439,7 @@ class PeerFeed {
     try {
       this.#pushTable();
     } finally {
-      for (const t of carried)
-        this.metrics.programmed.observe({ target: 'engine' }, secondsSince(t));
+      this.#timed.took(carried);
     }
   }
 

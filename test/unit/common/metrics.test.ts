@@ -1,7 +1,8 @@
 /**
  * The registration helpers over prom-client (src/common/metrics.ts): a family is created once
  * per registry and found again afterwards, known label values are exported at 0 from the start
- * (counters, gauges, histograms), and a name registered as another type is refused.
+ * (counters, gauges, histograms), and a name registered as another type is refused; and
+ * TimedEvents, which records a large flush's observations a slice per event-loop turn.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -11,6 +12,7 @@ import {
   counterOn,
   gaugeOn,
   histogramOn,
+  TimedEvents,
   labelCombinations,
 } from '../../../src/common/metrics.js';
 
@@ -64,4 +66,56 @@ test('labelCombinations: every combination in label order; none when a label has
   ]);
   assert.deepEqual(labelCombinations(['a'], { a: [] }), []);
   assert.deepEqual(labelCombinations([], {}), [{}]);
+});
+
+describe('TimedEvents', () => {
+  const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+  const recorder = () => {
+    const seen: number[] = [];
+    return { seen, timed: new TimedEvents((s) => seen.push(s), 4) };
+  };
+
+  test('a flush of up to a slice is observed before took() returns', () => {
+    const { seen, timed } = recorder();
+    const now = performance.now();
+    timed.took([now, now, now]);
+    assert.equal(seen.length, 3);
+    assert.equal(timed.pending, 0);
+  });
+
+  test('each value is the time from its receipt to took()', () => {
+    const { seen, timed } = recorder();
+    const now = performance.now();
+    timed.took([now - 2000, now - 500]);
+    assert.ok(seen[0]! >= 2 && seen[0]! < 60, `${seen[0]}`);
+    assert.ok(seen[1]! >= 0.5 && seen[1]! < seen[0]!, `${seen[1]}`);
+  });
+
+  test('a larger flush records a slice now, then a slice per turn, giving the loop back between', async () => {
+    const { seen, timed } = recorder();
+    timed.took(new Array<number>(10).fill(performance.now()));
+    assert.equal(seen.length, 4);
+    // queued behind the first slice's turn: runs before the last slice is recorded
+    let between = -1;
+    setImmediate(() => (between = seen.length));
+    await nextTurn();
+    await nextTurn();
+    assert.equal(between, 8);
+    await nextTurn();
+    assert.equal(seen.length, 10);
+    assert.equal(timed.pending, 0);
+  });
+
+  test('a flush while slices are still waiting is queued behind them, none lost', async () => {
+    const { seen, timed } = recorder();
+    const now = performance.now();
+    timed.took(new Array<number>(6).fill(now - 1000));
+    timed.took([now]);
+    assert.equal(seen.length, 4);
+    assert.equal(timed.pending, 3);
+    while (timed.pending > 0) await nextTurn();
+    assert.equal(seen.length, 7);
+    // in order: the later flush's value last
+    assert.ok(seen[6]! < seen[0]!);
+  });
 });
