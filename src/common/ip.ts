@@ -118,9 +118,18 @@ export function formatCIDR(net: IPNet): string {
 }
 
 export function maskOf(family: Family, prefix: number): bigint {
+  const known = MASKS[family][prefix];
+  if (known !== undefined) return known;
   const b = BigInt(bits(family));
-  return ((1n << b) - 1n) ^ ((1n << (b - BigInt(prefix))) - 1n);
+  const mask = ((1n << b) - 1n) ^ ((1n << (b - BigInt(prefix))) - 1n);
+  // (kept for prefixes 0..bits only: a table of at most 33 + 129 values)
+  if (Number.isInteger(prefix) && prefix >= 0 && prefix <= bits(family))
+    MASKS[family][prefix] = mask;
+  return mask;
 }
+
+/** maskOf's values by family and prefix, made once each (every BigInt is a heap allocation). */
+const MASKS: Record<Family, bigint[]> = { 4: [], 6: [] };
 
 /** The prefix with host bits cleared. */
 export function canonical(net: IPNet): IPNet {

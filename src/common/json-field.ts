@@ -6,12 +6,19 @@
  * so it is skipped.
  */
 
-/** The value of `name` in `obj` under Go's rules above; undefined when absent or only null. */
+/**
+ * The value of `name` in `obj` under Go's rules above; undefined when absent or only null.
+ * `name` is ASCII (weft's field names are). Only keys of its length are compared (a key whose
+ * lower case equals an ASCII name's has the same length), and nothing is allocated for the
+ * others: a start checks 5,000 leases' backend data, several fields each.
+ */
 export function jsonField(obj: Readonly<Record<string, unknown>>, name: string): unknown {
   const lower = name.toLowerCase();
   let found: unknown;
-  for (const [k, v] of Object.entries(obj)) {
-    if (v !== null && k.toLowerCase() === lower) found = v;
+  for (const k in obj) {
+    if (k.length !== lower.length || !Object.hasOwn(obj, k)) continue;
+    const v = obj[k];
+    if (v !== null && (k === name || k.toLowerCase() === lower)) found = v;
   }
   return found;
 }

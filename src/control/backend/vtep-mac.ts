@@ -33,7 +33,11 @@ export function isMacText(mac: unknown): mac is string {
 
 /** A unicast, non-zero MAC address text (the only kind a VTEP may use). */
 export function usableVtepMAC(mac: string | null | undefined): mac is string {
-  if (!isMacText(mac)) return false;
+  return isMacText(mac) && unicastNonZero(mac);
+}
+
+/** For a MAC address text in lower case: unicast and not all zeros. */
+function unicastNonZero(mac: string): boolean {
   return (parseInt(mac.slice(0, 2), 16) & 1) === 0 && mac !== '00:00:00:00:00:00';
 }
 
@@ -56,10 +60,11 @@ export function peerVtepMAC(data: unknown): { mac: string } | { reason: string }
   if (!isMacText(mac)) {
     return { reason: `VtepMAC ${JSON.stringify(mac)} is not a MAC address` };
   }
-  if (!usableVtepMAC(mac.toLowerCase())) {
+  const lower = mac.toLowerCase();
+  if (!unicastNonZero(lower)) {
     return { reason: `VtepMAC ${JSON.stringify(mac)} is not a unicast address` };
   }
-  return { mac: mac.toLowerCase() };
+  return { mac: lower };
 }
 
 /** Every VtepMAC a lease publishes (BackendData and BackendV6Data). */

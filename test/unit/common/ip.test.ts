@@ -9,6 +9,7 @@ import {
   isAligned,
   ipToBytes,
   ipFromBytes,
+  maskOf,
 } from '../../../src/common/ip.js';
 
 test('ipv6 text round-trips in Go/RFC 5952 form', () => {
@@ -55,4 +56,19 @@ test('bytes round-trip for both families', () => {
     const ip = parseIP(s)!;
     assert.deepEqual(ipFromBytes(ipToBytes(ip)), ip);
   }
+});
+
+test('maskOf: every prefix of both families, the same value when asked again', () => {
+  for (const [family, width] of [
+    [4, 32],
+    [6, 128],
+  ] as const) {
+    const all = (1n << BigInt(width)) - 1n;
+    for (let prefix = 0; prefix <= width; prefix++) {
+      const want = all ^ ((1n << BigInt(width - prefix)) - 1n);
+      assert.equal(maskOf(family, prefix), want, `/${prefix} (IPv${family})`);
+      assert.equal(maskOf(family, prefix), want, `/${prefix} (IPv${family}), again`);
+    }
+  }
+  assert.equal(maskOf(4, 24), 0xffffff00n);
 });
