@@ -36,9 +36,19 @@ export function familyOf(text: string): Family | null {
 export function parseIP(text: string): IP | null {
   const family = familyOf(text);
   if (family === 4) {
-    let v = 0n;
-    for (const part of text.split('.')) v = (v << 8n) | BigInt(Number(part));
-    return { family, addr: v };
+    // (digits and three dots, familyOf checked: summed as a Number, one BigInt made)
+    let v = 0;
+    let part = 0;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (c === 0x2e) {
+        v = v * 256 + part;
+        part = 0;
+      } else {
+        part = part * 10 + (c - 0x30);
+      }
+    }
+    return { family, addr: BigInt(v * 256 + part) };
   }
   if (family === 6) {
     let s = text;
@@ -64,7 +74,8 @@ export function parseIP(text: string): IP | null {
 
 export function formatIP(family: Family, addr: bigint): string {
   if (family === 4) {
-    return [24n, 16n, 8n, 0n].map((s) => ((addr >> s) & 0xffn).toString()).join('.');
+    const n = Number(addr & 0xffffffffn);
+    return `${n >>> 24}.${(n >>> 16) & 0xff}.${(n >>> 8) & 0xff}.${n & 0xff}`;
   }
   const groups: number[] = [];
   for (let i = 7; i >= 0; i--) groups.push(Number((addr >> BigInt(i * 16)) & 0xffffn));

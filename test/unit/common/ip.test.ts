@@ -38,6 +38,19 @@ test('ipv4 parse and format', () => {
   assert.equal(parseIP('256.1.1.1'), null);
 });
 
+test('ipv4: the ends of the range and every octet position round-trip', () => {
+  for (const [text, addr] of [
+    ['0.0.0.0', 0n],
+    ['255.255.255.255', 0xffffffffn],
+    ['1.2.3.4', 0x01020304n],
+    ['192.168.0.255', 0xc0a800ffn],
+    ['128.0.0.1', 0x80000001n],
+  ] as const) {
+    assert.deepEqual(parseIP(text), { family: 4, addr }, text);
+    assert.equal(formatIP(4, addr), text);
+  }
+});
+
 test('cidr parse rejects bad prefixes and checks containment', () => {
   assert.equal(parseCIDR('10.0.0.0/33'), null);
   assert.equal(parseCIDR('10.0.0.0'), null);
