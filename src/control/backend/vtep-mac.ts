@@ -36,7 +36,7 @@ export function usableVtepMAC(mac: string | null | undefined): mac is string {
   return isMacText(mac) && unicastNonZero(mac);
 }
 
-/** For a MAC address text in lower case: unicast and not all zeros. */
+/** For a MAC address text (either case): unicast and not all zeros. */
 function unicastNonZero(mac: string): boolean {
   return (parseInt(mac.slice(0, 2), 16) & 1) === 0 && mac !== '00:00:00:00:00:00';
 }
