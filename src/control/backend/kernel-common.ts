@@ -188,6 +188,15 @@ export function kernelMetrics(reg: PromRegistry): KernelMetrics {
   };
 }
 
+/** `programmed`'s series for `target`, recorded a slice per event-loop turn (TimedEvents). */
+export function timedProgramming(
+  m: KernelMetrics,
+  target: (typeof PROGRAM_TARGETS)[number],
+): TimedEvents {
+  const series = m.programmed.labels({ target });
+  return new TimedEvents((seconds) => series.observe(seconds));
+}
+
 /** The reconcile-loop hooks that feed the kernel backends' counters. */
 export function reconcilerMetricHooks(
   m: KernelMetrics,
@@ -232,8 +241,7 @@ export function runKernelPlan(
     ...(o.ensureBase === undefined ? {} : { ensureBase: o.ensureBase }),
     ...reconcilerMetricHooks(o.metrics),
   });
-  const programmed = o.metrics.programmed.labels({ target: 'kernel' });
-  const timed = new TimedEvents((seconds) => programmed.observe(seconds));
+  const timed = timedProgramming(o.metrics, 'kernel');
   return runPlanned(events, signal, {
     reconciler,
     families: o.families,

@@ -40,7 +40,7 @@ import {
   registerDataplaneMetrics,
   removeBpfPins,
 } from '../../dataplane/index.js';
-import { TimedEvents } from '../../common/metrics.js';
+import type { TimedEvents } from '../../common/metrics.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { openNetlink } from '../netlink/open-netlink.js';
 import { type Netlink, type Op, applyAll } from '../netlink/netlink.js';
@@ -53,6 +53,7 @@ import {
   clusterNetwork,
   enabledFamilies,
   kernelMetrics,
+  timedProgramming,
   reconcilerMetricHooks,
   leaseSubnet,
   subnetAddress,
@@ -382,8 +383,7 @@ class PeerFeed {
     private readonly skipped: LogOnce,
     private readonly record: DataplaneRecord | null,
   ) {
-    const programmed = metrics.programmed.labels({ target: 'engine' });
-    this.#timed = new TimedEvents((seconds) => programmed.observe(seconds));
+    this.#timed = timedProgramming(metrics, 'engine');
   }
 
   /** Hands over the whole table (the next flush sends it again should the engine refuse it). */
