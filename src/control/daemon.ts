@@ -29,6 +29,7 @@ import type { NetConfig } from './config/net-config.js';
 import { startHealthServer, type HealthServer } from './http.js';
 import type { SubnetManager } from './lease/manager.js';
 import { runRenewer } from './lease/renewer.js';
+import { wholeSnapshots } from './lease/snapshot-parts.js';
 import type { Lease, LeaseAttrs } from './lease/types.js';
 import { createDaemonMetrics, type DaemonMetrics, type LeaseMetrics } from './metrics/metrics.js';
 import { readSubnetEnv, writeSubnetEnv } from './subnet-env.js';
@@ -242,7 +243,8 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
           },
         );
         try {
-          await be.run(noteLeaseChanges(logPeerEvents(events, log), trimmer), round.signal);
+          const peers = noteLeaseChanges(logPeerEvents(events, log), trimmer);
+          await be.run(be.snapshotParts ? peers : wholeSnapshots(peers), round.signal);
         } catch (err) {
           if (!(taken && isWeftError(err, 'WEFT_ERR_ABORTED'))) throw err;
         } finally {

@@ -113,6 +113,11 @@ export interface Backend {
   start(lease: Lease): Promise<void>;
   /** Consumes peer lease batches until `signal` fires; rejects only on a fatal backend error. */
   run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal): Promise<void>;
+  /**
+   * Whether run() takes the first snapshot in parts (snapshot-parts.ts), programming each as it
+   * comes; absent: the daemon gives it the snapshot whole.
+   */
+  readonly snapshotParts?: boolean;
   close(how?: CloseHow): Promise<void>;
   /**
    * Whether the dataplane can forward, as the last re-check of the backend's own state (device,

@@ -58,6 +58,7 @@ export function createHostGwBackend(ctx: BackendContext, deps: KernelBackendDeps
       return { attrs: { backendType: HOST_GW }, mtu: ctx.extIface.mtu };
     },
     async start(_lease: Lease) {},
+    snapshotParts: true, // (runKernelPlan)
     async run(events, signal) {
       if (!nl) throw new Error('host-gw: run before prepare');
       const ownership: Ownership[] = families.map((family) => ({

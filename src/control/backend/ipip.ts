@@ -229,6 +229,7 @@ function createKernelIpip(ctx: BackendContext, cfg: IpipConfig, deps: KernelBack
       );
       log.info({ dev: IPIP_DEV, addr }, 'ipip device up');
     },
+    snapshotParts: true, // (runKernelPlan)
     async run(events, signal) {
       if (!nl) throw new Error('ipip: run before prepare');
       const network = clusterNetwork(ctx.netConfig, 4)!;

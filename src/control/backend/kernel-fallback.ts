@@ -75,6 +75,9 @@ export function kernelOrUserspace(ctx: BackendContext, f: KernelFallback): Backe
     },
     start: (lease) => impl.start(lease),
     run: (events, signal) => impl.run(events, signal),
+    get snapshotParts() {
+      return impl.snapshotParts ?? false;
+    },
     close: (how) => impl.close(how),
   };
 }

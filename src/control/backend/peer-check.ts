@@ -32,6 +32,7 @@ import {
 import { jsonField } from '../../common/json-field.js';
 import { LogOnce, type Logger } from '../../common/log.js';
 import type { NetConfig } from '../config/net-config.js';
+import { snapshotPart } from '../lease/snapshot-parts.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { clusterNetwork, enabledFamilies, leaseSubnet } from './kernel-common.js';
 import { leaseVtepMACs, peerVtepMAC } from './vtep-mac.js';
@@ -414,10 +415,7 @@ export class PeerChecker {
    */
   apply(batch: readonly LeaseEvent[], snapshot: boolean): Set<string> | null {
     if (snapshot) {
-      this.#all.clear();
-      for (const l of byAge(batch.filter((e) => e.type === 'added').map((e) => e.lease)))
-        this.#all.set(l.key, l);
-      this.#full();
+      for (const step of this.snapshot(batch, Infinity)) void step;
       return null;
     }
     const touched = new Set<string>();
@@ -469,18 +467,62 @@ export class PeerChecker {
     return null;
   }
 
+  /**
+   * Takes `batch` as the full set (apply's snapshot) and checks it oldest first, `part` leases
+   * at a time: yields the keys of each part once their verdicts are in, `last` on the last one
+   * (empty when the set is). A part's verdicts are final when it is yielded: a lease is judged
+   * against older leases only. Nothing else may be applied until the generator is done.
+   */
+  *snapshot(batch: readonly LeaseEvent[], part: number): Generator<SnapshotPartKeys> {
+    this.#all.clear();
+    const leases: Lease[] = [];
+    for (let i = 0; i < batch.length; i++) {
+      const e = batch[i]!;
+      if (e.type === 'added') leases.push(e.lease);
+    }
+    for (const l of byAge(leases)) this.#all.set(l.key, l);
+    yield* this.#check(part);
+  }
+
   #full(): void {
+    for (const step of this.#check(Infinity)) void step;
+  }
+
+  /** Checks every lease again, oldest first, yielding the keys of each `part` checked. */
+  *#check(part: number): Generator<SnapshotPartKeys> {
     this.fullChecks++;
     this.#state = new CheckState(this.#cfg);
     this.#accepted = new Map();
     this.#rejected = new Map();
+    const total = this.#all.size;
+    let n = 0;
+    let keys: string[] = [];
     for (const lease of this.#all.values()) {
       const r = this.#state.consider(lease);
       if (r) this.#rejected.set(lease.key, r);
       else this.#accepted.set(lease.key, lease);
+      keys.push(lease.key);
+      const last = ++n === total;
+      if (keys.length >= part || last) {
+        yield { keys, last };
+        keys = [];
+      }
     }
+    if (total === 0) yield { keys, last: true };
   }
 }
+
+/** A part of a snapshot checked by `PeerChecker.snapshot`: its keys, and whether it is the last. */
+export interface SnapshotPartKeys {
+  readonly keys: readonly string[];
+  readonly last: boolean;
+}
+
+/**
+ * Leases of a startup snapshot checked per part handed on (see `checkedPeerEvents`): as many as
+ * reconcile.ts's SNAPSHOT_CHUNK, so each part is one kernel batch of the start.
+ */
+export const SNAPSHOT_PART = 500;
 
 /**
  * Passes peer lease batches through, keeping back the leases `checkPeers` rejects: downstream
@@ -488,12 +530,18 @@ export class PeerChecker {
  * one it had that is gone or now rejected (removals first, so a freed subnet is cleared before
  * its new holder is programmed). The verdicts are kept by a `PeerChecker`: a batch costs what it
  * changes, not the number of peers.
+ *
+ * The startup snapshot is checked oldest first and handed on in parts of `part` leases
+ * (snapshot-parts.ts), each as soon as its verdicts are in: they are final, since a lease is
+ * judged against older leases only, so a kernel backend programs the first peers while the rest
+ * are checked. The parts together are the batch a whole check would give, in the same order.
  */
 export async function* checkedPeerEvents(
   batches: AsyncIterable<LeaseEvent[]>,
   cfg: PeerCheckConfig,
   hooks: PeerCheckHooks,
   checker: PeerChecker = new PeerChecker(cfg),
+  part = SNAPSHOT_PART,
 ): AsyncIterable<LeaseEvent[]> {
   const counter = leaseConflictCounter(hooks.metrics);
   const once = new LogOnce();
@@ -501,20 +549,8 @@ export async function* checkedPeerEvents(
   const given = new Map<string, Lease>();
   /** Current rejection reason per key (a conflict is counted when it starts). */
   const skipped = new Map<string, ConflictReason>();
-  let first = true;
-  for await (const batch of batches) {
-    const startup = first;
-    first = false;
-    const touched = checker.apply(batch, startup);
-    // After a whole re-check every key is looked at: adds in age order, removals in given order.
-    const keys: Iterable<string> =
-      touched ??
-      new Set([
-        ...checker.accepted.keys(),
-        ...given.keys(),
-        ...checker.rejected.keys(),
-        ...skipped.keys(),
-      ]);
+  /** The events for `keys` whose verdicts may have changed (removals first). */
+  const eventsFor = (keys: Iterable<string>, startup: boolean): LeaseEvent[] => {
     const removed: LeaseEvent[] = [];
     const added: LeaseEvent[] = [];
     for (const key of keys) {
@@ -549,8 +585,33 @@ export async function* checkedPeerEvents(
         given.set(key, now);
       }
     }
-    const out = removed.length === 0 ? added : [...removed, ...added];
-    // The first batch is the snapshot: it is passed on even when empty (backends resync on it).
-    if (out.length > 0 || startup) yield out;
+    return removed.length === 0 ? added : [...removed, ...added];
+  };
+  let first = true;
+  for await (const batch of batches) {
+    if (first) {
+      first = false;
+      // The snapshot, in parts: each but the last marked as continued. (Nothing is given yet,
+      // so a part's keys are all that changed; a part all skipped is not passed on, the last
+      // always is: the first batch is the snapshot, passed on even when empty.)
+      for (const { keys, last } of checker.snapshot(batch, part)) {
+        const events = eventsFor(keys, true);
+        if (last) yield events;
+        else if (events.length > 0) yield snapshotPart(events);
+      }
+      continue;
+    }
+    const touched = checker.apply(batch, false);
+    // After a whole re-check every key is looked at: adds in age order, removals in given order.
+    const keys: Iterable<string> =
+      touched ??
+      new Set([
+        ...checker.accepted.keys(),
+        ...given.keys(),
+        ...checker.rejected.keys(),
+        ...skipped.keys(),
+      ]);
+    const out = eventsFor(keys, false);
+    if (out.length > 0) yield out;
   }
 }

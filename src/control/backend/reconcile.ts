@@ -51,6 +51,7 @@ import {
   NUD_PERMANENT,
   describeOp,
 } from '../netlink/netlink.js';
+import { continuesSnapshot } from '../lease/snapshot-parts.js';
 import type { LeaseEvent } from '../lease/types.js';
 
 /** Kernel entries a backend owns, per family: what resync may delete when nobody wants it. */
@@ -865,13 +866,15 @@ export type Planner = (event: LeaseEvent, family: Family) => Op[];
  * kernel batch per window, not one per event. The first batch (the snapshot of every lease) is
  * planned SNAPSHOT_CHUNK events per turn, each chunk flushed at once, so the kernel inserts one
  * chunk's entries (on NativeNetlink's pool thread) while the next chunk is planned: with 5,000
- * peers the kernel's ~0.3 s and the plan's overlap instead of following each other. The first
+ * peers the kernel's ~0.3 s and the plan's overlap instead of following each other. A snapshot
+ * handed on in parts (snapshot-parts.ts: the peer check's, as each part's verdicts are in) is
+ * one snapshot: each part is sent at once, and the next is taken on the next turn. The first
  * re-check removes what an earlier run left behind and what no lease wants: it reads the kernel
  * before the first flush (the table as that run left it: cheap on a fresh node) and judges once
- * the whole snapshot is planned — not before: its comparison must know every lease's entries, or
- * a restart would delete a peer's routes that a later chunk still wants (the flushes only add or
- * replace, so an earlier run's entries stay in place until then). Then run() re-checks on
- * changes until `signal`.
+ * the whole snapshot (its last part) is planned — not before: its comparison must know every
+ * lease's entries, or a restart would delete a peer's routes that a later chunk still wants (the
+ * flushes only add or replace, so an earlier run's entries stay in place until then). Then run()
+ * re-checks on changes until `signal`.
  */
 export async function runPlanned(
   events: AsyncIterable<LeaseEvent[]>,
@@ -961,6 +964,13 @@ export async function runPlanned(
           kick();
           await racer.race(nextTurn()); // (the flush starts; the kernel works while we plan on)
         }
+      }
+      if (!snapshotPlanned && continuesSnapshot(batch)) {
+        // a part of the snapshot (snapshot-parts.ts): sent now, the next part checked and
+        // planned while the kernel works; the re-check judges after the last part
+        kick();
+        await racer.race(nextTurn());
+        continue;
       }
       if (!snapshotPlanned) {
         snapshotPlanned = true;

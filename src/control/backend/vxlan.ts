@@ -509,6 +509,7 @@ function createKernelVxlan(
         log.info({ dev: d.dev, addr }, 'vxlan device up');
       }
     },
+    snapshotParts: true, // (runKernelPlan)
     async run(events, signal) {
       if (!nl) throw new Error('vxlan: run before prepare');
       const netlink = nl;

@@ -7,6 +7,7 @@ import {
   PEER_LINES_PER_SECOND,
   logPeerEvents,
 } from '../../../src/control/peer-log.js';
+import { snapshotPart } from '../../../src/control/lease/snapshot-parts.js';
 import type { LeaseEvent } from '../../../src/control/lease/types.js';
 import { peerLease } from './backend/fixtures.js';
 
@@ -62,6 +63,26 @@ test('a snapshot larger than the per-change limit is one line at once', async ()
   assert.deepEqual(
     lines.map((l) => [l.msg, l.added]),
     [['peer leases changed', LOG_EACH_PEER_UP_TO + 1]],
+  );
+  await it.return?.();
+});
+
+test('a snapshot in parts is one line, at its last part, however small the parts', async () => {
+  const { lines, log } = capture();
+  const clock = { t: 0 };
+  const parts = [
+    snapshotPart([ev('added'), ev('added')]),
+    snapshotPart([ev('added')]),
+    [ev('added')],
+  ];
+  const it = logPeerEvents(feed(parts, clock, 0), log, () => clock.t)[Symbol.asyncIterator]();
+  await it.next();
+  await it.next();
+  assert.equal(lines.length, 0);
+  await it.next();
+  assert.deepEqual(
+    lines.map((l) => [l.msg, l.added]),
+    [['peer leases changed', 4]],
   );
   await it.return?.();
 });

@@ -18,6 +18,8 @@ import { backendContext } from './fixtures.js';
 function fake(name: string, calls: string[], fails?: Error): Backend {
   return {
     type: 'vxlan',
+    // as the real ones: the kernel backend takes a snapshot in parts, the userspace one not
+    ...(name === 'kernel' ? { snapshotParts: true } : {}),
     async prepare() {
       calls.push(`${name} prepare`);
       if (fails) throw fails;
@@ -62,6 +64,15 @@ describe('kernelOrUserspace', () => {
       lines.map((l) => l.msg),
       ['no kernel vxlan; using the userspace dataplane'],
     );
+  });
+
+  test('auto: the snapshot is taken in parts as the backend that runs takes it', async () => {
+    const kernel = setup('auto');
+    await kernel.b.prepare();
+    assert.equal(kernel.b.snapshotParts, true);
+    const handedOver = setup('auto', missing());
+    await handedOver.b.prepare();
+    assert.equal(handedOver.b.snapshotParts, false);
   });
 
   test('auto: a kernel error without the missing-module mark is thrown, no handover', async () => {

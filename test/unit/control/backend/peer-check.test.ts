@@ -12,6 +12,7 @@ import {
   peerCheckConfig,
 } from '../../../../src/control/backend/peer-check.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
+import { continuesSnapshot } from '../../../../src/control/lease/snapshot-parts.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
 import { ownLease, peerLease } from './fixtures.js';
 
@@ -285,6 +286,75 @@ describe('checkedPeerEvents', () => {
     assert.deepEqual(told, []);
     assert.deepEqual(out, [[]]);
     assert.equal((await conflicts(metrics)).vtep_mac, 1);
+  });
+});
+
+describe('checkedPeerEvents: the startup snapshot in parts', () => {
+  /** `lease` written `i` seconds in (the snapshot's age order). */
+  const aged = (l: Lease, i: number): Lease => ({ ...l, expiration: new Date(i * 1000) });
+  /** The batches a snapshot of `leases` is handed on in, `part` leases checked at a time. */
+  async function parts(
+    leases: Lease[],
+    part: number,
+    onOwn?: (l: Lease) => void,
+  ): Promise<Array<{ keys: string[]; continued: boolean }>> {
+    const cfg = config();
+    const out: Array<{ keys: string[]; continued: boolean }> = [];
+    const events = checkedPeerEvents(
+      feed([leases.map(add)]),
+      cfg,
+      { log, metrics: new Registry(), ...(onOwn ? { onOwnVtepMACTaken: onOwn } : {}) },
+      new PeerChecker(cfg),
+      part,
+    );
+    for await (const b of events) {
+      out.push({ keys: b.map((e) => e.lease.key), continued: continuesSnapshot(b) });
+    }
+    return out;
+  }
+
+  test('a snapshot larger than a part comes in parts, all but the last continued; together the whole check’s batch', async () => {
+    const leases = [2, 3, 4, 5, 6].map((t, i) => aged(peer(`10.5.${t}.0/24`), 5 - i));
+    const got = await parts(leases, 2);
+    assert.deepEqual(
+      got.map((b) => [b.keys.length, b.continued]),
+      [
+        [2, true],
+        [2, true],
+        [1, false],
+      ],
+    );
+    const whole = await parts(leases, Infinity);
+    assert.deepEqual(whole.length, 1);
+    assert.deepEqual(
+      got.flatMap((b) => b.keys),
+      whole[0]!.keys,
+    );
+    // oldest first: the last lease written first
+    assert.equal(got[0]!.keys[0], leases[4]!.key);
+  });
+
+  test('a part all skipped is not passed on; the last part always is, and ends the snapshot', async () => {
+    const bad = { backendData: { VNI: 7, VtepMAC: '0a:00:00:00:00:77' } };
+    const leases = [
+      aged(peer('10.5.2.0/24'), 1),
+      aged(peer('10.5.3.0/24'), 2),
+      aged(peer('10.5.4.0/24', bad), 3),
+      aged(peer('10.5.5.0/24', bad), 4),
+      aged(peer('10.5.6.0/24', bad), 5),
+    ];
+    const got = await parts(leases, 2);
+    assert.deepEqual(got, [
+      { keys: [leases[0]!.key, leases[1]!.key], continued: true },
+      { keys: [], continued: false },
+    ]);
+  });
+
+  test('our VtepMAC on a peer of a later part: we are the newcomer and are told', async () => {
+    const clash = aged(peer('10.5.3.0/24', { backendData: { VNI: 1, VtepMAC: OWN_MAC } }), 2);
+    const told: Lease[] = [];
+    await parts([aged(peer('10.5.2.0/24'), 1), clash], 1, (l) => told.push(l));
+    assert.deepEqual(told, [clash]);
   });
 });
 

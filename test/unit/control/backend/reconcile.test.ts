@@ -8,6 +8,7 @@ import {
   SNAPSHOT_CHUNK,
   runPlanned,
 } from '../../../../src/control/backend/reconcile.js';
+import { snapshotPart } from '../../../../src/control/lease/snapshot-parts.js';
 import type { LeaseEvent } from '../../../../src/control/lease/types.js';
 import { planVxlan } from '../../../../src/control/backend/vxlan.js';
 import { FakeNetlink } from '../../../../src/control/netlink/fake-netlink.js';
@@ -350,6 +351,86 @@ describe('runPlanned: the snapshot goes to the kernel while it is planned', () =
       'delRoute',
     ]);
     assert.equal(nl.routes.size, n);
+  });
+});
+
+describe('runPlanned: a snapshot in parts (snapshot-parts.ts)', () => {
+  const ctx = FLANNEL1;
+  const lease = flannel1Peer;
+  const events = (from: number, to: number): LeaseEvent[] =>
+    Array.from({ length: to - from }, (_, i) => ({
+      type: 'added' as const,
+      lease: lease(from + i),
+    }));
+  /**
+   * runPlanned over a snapshot of three parts of `size` leases (the last one ending it); `before`
+   * runs first (an earlier run's entries). Records, per kernel batch, how many parts had been
+   * taken from the stream when it was sent.
+   */
+  const start = async (
+    size: number,
+    before: (nl: FakeNetlink) => Promise<void> = async () => {},
+  ) => {
+    const { nl, rec } = flannel1Reconciler();
+    await before(nl);
+    let taken = 0;
+    const batches: Array<{ ops: readonly Op[]; taken: number }> = [];
+    const apply = nl.apply.bind(nl);
+    nl.apply = async (ops) => {
+      batches.push({ ops, taken });
+      return apply(ops);
+    };
+    async function* parts(): AsyncIterable<LeaseEvent[]> {
+      for (const b of [
+        snapshotPart(events(0, size)),
+        snapshotPart(events(size, 2 * size)),
+        events(2 * size, 3 * size),
+      ]) {
+        taken++;
+        yield b;
+      }
+    }
+    await runPlanned(parts(), new AbortController().signal, {
+      reconciler: rec,
+      families: [4],
+      plan: (ev, family) => planVxlan(ev, family, ctx),
+    });
+    return { nl, batches };
+  };
+  const isDel = (op: Op) => op.op.startsWith('del');
+
+  test('each part is sent to the kernel before the next part is taken', async () => {
+    const { nl, batches } = await start(3);
+    assert.deepEqual(
+      batches.slice(0, 2).map((b) => [b.taken, b.ops.length]),
+      [
+        [1, 9], // the first part's neighbours, FDB entries and routes
+        [2, 9],
+      ],
+    );
+    assert.equal(nl.routes.size, 9);
+  });
+
+  test('the first re-check deletes only after the last part: an entry it wants stays, one nobody wants goes', async () => {
+    const gone = lease(100); // a lease that is no more
+    const { nl, batches } = await start(3, async (nl) => {
+      // the earlier run's entries: a lease of the last part's, and one that is gone
+      await nl.apply(planVxlan({ type: 'added', lease: lease(8) }, 4, ctx));
+      await nl.apply(planVxlan({ type: 'added', lease: gone }, 4, ctx));
+    });
+    const firstDel = batches.findIndex((b) => b.ops.some(isDel));
+    assert.ok(firstDel > 0);
+    assert.equal(batches[firstDel]!.taken, 3);
+    assert.equal(batches.slice(0, firstDel).flatMap((b) => b.ops).length, 9 * 3);
+    assert.deepEqual(
+      batches
+        .flatMap((b) => b.ops)
+        .filter(isDel)
+        .map((op) => op.op)
+        .sort(),
+      ['delFdb', 'delNeigh', 'delRoute'],
+    );
+    assert.equal(nl.routes.size, 9);
   });
 });
 
