@@ -39,7 +39,12 @@ import type { AcquireOptions, SubnetManager } from '../lease/manager.js';
 import { makeSubnetKey } from '../lease/subnet-key.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
 import { diffLease, diffSnapshots } from '../lease/watcher.js';
-import { KUBE_OPERATIONS, type LeaseMetrics, timedStore } from '../metrics/metrics.js';
+import {
+  KUBE_OPERATIONS,
+  type LeaseMetrics,
+  countLeaseEvents,
+  timedStore,
+} from '../metrics/metrics.js';
 import { KubeApi, loadKubeConfig, type KubeNode } from './kube-api.js';
 import { NodeInformer } from './kube-informer.js';
 
@@ -503,8 +508,7 @@ export class KubeManager implements SubnetManager {
         }
       }
       if (events.length > 0 || first) {
-        for (const e of events) this.#metrics.events.inc({ type: e.type });
-        this.#metrics.peers.set(peers.size);
+        countLeaseEvents(this.#metrics, events, peers.size);
         first = false;
         yield events;
       }

@@ -20,7 +20,7 @@ import {
   type FamilyConfig,
   type NetConfig,
 } from '../config/net-config.js';
-import { createLeaseMetrics, type LeaseMetrics } from '../metrics/metrics.js';
+import { countLeaseEvents, createLeaseMetrics, type LeaseMetrics } from '../metrics/metrics.js';
 import type { Registry, StoredLease, WatchBatch } from '../registry/registry.js';
 import { decodeLease, encodeLeaseAttrs } from './lease-json.js';
 import type { AcquireOptions, SubnetManager } from './manager.js';
@@ -321,12 +321,7 @@ export class LocalManager implements SubnetManager {
   }
 
   #count(events: readonly LeaseEvent[], snapshot: LeaseSnapshot): void {
-    let added = 0;
-    for (const e of events) if (e.type === 'added') added++;
-    // one labelled increment per type and batch (a 5,000-lease snapshot: not 5,000)
-    if (added > 0) this.#metrics.events.inc({ type: 'added' }, added);
-    if (added < events.length) this.#metrics.events.inc({ type: 'removed' }, events.length - added);
-    this.#metrics.peers.set(snapshot.size);
+    countLeaseEvents(this.#metrics, events, snapshot.size);
   }
 
   async *watchOwnLease(own: Lease, signal: AbortSignal): AsyncIterable<Lease> {

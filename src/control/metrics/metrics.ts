@@ -66,6 +66,23 @@ export interface DaemonMetrics {
   readonly ready: Gauge;
 }
 
+/**
+ * A batch of peer lease events counted (`weft_lease_events_total{type}`) with one labelled
+ * increment per type, not one per event (a 5,000-lease snapshot: 5,000 label look-ups took
+ * ~7 ms of a start), and the peers known now (`weft_lease_peers`).
+ */
+export function countLeaseEvents(
+  m: LeaseMetrics,
+  events: readonly { readonly type: 'added' | 'removed' }[],
+  peers: number,
+): void {
+  let added = 0;
+  for (let i = 0; i < events.length; i++) if (events[i]!.type === 'added') added++;
+  if (added > 0) m.events.inc({ type: 'added' }, added);
+  if (added < events.length) m.events.inc({ type: 'removed' }, events.length - added);
+  m.peers.set(peers);
+}
+
 /** Lease metrics on `registry` (a registry of their own for unit tests and the store-only commands). */
 export function createLeaseMetrics(registry: Registry = new Registry()): LeaseMetrics {
   return {

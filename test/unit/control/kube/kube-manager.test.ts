@@ -315,6 +315,13 @@ describe('watchLeases', () => {
     assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
   });
 
+  test('the events of a batch are counted, and the peers known set', async () => {
+    const { it } = await start();
+    await next(it);
+    assert.equal(await counter(metrics.events), 1);
+    assert.equal(await counter(metrics.peers), 1);
+  });
+
   /** Our node and one peer with a VtepMAC: a manager not yet started. */
   function ownAndPeer() {
     server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });

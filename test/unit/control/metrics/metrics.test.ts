@@ -11,6 +11,7 @@ import { kernelMetrics } from '../../../../src/control/backend/kernel-common.js'
 import { leaseConflictCounter } from '../../../../src/control/backend/peer-check.js';
 import {
   REGISTRY_OPERATIONS,
+  countLeaseEvents,
   createDaemonMetrics,
   timedStore,
 } from '../../../../src/control/metrics/metrics.js';
@@ -48,6 +49,16 @@ describe("the daemon's registry", () => {
     assert.equal(value(text, 'weft_lease_renewals_total{result="error"}'), 0);
     assert.equal(value(text, 'weft_lease_events_total{type="removed"}'), 0);
     assert.equal(value(text, 'weft_lease_renew_duration_seconds_count'), 0);
+  });
+
+  test('a batch of lease events is counted by type, and the peers known now are set', async () => {
+    const { registry, lease } = createDaemonMetrics();
+    countLeaseEvents(lease, [{ type: 'added' }, { type: 'removed' }, { type: 'added' }], 7);
+    countLeaseEvents(lease, [{ type: 'added' }], 8);
+    const text = await registry.metrics();
+    assert.equal(value(text, 'weft_lease_events_total{type="added"}'), 3);
+    assert.equal(value(text, 'weft_lease_events_total{type="removed"}'), 1);
+    assert.equal(value(text, 'weft_lease_peers'), 8);
   });
 
   test("a timed store's requests are observed by operation, failures included", async () => {
