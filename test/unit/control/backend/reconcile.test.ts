@@ -284,23 +284,41 @@ describe('runPlanned: cost follows what changed', () => {
   });
 });
 
+/**
+ * flannel1Reconciler after `before` (an earlier run's entries), every batch sent to the kernel
+ * recorded with its ops and `at()` read when it was sent.
+ */
+async function recordingReconciler(
+  before: (nl: FakeNetlink) => Promise<void>,
+  at: () => number,
+): Promise<{
+  nl: FakeNetlink;
+  rec: Reconciler;
+  batches: Array<{ ops: readonly Op[]; at: number }>;
+}> {
+  const { nl, rec } = flannel1Reconciler();
+  await before(nl);
+  const batches: Array<{ ops: readonly Op[]; at: number }> = [];
+  const apply = nl.apply.bind(nl);
+  nl.apply = async (ops) => {
+    batches.push({ ops, at: at() });
+    return apply(ops);
+  };
+  return { nl, rec, batches };
+}
+
 describe('runPlanned: the snapshot goes to the kernel while it is planned', () => {
   const ctx = FLANNEL1;
   const lease = flannel1Peer;
   const snapshot = (n: number): LeaseEvent[] =>
     Array.from({ length: n }, (_, i) => ({ type: 'added' as const, lease: lease(i) }));
-  /** runPlanned over `n` leases; `before` runs first (an earlier run's entries). */
+  /**
+   * runPlanned over `n` leases; `before` runs first (an earlier run's entries). Each kernel
+   * batch is recorded with how many events were planned when it was sent (`at`).
+   */
   const start = async (n: number, before: (nl: FakeNetlink) => Promise<void> = async () => {}) => {
-    const { nl, rec } = flannel1Reconciler();
-    await before(nl);
     let planned = 0;
-    /** For each batch sent to the kernel: its ops, and how many events were planned then. */
-    const batches: Array<{ ops: readonly Op[]; planned: number }> = [];
-    const apply = nl.apply.bind(nl);
-    nl.apply = async (ops) => {
-      batches.push({ ops, planned });
-      return apply(ops);
-    };
+    const { nl, rec, batches } = await recordingReconciler(before, () => planned);
     const events = channel<LeaseEvent[]>();
     events.push(snapshot(n));
     events.end();
@@ -319,7 +337,7 @@ describe('runPlanned: the snapshot goes to the kernel while it is planned', () =
   test('the first chunk is sent as soon as it is planned, before the rest', async () => {
     const n = SNAPSHOT_CHUNK * 4;
     const { nl, batches } = await start(n);
-    assert.equal(batches[0]!.planned, SNAPSHOT_CHUNK);
+    assert.equal(batches[0]!.at, SNAPSHOT_CHUNK);
     assert.equal(batches[0]!.ops.length, SNAPSHOT_CHUNK * 3); // neighbour, FDB entry, route
     assert.ok(batches.length > 1);
     assert.equal(nl.routes.size, n);
@@ -364,22 +382,15 @@ describe('runPlanned: a snapshot in parts (snapshot-parts.ts)', () => {
     }));
   /**
    * runPlanned over a snapshot of three parts of `size` leases (the last one ending it); `before`
-   * runs first (an earlier run's entries). Records, per kernel batch, how many parts had been
-   * taken from the stream when it was sent.
+   * runs first (an earlier run's entries). Each kernel batch is recorded with how many parts had
+   * been taken from the stream when it was sent (`at`).
    */
   const start = async (
     size: number,
     before: (nl: FakeNetlink) => Promise<void> = async () => {},
   ) => {
-    const { nl, rec } = flannel1Reconciler();
-    await before(nl);
     let taken = 0;
-    const batches: Array<{ ops: readonly Op[]; taken: number }> = [];
-    const apply = nl.apply.bind(nl);
-    nl.apply = async (ops) => {
-      batches.push({ ops, taken });
-      return apply(ops);
-    };
+    const { nl, rec, batches } = await recordingReconciler(before, () => taken);
     async function* parts(): AsyncIterable<LeaseEvent[]> {
       for (const b of [
         snapshotPart(events(0, size)),
@@ -402,7 +413,7 @@ describe('runPlanned: a snapshot in parts (snapshot-parts.ts)', () => {
   test('each part is sent to the kernel before the next part is taken', async () => {
     const { nl, batches } = await start(3);
     assert.deepEqual(
-      batches.slice(0, 2).map((b) => [b.taken, b.ops.length]),
+      batches.slice(0, 2).map((b) => [b.at, b.ops.length]),
       [
         [1, 9], // the first part's neighbours, FDB entries and routes
         [2, 9],
@@ -420,7 +431,7 @@ describe('runPlanned: a snapshot in parts (snapshot-parts.ts)', () => {
     });
     const firstDel = batches.findIndex((b) => b.ops.some(isDel));
     assert.ok(firstDel > 0);
-    assert.equal(batches[firstDel]!.taken, 3);
+    assert.equal(batches[firstDel]!.at, 3);
     assert.equal(batches.slice(0, firstDel).flatMap((b) => b.ops).length, 9 * 3);
     assert.deepEqual(
       batches
