@@ -20,7 +20,7 @@ import type {
 } from './backend/backend.js';
 import { unsupportedBackendOptions } from './backend/options.js';
 import type { EarlyDataplane } from './backend/fast-start.js';
-import { checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
+import { SNAPSHOT_PART, checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
 import { logPeerEvents } from './peer-log.js';
 import { MemoryTrimmer, type MemoryTrimmerOptions, noteLeaseChanges } from './memory-trim.js';
 import { backendFactory } from './backend/registry.js';
@@ -29,7 +29,6 @@ import type { NetConfig } from './config/net-config.js';
 import { startHealthServer, type HealthServer } from './http.js';
 import type { SubnetManager } from './lease/manager.js';
 import { runRenewer } from './lease/renewer.js';
-import { wholeSnapshots } from './lease/snapshot-parts.js';
 import type { Lease, LeaseAttrs } from './lease/types.js';
 import { createDaemonMetrics, type DaemonMetrics, type LeaseMetrics } from './metrics/metrics.js';
 import { readSubnetEnv, writeSubnetEnv } from './subnet-env.js';
@@ -241,10 +240,11 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
               round.abort(new WeftError('WEFT_ERR_ABORTED', 'choosing a new VtepMAC'));
             },
           },
+          // the startup snapshot in parts to a backend that programs each as it comes
+          be.snapshotParts ? { part: SNAPSHOT_PART } : {},
         );
         try {
-          const peers = noteLeaseChanges(logPeerEvents(events, log), trimmer);
-          await be.run(be.snapshotParts ? peers : wholeSnapshots(peers), round.signal);
+          await be.run(noteLeaseChanges(logPeerEvents(events, log), trimmer), round.signal);
         } catch (err) {
           if (!(taken && isWeftError(err, 'WEFT_ERR_ABORTED'))) throw err;
         } finally {

@@ -115,7 +115,7 @@ export interface Backend {
   run(events: AsyncIterable<LeaseEvent[]>, signal: AbortSignal): Promise<void>;
   /**
    * Whether run() takes the first snapshot in parts (snapshot-parts.ts), programming each as it
-   * comes; absent: the daemon gives it the snapshot whole.
+   * comes; absent: the daemon's peer check hands it on whole.
    */
   readonly snapshotParts?: boolean;
   close(how?: CloseHow): Promise<void>;

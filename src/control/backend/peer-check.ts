@@ -519,8 +519,9 @@ export interface SnapshotPartKeys {
 }
 
 /**
- * Leases of a startup snapshot checked per part handed on (see `checkedPeerEvents`): as many as
- * reconcile.ts's SNAPSHOT_CHUNK, so each part is one kernel batch of the start.
+ * Leases of a startup snapshot checked per part handed on to a backend that takes parts (see
+ * `checkedPeerEvents`): as many as reconcile.ts's SNAPSHOT_CHUNK, so each part is one kernel
+ * batch of the start.
  */
 export const SNAPSHOT_PART = 500;
 
@@ -531,18 +532,20 @@ export const SNAPSHOT_PART = 500;
  * its new holder is programmed). The verdicts are kept by a `PeerChecker`: a batch costs what it
  * changes, not the number of peers.
  *
- * The startup snapshot is checked oldest first and handed on in parts of `part` leases
- * (snapshot-parts.ts), each as soon as its verdicts are in: they are final, since a lease is
- * judged against older leases only, so a kernel backend programs the first peers while the rest
- * are checked. The parts together are the batch a whole check would give, in the same order.
+ * With `part` (a backend that takes the snapshot in parts: Backend.snapshotParts), the startup
+ * snapshot is checked oldest first and handed on in parts of `part` leases (snapshot-parts.ts),
+ * each as soon as its verdicts are in: they are final, since a lease is judged against older
+ * leases only, so a kernel backend programs the first peers while the rest are checked. The
+ * parts together are the batch a whole check gives, in the same order. Without, it is one batch.
  */
 export async function* checkedPeerEvents(
   batches: AsyncIterable<LeaseEvent[]>,
   cfg: PeerCheckConfig,
   hooks: PeerCheckHooks,
-  checker: PeerChecker = new PeerChecker(cfg),
-  part = SNAPSHOT_PART,
+  opts: { readonly checker?: PeerChecker; readonly part?: number } = {},
 ): AsyncIterable<LeaseEvent[]> {
+  const checker = opts.checker ?? new PeerChecker(cfg);
+  const part = opts.part ?? Infinity;
   const counter = leaseConflictCounter(hooks.metrics);
   const once = new LogOnce();
   /** What downstream holds. */

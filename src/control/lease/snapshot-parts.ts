@@ -6,9 +6,9 @@
  * ~0.15 s before the first route went to the kernel). The parts, put together in order, are the
  * batch the stream would otherwise have carried.
  *
- * A consumer that understands parts (runPlanned: it judges its first re-check only after the
- * last part) says so (`Backend.snapshotParts`); any other gets the snapshot whole
- * (`wholeSnapshots`).
+ * Only a backend that says it takes parts (`Backend.snapshotParts`: the kernel backends, whose
+ * runPlanned judges its first re-check after the last part) gets them; for any other the daemon
+ * has the check hand the snapshot on whole.
  */
 import type { LeaseEvent } from './types.js';
 
@@ -24,26 +24,4 @@ export function snapshotPart(part: LeaseEvent[]): LeaseEvent[] {
 /** Whether `batch` is a part of a snapshot that continues in the next batch. */
 export function continuesSnapshot(batch: readonly LeaseEvent[]): boolean {
   return continued.has(batch);
-}
-
-/** The stream with every snapshot given in parts put back together into one batch. */
-export async function* wholeSnapshots(
-  batches: AsyncIterable<LeaseEvent[]>,
-): AsyncIterable<LeaseEvent[]> {
-  let parts: LeaseEvent[] | null = null;
-  for await (const batch of batches) {
-    if (continuesSnapshot(batch)) {
-      parts ??= [];
-      for (let i = 0; i < batch.length; i++) parts.push(batch[i]!);
-      continue;
-    }
-    if (parts === null) {
-      yield batch;
-      continue;
-    }
-    for (let i = 0; i < batch.length; i++) parts.push(batch[i]!);
-    const whole = parts;
-    parts = null;
-    yield whole;
-  }
 }

@@ -295,7 +295,7 @@ describe('checkedPeerEvents: the startup snapshot in parts', () => {
   /** The batches a snapshot of `leases` is handed on in, `part` leases checked at a time. */
   async function parts(
     leases: Lease[],
-    part: number,
+    part: number | undefined,
     onOwn?: (l: Lease) => void,
   ): Promise<Array<{ keys: string[]; continued: boolean }>> {
     const cfg = config();
@@ -304,8 +304,7 @@ describe('checkedPeerEvents: the startup snapshot in parts', () => {
       feed([leases.map(add)]),
       cfg,
       { log, metrics: new Registry(), ...(onOwn ? { onOwnVtepMACTaken: onOwn } : {}) },
-      new PeerChecker(cfg),
-      part,
+      part === undefined ? {} : { part },
     );
     for await (const b of events) {
       out.push({ keys: b.map((e) => e.lease.key), continued: continuesSnapshot(b) });
@@ -324,7 +323,7 @@ describe('checkedPeerEvents: the startup snapshot in parts', () => {
         [1, false],
       ],
     );
-    const whole = await parts(leases, Infinity);
+    const whole = await parts(leases, undefined); // (no part size: one batch)
     assert.deepEqual(whole.length, 1);
     assert.deepEqual(
       got.flatMap((b) => b.keys),
