@@ -20,7 +20,8 @@ import type {
 } from './backend/backend.js';
 import { unsupportedBackendOptions } from './backend/options.js';
 import type { EarlyDataplane } from './backend/fast-start.js';
-import { SNAPSHOT_PART, checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
+import { checkedPeerEvents, peerCheckConfig } from './backend/peer-check.js';
+import { SNAPSHOT_CHUNK } from './backend/reconcile.js';
 import { logPeerEvents } from './peer-log.js';
 import { MemoryTrimmer, type MemoryTrimmerOptions, noteLeaseChanges } from './memory-trim.js';
 import { backendFactory } from './backend/registry.js';
@@ -240,8 +241,9 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
               round.abort(new WeftError('WEFT_ERR_ABORTED', 'choosing a new VtepMAC'));
             },
           },
-          // the startup snapshot in parts to a backend that programs each as it comes
-          be.snapshotParts ? { part: SNAPSHOT_PART } : {},
+          // the startup snapshot in parts to a backend that programs each as it comes, a
+          // part the size of runPlanned's chunk (one kernel batch of the start)
+          be.snapshotParts ? { part: SNAPSHOT_CHUNK } : {},
         );
         try {
           await be.run(noteLeaseChanges(logPeerEvents(events, log), trimmer), round.signal);

@@ -519,13 +519,6 @@ export interface SnapshotPartKeys {
 }
 
 /**
- * Leases of a startup snapshot checked per part handed on to a backend that takes parts (see
- * `checkedPeerEvents`): as many as reconcile.ts's SNAPSHOT_CHUNK, so each part is one kernel
- * batch of the start.
- */
-export const SNAPSHOT_PART = 500;
-
-/**
  * Passes peer lease batches through, keeping back the leases `checkPeers` rejects: downstream
  * sees `added` for a lease that became acceptable (or changed while acceptable) and `removed` for
  * one it had that is gone or now rejected (removals first, so a freed subnet is cleared before

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { setLogLevel } from '../../../src/common/log.js';
 import { type Backend } from '../../../src/control/backend/backend.js';
-import { SNAPSHOT_PART } from '../../../src/control/backend/peer-check.js';
+import { SNAPSHOT_CHUNK } from '../../../src/control/backend/reconcile.js';
 import { registerBackend } from '../../../src/control/backend/registry.js';
 import { runDaemon } from '../../../src/control/daemon.js';
 import { continuesSnapshot } from '../../../src/control/lease/snapshot-parts.js';
@@ -20,7 +20,7 @@ import { testDaemonConfig } from './daemon-fixtures.js';
 const dir = mkdtempSync(join(tmpdir(), 'weft-daemon-parts-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-const PEERS = SNAPSHOT_PART + 100;
+const PEERS = SNAPSHOT_CHUNK + 100;
 
 /** The batches (size, continued) a backend taking parts or not gets from a daemon at start. */
 async function firstBatches(
@@ -68,7 +68,7 @@ async function firstBatches(
 
 test('a backend that takes parts gets the startup snapshot in parts', async () => {
   assert.deepEqual(await firstBatches(true), [
-    { size: SNAPSHOT_PART, continued: true },
+    { size: SNAPSHOT_CHUNK, continued: true },
     { size: 100, continued: false },
   ]);
 });
