@@ -37,6 +37,7 @@ import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
 import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
 import { makeSubnetKey } from '../src/control/lease/subnet-key.js';
 import { EmbeddedRegistry } from '../src/control/registry/embedded.js';
+import { onEarlyEnd } from '../src/testbed/early-end.js';
 import { NetnsScope, ip } from '../src/testbed/netns.js';
 
 const WEFT_SRC = fileURLToPath(new URL('../test/helpers/weft-src.ts', import.meta.url));
@@ -287,8 +288,7 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const scope = new NetnsScope();
-  const onSignal = () => void scope.cleanup().then(() => process.exit(130));
-  process.once('SIGINT', onSignal);
+  const early = onEarlyEnd('bench:control-plane', () => scope.cleanup());
   const results: Result[] = [];
   const daemon: DaemonResult[] = [];
   try {
@@ -335,6 +335,7 @@ async function main(): Promise<void> {
       daemon.push(r);
     }
   } finally {
+    early.off();
     await scope.cleanup();
   }
   console.log(

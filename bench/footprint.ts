@@ -35,6 +35,7 @@ import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { onEarlyEnd } from '../src/testbed/early-end.js';
 import { NetnsScope, isRoot, nsExecAsync } from '../src/testbed/netns.js';
 import { launcherEnv, launcherNodeFlags } from './launcher.js';
 
@@ -255,6 +256,11 @@ async function nodeNamespace(nets: NetnsScope): Promise<string> {
 async function main(): Promise<void> {
   if (!isRoot()) throw new Error('bench:footprint needs root (it works in network namespaces)');
   const nets = new NetnsScope();
+  const removeAll = async () => {
+    await nets.cleanup();
+    rmSync(tmp, { recursive: true, force: true });
+  };
+  const early = onEarlyEnd('bench:footprint', removeAll);
   const rows: Row[] = [];
   const daemons: Array<Row & { readyMs: number }> = [];
   try {
@@ -372,8 +378,8 @@ async function main(): Promise<void> {
     for (const [what, c] of Object.entries(calls))
       rows.push({ what: `CNI ${what}`, timeMs: median(c.ms), rssMB: c.rss, target: '' });
   } finally {
-    await nets.cleanup();
-    rmSync(tmp, { recursive: true, force: true });
+    early.off();
+    await removeAll();
   }
 
   const lines = [

@@ -27,6 +27,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Cluster, PACKAGE_ROOT } from '../src/testbed/cluster.js';
+import { onEarlyEnd } from '../src/testbed/early-end.js';
 import { isRoot } from '../src/testbed/netns.js';
 import { pingGaps } from '../src/testbed/probes.js';
 
@@ -151,9 +152,15 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const rows: Round[] = [];
+  // the clusters of the backend under way, for an early end too
+  let clusters: Array<{ label: string; c: Cluster }> = [];
+  const destroyAll = async () => {
+    for (const { c } of clusters) await c.destroy();
+    clusters = [];
+  };
+  const early = onEarlyEnd('bench:restart', destroyAll);
   for (const [name, backend] of Object.entries(BACKENDS)) {
     if (only && only !== name) continue;
-    const clusters: Array<{ label: string; c: Cluster }> = [];
     try {
       for (const v of variantsOf(engine)) {
         const c = await Cluster.create({
@@ -178,9 +185,10 @@ async function main(): Promise<void> {
         }
       }
     } finally {
-      for (const { c } of clusters) await c.destroy();
+      await destroyAll();
     }
   }
+  early.off();
   const dir = join(PACKAGE_ROOT, 'bench', 'results');
   mkdirSync(dir, { recursive: true });
   const file = engine === 'native' ? 'restart-latest.json' : `restart-${engine}-latest.json`;

@@ -32,6 +32,7 @@ import { Progress } from '../src/control/demo/progress.js';
 import { buildBenchCluster } from '../src/testbed/bench-cluster.js';
 import { type Cluster, HEALTH_PORT } from '../src/testbed/cluster.js';
 import { type PingResult, iperf, ping, poolPings, waitForMesh } from '../src/testbed/probes.js';
+import { onEarlyEnd } from '../src/testbed/early-end.js';
 import { isRoot, nsExecAsync } from '../src/testbed/netns.js';
 import {
   WG_UAPI_DIR,
@@ -490,9 +491,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     beds.clear();
     removeUapiDirIfMade(uapiDirWasThere);
   };
-  const onSignal = () => void cleanup().finally(() => process.exit(130));
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  const early = onEarlyEnd('weft bench', cleanup);
   const results: Array<Record<string, Sample>> = [];
   const started = new Date();
   try {
@@ -536,8 +535,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       results.push(round);
     }
   } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    early.off();
     await cleanup();
   }
   const summaries = summarize(paths, results);

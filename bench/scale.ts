@@ -57,6 +57,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { encodeLeaseAttrs } from '../src/control/lease/lease-json.js';
 import { NativeNetlink } from '../src/control/netlink/native-netlink.js';
+import { onEarlyEnd } from '../src/testbed/early-end.js';
 import { NetnsScope, ip, isRoot } from '../src/testbed/netns.js';
 import { launcherEnv, launcherNodeFlags } from './launcher.js';
 import { markdownTable } from './report.js';
@@ -761,18 +762,17 @@ async function measure(
   return row;
 }
 
-/** The measurement under way: what Ctrl-C or SIGTERM must remove (its daemon, store, namespaces). */
+/** The measurement under way: what an early end must remove (its daemon, store, namespaces). */
 let live: { scope: NetnsScope; dir: string } | null = null;
 
-function onSignal(): void {
-  process.stderr.write('\nbench:scale: interrupted; removing the namespaces\n');
+async function removeLive(): Promise<void> {
   const l = live;
-  void (l ? l.scope.cleanup() : Promise.resolve())
-    .catch(() => undefined)
-    .finally(() => {
-      if (l) rmSync(l.dir, { recursive: true, force: true });
-      process.exit(130);
-    });
+  if (!l) return;
+  try {
+    await l.scope.cleanup();
+  } finally {
+    rmSync(l.dir, { recursive: true, force: true });
+  }
 }
 
 const fmt = (v: number | null, digits = 0) => (v === null ? '-' : v.toFixed(digits));
@@ -818,8 +818,7 @@ async function main(): Promise<void> {
     console.error('bench:scale needs root (network namespaces)');
     process.exit(2);
   }
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  const early = onEarlyEnd('bench:scale', removeLive);
   const stores = opt.stores.split(',') as Store[];
   const backends = opt.backends.split(',') as BackendName[];
   const rows: Row[] = [];
@@ -839,6 +838,7 @@ async function main(): Promise<void> {
       rows.push(await measure('flanneld', 'etcd', backend));
     }
   }
+  early.off();
   console.log(table(rows));
   mkdirSync(join(opt.json, '..'), { recursive: true });
   writeFileSync(

@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { bool, int, list, parseFlags, usage } from '../../src/control/config/flags.js';
 import { Progress } from '../../src/control/demo/progress.js';
 import { PACKAGE_ROOT } from '../../src/testbed/cluster.js';
+import { onEarlyEnd } from '../../src/testbed/early-end.js';
 import { deleteNamespace, isRoot } from '../../src/testbed/netns.js';
 import { saveResults } from '../report.js';
 import { PATHS } from '../run.js';
@@ -155,37 +156,16 @@ export async function main(argv: readonly string[]): Promise<number> {
   const results: FaultResult[] = [];
   // the testbed of the backend under test (one at a time), for the Ctrl-C handler too
   const now: { bed: Bed | null } = { bed: null };
-  let stopping = false;
-  const onSignal = () => {
-    if (stopping) return;
-    stopping = true;
-    process.stderr.write('\nweft faults: interrupted; removing the testbed\n');
-    void (now.bed?.destroy() ?? Promise.resolve())
-      .then(sweep, sweep)
-      .finally(() => process.exit(130));
-  };
-  // An error nothing caught (a harness bug) removes the testbed too, then ends the run with 1:
-  // an EPIPE from a dead helper once left four node namespaces behind.
-  const onCrash = (err: unknown) => {
-    process.stderr.write(
-      `\nweft faults: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n` +
-        'weft faults: removing the testbed\n',
-    );
-    if (stopping) return;
-    stopping = true;
-    void (now.bed?.destroy() ?? Promise.resolve())
-      .then(sweep, sweep)
-      .finally(() => process.exit(1));
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
-  process.on('uncaughtException', onCrash);
-  process.on('unhandledRejection', onCrash);
+  // An early end (a signal, or an error nothing caught: an EPIPE from a dead helper once left
+  // four node namespaces behind) removes the testbed too.
+  const early = onEarlyEnd('weft faults', () =>
+    (now.bed?.destroy() ?? Promise.resolve()).then(sweep, sweep),
+  );
   const started = new Date();
   try {
     for (const b of backends) {
       for (const row of rows) {
-        if (stopping) break;
+        if (early.stopping) break;
         const na = row.notApplicable(b);
         if (na) {
           results.push(resultOf(row, b.name, { notApplicable: na }));
@@ -217,10 +197,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
   } finally {
     await now.bed?.destroy();
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
-    process.off('uncaughtException', onCrash);
-    process.off('unhandledRejection', onCrash);
+    early.off();
   }
   const table = faultTable(results);
   const meta = {

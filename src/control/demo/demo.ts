@@ -21,6 +21,7 @@ import { bool, int, list, oneOf, parseFlags, str, usage } from '../config/flags.
 import type { Io } from '../cli/store-commands.js';
 import { Cluster, type DetachedCluster, type Pod } from '../../testbed/cluster.js';
 import { iperf, ping, waitForMesh } from '../../testbed/probes.js';
+import { onEarlyEnd } from '../../testbed/early-end.js';
 import { deleteNamespace, isRoot } from '../../testbed/netns.js';
 import { Progress } from './progress.js';
 
@@ -136,15 +137,8 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
   const progress = new Progress();
   const rows: DemoRow[] = [];
   let current: Cluster | null = null;
-  let interrupted = false;
-  const onSignal = () => {
-    if (interrupted) return;
-    interrupted = true;
-    progress.note('interrupted: removing the cluster');
-    void (current?.destroy() ?? Promise.resolve()).finally(() => process.exit(130));
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  // Ctrl-C, SIGTERM, a closed terminal or output (`weft demo | head`): the cluster goes too.
+  const early = onEarlyEnd('weft demo', () => current?.destroy(), 'the cluster');
   const id = `weft-demo-${process.pid}`;
   try {
     for (const [i, backend] of backends.entries()) {
@@ -194,8 +188,7 @@ export async function demoCommand(argv: readonly string[], io: Io): Promise<numb
       }
     }
   } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    early.off();
     if (current) await (current as Cluster).destroy();
   }
   io.stdout.write(renderTable(rows));
