@@ -5,8 +5,9 @@
  *
  *   - SIGINT (Ctrl-C), SIGTERM, SIGHUP (its terminal closed);
  *   - an error nothing caught: a harness bug, or a reader gone from stdout or stderr
- *     (`npm run bench:scale | head`: the next write fails with EPIPE, an 'error' event nobody
- *     listens for). Node's default for both is to end the process at once.
+ *     (`npm run bench:scale 2>&1 | grep … | head`: the next `process.stderr.write` fails with
+ *     EPIPE, an 'error' event nobody listens for; `console.log` ignores it). Node's default for
+ *     both is to end the process at once.
  *
  * On each, `cleanup` runs once and the process exits: 128 + the signal's number, 1 after an
  * error. A second signal while it runs exits at once (the message says what is left). The run's
