@@ -13,6 +13,7 @@
  * error. A second signal while it runs exits at once (the message says what is left). The run's
  * own end calls `off()` and cleans up itself.
  */
+import { constants } from 'node:os';
 
 export interface EarlyEnd {
   /** Whether a signal or an error has begun the cleanup (a loop should stop starting work). */
@@ -21,7 +22,7 @@ export interface EarlyEnd {
   off(): void;
 }
 
-const SIGNALS = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 } as const;
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
 /**
  * Runs `cleanup` (then exits) when the run ends early; `name` prefixes the line that says so
@@ -49,7 +50,8 @@ export function onEarlyEnd(
       .catch((err: unknown) => say(`cleanup failed: ${String(err)}`))
       .finally(() => process.exit(code));
   };
-  const handlers = Object.entries(SIGNALS).map(([signal, number]) => {
+  const handlers = SIGNALS.map((signal) => {
+    const number = constants.signals[signal];
     const handler = () => {
       if (stopping) {
         say(`${signal} again: exiting now; ${what} is left (ip netns list)`);
