@@ -32,7 +32,7 @@ import {
 import { jsonField } from '../../common/json-field.js';
 import { LogOnce, type Logger } from '../../common/log.js';
 import type { NetConfig } from '../config/net-config.js';
-import { snapshotPart } from '../lease/snapshot-parts.js';
+import { continuesSnapshot, snapshotPart } from '../lease/snapshot-parts.js';
 import type { Lease, LeaseEvent } from '../lease/types.js';
 import { clusterNetwork, enabledFamilies, leaseSubnet } from './kernel-common.js';
 import { leaseVtepMACs, peerVtepMAC } from './vtep-mac.js';
@@ -368,6 +368,11 @@ export interface PeerCheckHooks {
   readonly metrics: PromRegistry;
   /** A peer that was there before us publishes our VtepMAC: we must choose another. */
   readonly onOwnVtepMACTaken?: (peer: Lease) => void;
+  /**
+   * The startup snapshot's last lease is checked (called before its last part is passed on):
+   * every peer present at start has been judged, so a VtepMAC none of them holds is ours.
+   */
+  readonly onSnapshotChecked?: () => void;
 }
 
 function describe(l: Lease): Record<string, unknown> {
@@ -484,6 +489,17 @@ export class PeerChecker {
     yield* this.#check(part);
   }
 
+  /**
+   * Checks every lease again, oldest first: after a snapshot that came in parts (each applied as
+   * it came, its leases judged as the newest), the verdicts the whole snapshot gets.
+   */
+  settle(): void {
+    const leases = byAge([...this.#all.values()]);
+    this.#all.clear();
+    for (const l of leases) this.#all.set(l.key, l);
+    this.#full();
+  }
+
   #full(): void {
     for (const step of this.#check(Infinity)) void step;
   }
@@ -530,6 +546,13 @@ export interface SnapshotPartKeys {
  * each as soon as its verdicts are in: they are final, since a lease is judged against older
  * leases only, so a kernel backend programs the first peers while the rest are checked. The
  * parts together are the batch a whole check gives, in the same order. Without, it is one batch.
+ *
+ * The snapshot may also come in parts from upstream (kube-manager's watchLeases, while the node
+ * list is read). Each part's leases are then checked as they come, as newcomers, and with `part`
+ * their events are passed on as parts at once; the last part (unmarked) ends it, and every lease
+ * is checked again oldest first, so the verdicts are a whole snapshot's: a lease a later part's
+ * older lease rejects is removed then (its events before that were provisional). Without `part`
+ * nothing is passed on before the last part, which carries the whole snapshot.
  */
 export async function* checkedPeerEvents(
   batches: AsyncIterable<LeaseEvent[]>,
@@ -545,6 +568,8 @@ export async function* checkedPeerEvents(
   const given = new Map<string, Lease>();
   /** Current rejection reason per key (a conflict is counted when it starts). */
   const skipped = new Map<string, ConflictReason>();
+  /** The peers onOwnVtepMACTaken was called for (a snapshot in parts is judged again at its end). */
+  const told = new Set<string>();
   /** The events for `keys` whose verdicts may have changed (removals first). */
   const eventsFor = (keys: Iterable<string>, startup: boolean): LeaseEvent[] => {
     const removed: LeaseEvent[] = [];
@@ -565,7 +590,8 @@ export async function* checkedPeerEvents(
             'peer lease skipped: conflict',
           );
         }
-        if (startup && r.reason === 'vtep_mac' && r.other === cfg.own) {
+        if (startup && r.reason === 'vtep_mac' && r.other === cfg.own && !told.has(key)) {
+          told.add(key);
           hooks.onOwnVtepMACTaken?.(r.lease);
         }
       } else {
@@ -583,8 +609,34 @@ export async function* checkedPeerEvents(
     }
     return removed.length === 0 ? added : [...removed, ...added];
   };
+  const everyKey = (): Set<string> =>
+    new Set([
+      ...checker.accepted.keys(),
+      ...given.keys(),
+      ...checker.rejected.keys(),
+      ...skipped.keys(),
+    ]);
   let first = true;
+  /** The snapshot is coming in parts from upstream (see the function's comment). */
+  let upstreamParts = false;
   for await (const batch of batches) {
+    if (first && continuesSnapshot(batch)) {
+      upstreamParts = true;
+      const touched = checker.apply(batch, false);
+      if (part === Infinity) continue; // (judged and passed on whole at the last part)
+      const events = eventsFor(touched ?? everyKey(), true);
+      if (events.length > 0) yield snapshotPart(events);
+      continue;
+    }
+    if (first && upstreamParts) {
+      first = false;
+      checker.apply(batch, false);
+      checker.settle();
+      const events = eventsFor(everyKey(), true);
+      hooks.onSnapshotChecked?.();
+      yield events;
+      continue;
+    }
     if (first) {
       first = false;
       // The snapshot, in parts: each but the last marked as continued. (Nothing is given yet,
@@ -592,22 +644,16 @@ export async function* checkedPeerEvents(
       // always is: the first batch is the snapshot, passed on even when empty.)
       for (const { keys, last } of checker.snapshot(batch, part)) {
         const events = eventsFor(keys, true);
-        if (last) yield events;
-        else if (events.length > 0) yield snapshotPart(events);
+        if (last) {
+          hooks.onSnapshotChecked?.();
+          yield events;
+        } else if (events.length > 0) yield snapshotPart(events);
       }
       continue;
     }
     const touched = checker.apply(batch, false);
     // After a whole re-check every key is looked at: adds in age order, removals in given order.
-    const keys: Iterable<string> =
-      touched ??
-      new Set([
-        ...checker.accepted.keys(),
-        ...given.keys(),
-        ...checker.rejected.keys(),
-        ...skipped.keys(),
-      ]);
-    const out = eventsFor(keys, false);
+    const out = eventsFor(touched ?? everyKey(), false);
     if (out.length > 0) yield out;
   }
 }

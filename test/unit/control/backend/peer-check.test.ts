@@ -12,7 +12,7 @@ import {
   peerCheckConfig,
 } from '../../../../src/control/backend/peer-check.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
-import { continuesSnapshot } from '../../../../src/control/lease/snapshot-parts.js';
+import { continuesSnapshot, snapshotPart } from '../../../../src/control/lease/snapshot-parts.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
 import { ownLease, peerLease } from './fixtures.js';
 
@@ -354,6 +354,114 @@ describe('checkedPeerEvents: the startup snapshot in parts', () => {
     const told: Lease[] = [];
     await parts([aged(peer('10.5.2.0/24'), 1), clash], 1, (l) => told.push(l));
     assert.deepEqual(told, [clash]);
+  });
+});
+
+describe('checkedPeerEvents: a startup snapshot that comes in parts from upstream', () => {
+  /** `lease` written `i` seconds in (the snapshot's age order). */
+  const aged = (l: Lease, i: number): Lease => ({ ...l, expiration: new Date(i * 1000) });
+  /** Runs `upstream` (each batch but the last marked continued, as kube's list pages are). */
+  async function run(
+    upstream: LeaseEvent[][],
+    opts: { part?: number; later?: LeaseEvent[][]; onOwn?: (l: Lease) => void } = {},
+  ) {
+    const marked = upstream.map((b, i) => (i < upstream.length - 1 ? snapshotPart(b) : b));
+    const out: Array<{ events: Array<[string, string]>; continued: boolean; checked: boolean }> =
+      [];
+    let checked = false;
+    const metrics = new Registry();
+    for await (const b of checkedPeerEvents(
+      feed([...marked, ...(opts.later ?? [])]),
+      config(),
+      {
+        log,
+        metrics,
+        onSnapshotChecked: () => (checked = true),
+        ...(opts.onOwn ? { onOwnVtepMACTaken: opts.onOwn } : {}),
+      },
+      opts.part === undefined ? {} : { part: opts.part },
+    )) {
+      out.push({
+        events: b.map((e) => [e.type, e.lease.key]),
+        continued: continuesSnapshot(b),
+        checked,
+      });
+    }
+    return { out, metrics };
+  }
+
+  test('each upstream part is checked and passed on as a part at once; the last ends the snapshot', async () => {
+    const [a, b, c] = [2, 3, 4].map((t) => peer(`10.5.${t}.0/24`));
+    const { out } = await run([[add(a!)], [add(b!)], [add(c!)]], { part: 500 });
+    assert.deepEqual(out, [
+      { events: [['added', a!.key]], continued: true, checked: false },
+      { events: [['added', b!.key]], continued: true, checked: false },
+      // the snapshot is checked (onSnapshotChecked) before its last part is passed on
+      { events: [['added', c!.key]], continued: false, checked: true },
+    ]);
+  });
+
+  test('a lease an older lease of a later part rejects is removed when the snapshot ends', async () => {
+    const newer = aged(peer('10.5.2.0/24'), 2);
+    const older = aged(peer('10.5.2.0/23'), 1); // (overlaps newer)
+    const other = aged(peer('10.5.4.0/24'), 3);
+    const { out, metrics } = await run([[add(newer)], [add(older)], [add(other)]], { part: 500 });
+    assert.deepEqual(out, [
+      { events: [['added', newer.key]], continued: true, checked: false },
+      // (older, arriving later, is held back meanwhile: its part passes nothing on)
+      {
+        // the whole snapshot's verdicts: the older lease holds the subnet
+        events: [
+          ['removed', newer.key],
+          ['added', older.key],
+          ['added', other.key],
+        ],
+        continued: false,
+        checked: true,
+      },
+    ]);
+    assert.equal((await conflicts(metrics)).overlaps_peer, 2); // (each held back in turn)
+  });
+
+  test('without a part size nothing is passed on before the last part, which is the whole snapshot', async () => {
+    const [a, b, c] = [2, 3, 4].map((t, i) => aged(peer(`10.5.${t}.0/24`), 3 - i));
+    const { out } = await run([[add(a!)], [add(b!)], [add(c!)]]);
+    assert.deepEqual(out, [
+      {
+        // oldest first, as a whole snapshot
+        events: [
+          ['added', c!.key],
+          ['added', b!.key],
+          ['added', a!.key],
+        ],
+        continued: false,
+        checked: true,
+      },
+    ]);
+  });
+
+  test('our VtepMAC on a peer of an upstream part: we are the newcomer and are told', async () => {
+    const clash = peer('10.5.3.0/24', { backendData: { VNI: 1, VtepMAC: OWN_MAC } });
+    const told: Lease[] = [];
+    await run([[add(peer('10.5.2.0/24'))], [add(clash)], []], {
+      part: 500,
+      onOwn: (l) => told.push(l),
+    });
+    assert.deepEqual(told, [clash]);
+  });
+
+  test('batches after the snapshot are plain changes', async () => {
+    const [a, b] = [2, 3].map((t) => peer(`10.5.${t}.0/24`));
+    const { out } = await run([[add(a!)], []], { part: 500, later: [[add(b!)], [del(a!)]] });
+    assert.deepEqual(
+      out.map((x) => [x.events, x.continued]),
+      [
+        [[['added', a!.key]], true],
+        [[], false],
+        [[['added', b!.key]], false],
+        [[['removed', a!.key]], false],
+      ],
+    );
   });
 });
 
