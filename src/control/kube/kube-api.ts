@@ -489,9 +489,21 @@ export class KubeApi {
     }
     const mod = url.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
-      const req = mod.request(url, { ...opts, signal: o.signal }, (res) =>
-        resolve({ res, authorization: auth }),
-      );
+      const req = mod.request(url, opts, (res) => resolve({ res, authorization: auth }));
+      // The signal ends this request, without an error on its socket. (http.request's own
+      // `signal` destroys the request with an error, which goes on to the socket: a stop in the
+      // moment after a response ended, when the socket is no longer the request's and not yet
+      // the agent's, raised it with no one listening, an uncaught exception.) A response being
+      // read then ends with an error its reader turns into WEFT_ERR_ABORTED.
+      const signal = o.signal;
+      if (signal) {
+        const abort = () => {
+          reject(abortError(signal));
+          req.destroy();
+        };
+        signal.addEventListener('abort', abort, { once: true });
+        req.once('close', () => signal.removeEventListener('abort', abort));
+      }
       const idleMs = o.idleMs ?? REQUEST_IDLE_MS;
       req.setTimeout(idleMs, () => req.destroy(new Error(`no data for ${idleMs} ms`)));
       req.on('socket', (sock) => sock.setKeepAlive(true, 30_000));

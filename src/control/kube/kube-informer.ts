@@ -12,7 +12,11 @@
  * pages (`limit`, `continue`) and each page is read as a stream, so memory never holds a whole
  * list of real Nodes (10-50 KB each), only one at a time. Subscribers get a `sync` batch (the
  * whole node map) first and after every relist — they diff against what they knew — and
- * `changes` batches in between (one per received chunk).
+ * `changes` batches in between (one per received chunk). While a list is read, every
+ * LIST_PAGE_SIZE nodes listed are also handed on as a `page` batch (nodes as listed so far:
+ * newer than what a subscriber knew, but not the whole set: nothing may be taken as deleted
+ * until the `sync`), so that a subscriber can act on the first nodes of 5,000 while the rest
+ * are still being read (issue #28: a kernel backend programs them meanwhile).
  * Guarded state: `#nodes`, `#rv` and `#subs` are written only by the run loop and subscribe().
  */
 import { WeftError, errorMessage, isWeftError } from '../../common/errors.js';
@@ -27,6 +31,8 @@ export type NodeChange =
 
 export type NodeBatch =
   | { readonly kind: 'sync'; readonly nodes: ReadonlyMap<string, KubeNode> }
+  /** Nodes of a list still being read (the `sync` that ends it follows). */
+  | { readonly kind: 'page'; readonly nodes: readonly KubeNode[] }
   | { readonly kind: 'changes'; readonly changes: readonly NodeChange[] };
 
 export interface NodeInformerOptions {
@@ -123,8 +129,10 @@ export class NodeInformer {
   #rv: string | null = null;
   #synced = false;
   #lists = 0;
-  /** The first list asks for the latest state (rv=""): see latest(). */
+  /** The first list asks for the latest state (rv=""): see latest() and startLatest(). */
   #firstListLatest = false;
+  /** The nodes of the list being read (null: none is), for a subscriber that comes mid-list. */
+  #listing: KubeNode[] | null = null;
   #running: Promise<void> | null = null;
 
   constructor(api: KubeApi, options: NodeInformerOptions) {
@@ -146,6 +154,9 @@ export class NodeInformer {
   subscribe(signal: AbortSignal): AsyncIterable<NodeBatch> {
     const sub = new Subscription();
     if (this.#synced) sub.push({ kind: 'sync', nodes: new Map(this.#nodes) });
+    if (this.#listing !== null && this.#listing.length > 0) {
+      sub.push({ kind: 'page', nodes: [...this.#listing] });
+    }
     this.#subs.add(sub);
     this.#start();
     const subs = this.#subs;
@@ -189,6 +200,17 @@ export class NodeInformer {
       },
     );
     return nodes;
+  }
+
+  /**
+   * Starts the informer with a latest-state first list (rv="", as latest() would make it) without
+   * waiting for it: for a daemon that checks its VtepMAC against the peers as their first list
+   * comes in (the check latest() answers otherwise). Nothing when it has started already.
+   */
+  startLatest(): void {
+    if (this.#running !== null || this.#stop.signal.aborted) return;
+    this.#firstListLatest = true;
+    this.#start();
   }
 
   #start(): void {
@@ -256,13 +278,13 @@ export class NodeInformer {
    *
    * Which version the list asks for (client-go's reflector does the same, for the same
    * reasons):
-   * - The first list: resourceVersion=0, "any version" (unless latest() asked for the latest
-   *   state before the informer started: then rv="", see there) — served from the API server's watch
-   *   cache instead of a quorum read through to etcd (5,000 daemons starting together would
-   *   otherwise each read every Node from etcd). The watch cache may ignore `limit` for rv=0
-   *   (API servers without cache pagination send the whole list in one response, with no
-   *   `continue`): that is why each page is parsed as a stream — the memory bound holds
-   *   whether or not the server pages.
+   * - The first list: resourceVersion=0, "any version" (unless latest() or startLatest() asked
+   *   for the latest state before the informer started: then rv="", see there) — served from
+   *   the API server's watch cache instead of a quorum read through to etcd (5,000 daemons
+   *   starting together would otherwise each read every Node from etcd). The watch cache may
+   *   ignore `limit` for rv=0 (API servers without cache pagination send the whole list in one
+   *   response, with no `continue`): that is why each page is parsed as a stream — the memory
+   *   bound holds whether or not the server pages.
    * - Every later list (after a 410 Expired/Gone, or a continue token that expired): NOT
    *   rv=0. We have already seen versions up to the expired one, and "any version" may be
    *   answered by an API server whose cache lags behind it (another replica behind the load
@@ -273,18 +295,34 @@ export class NodeInformer {
    */
   async #relist(signal: AbortSignal): Promise<string> {
     const fresh = new Map<string, KubeNode>();
-    const list = await this.#api.listNodes(
-      (n) => {
-        const name = n.metadata?.name;
-        if (typeof name === 'string') fresh.set(name, slimNode(n));
-      },
-      {
-        resourceVersion: this.#lists === 0 && !this.#firstListLatest ? '0' : '',
-        limit: this.#o.listPageSize ?? LIST_PAGE_SIZE,
-        signal,
-        keep: NODE_KEEP,
-      },
-    );
+    const pageSize = this.#o.listPageSize ?? LIST_PAGE_SIZE;
+    // the nodes of this list so far, and where the next page batch starts in them
+    const listing: KubeNode[] = [];
+    let from = 0;
+    this.#listing = listing;
+    let list: { resourceVersion: string; pages: number };
+    try {
+      list = await this.#api.listNodes(
+        (n) => {
+          const name = n.metadata?.name;
+          if (typeof name !== 'string') return;
+          const node = slimNode(n);
+          fresh.set(name, node);
+          listing.push(node);
+          if (listing.length - from < pageSize) return;
+          this.#emit({ kind: 'page', nodes: listing.slice(from) });
+          from = listing.length;
+        },
+        {
+          resourceVersion: this.#lists === 0 && !this.#firstListLatest ? '0' : '',
+          limit: pageSize,
+          signal,
+          keep: NODE_KEEP,
+        },
+      );
+    } finally {
+      this.#listing = null;
+    }
     this.#nodes = fresh;
     this.#rv = list.resourceVersion;
     if (this.#lists++ > 0) this.#o.onRelist?.();

@@ -39,6 +39,7 @@ import type { AcquireOptions, SubnetManager } from '../lease/manager.js';
 import { makeSubnetKey } from '../lease/subnet-key.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from '../lease/types.js';
 import { diffLease, diffSnapshots } from '../lease/watcher.js';
+import { snapshotPart } from '../lease/snapshot-parts.js';
 import {
   KUBE_OPERATIONS,
   type LeaseMetrics,
@@ -227,11 +228,13 @@ export interface KubeManagerOptions {
   readonly metrics: LeaseMetrics;
   readonly log?: Logger;
   readonly podCidrWaitMs?: number;
-  readonly informer?: { watchTimeoutSeconds?: number; backoffMs?: number };
+  readonly informer?: { watchTimeoutSeconds?: number; backoffMs?: number; listPageSize?: number };
 }
 
 export class KubeManager implements SubnetManager {
   readonly kind = 'kube';
+  /** The node's podCIDR is the lease: known before our annotations are written. */
+  readonly leaseBeforePublish = true;
   readonly #api: KubeApi;
   readonly #nodeName: string;
   readonly #cfg: NetConfig;
@@ -263,6 +266,7 @@ export class KubeManager implements SubnetManager {
     this.#informer = new NodeInformer(o.api, {
       log: this.#log,
       watchTimeoutSeconds: o.informer?.watchTimeoutSeconds,
+      listPageSize: o.informer?.listPageSize,
       backoff: backoffMs ? { initialMs: backoffMs, maxMs: backoffMs * 8 } : undefined,
       onRelist: () => this.#metrics.watchResyncs.inc({ store: 'kube' }),
     });
@@ -391,6 +395,29 @@ export class KubeManager implements SubnetManager {
     }
     const nets = this.#ownSubnets(node);
     const want = desiredAnnotations(node, this.#ann, attrs);
+    const published: LeaseAttrs = {
+      ...attrs,
+      publicIP: want[this.#ann.publicIP] ?? attrs.publicIP,
+      publicIPv6:
+        attrs.publicIPv6 === null ? null : (want[this.#ann.publicIPv6] ?? attrs.publicIPv6),
+    };
+    const lease: Lease = {
+      key: makeSubnetKey(nets.v4, nets.v6),
+      subnet: nets.v4,
+      ipv6Subnet: nets.v6,
+      attrs: published,
+      expiration: null,
+    };
+    if (options.publish === false) {
+      // the peers' first list begins now, a latest-state one: the daemon's VtepMAC check
+      // (which latest() answers otherwise) is made on it as it comes
+      this.#informer.startLatest();
+      this.#log.info(
+        { key: lease.key, node: this.#nodeName },
+        'lease from node podCIDR (not yet published)',
+      );
+      return lease;
+    }
     const have = node.metadata.annotations ?? {};
     const changed = Object.fromEntries(Object.entries(want).filter(([k, v]) => have[k] !== v));
     if (Object.keys(changed).length > 0) {
@@ -416,19 +443,6 @@ export class KubeManager implements SubnetManager {
       );
       this.#log.info({ node: this.#nodeName }, 'node condition NetworkUnavailable=False set');
     }
-    const published: LeaseAttrs = {
-      ...attrs,
-      publicIP: want[this.#ann.publicIP] ?? attrs.publicIP,
-      publicIPv6:
-        attrs.publicIPv6 === null ? null : (want[this.#ann.publicIPv6] ?? attrs.publicIPv6),
-    };
-    const lease: Lease = {
-      key: makeSubnetKey(nets.v4, nets.v6),
-      subnet: nets.v4,
-      ipv6Subnet: nets.v6,
-      attrs: published,
-      expiration: null,
-    };
     this.#log.info({ key: lease.key, node: this.#nodeName }, 'lease from node podCIDR');
     return lease;
   }
@@ -478,6 +492,13 @@ export class KubeManager implements SubnetManager {
     return leases;
   }
 
+  /**
+   * Peer leases: the first batch is the snapshot (every peer node listed), then changes. While
+   * the first list is read, its pages come as parts of that snapshot, each marked as continued
+   * (snapshot-parts.ts), the sync that ends the list as its last part: the peers of the first
+   * pages are checked and programmed while the rest are read. A later relist's pages are plain
+   * batches (upserts; what the list no longer holds is removed at its sync).
+   */
   async *watchLeases(own: Lease, signal: AbortSignal): AsyncIterable<LeaseEvent[]> {
     const peers = new Map<string, Lease>(); // node name → lease
     let first = true;
@@ -486,6 +507,18 @@ export class KubeManager implements SubnetManager {
       const step = (before: Lease | undefined, after: Lease | null) => {
         for (const e of diffLease(before, after, own.key)) events.push(e);
       };
+      if (batch.kind === 'page') {
+        for (const node of batch.nodes) {
+          const lease = this.#peerLease(node);
+          step(peers.get(node.metadata.name), lease);
+          if (lease) peers.set(node.metadata.name, lease);
+          else peers.delete(node.metadata.name);
+        }
+        if (events.length === 0) continue;
+        countLeaseEvents(this.#metrics, events, peers.size);
+        yield first ? snapshotPart(events) : events;
+        continue;
+      }
       if (batch.kind === 'sync') {
         for (const [name, lease] of peers) {
           if (batch.nodes.has(name)) continue;
@@ -542,6 +575,7 @@ export class KubeManager implements SubnetManager {
       return next;
     };
     for await (const batch of this.#informer.subscribe(signal)) {
+      if (batch.kind === 'page') continue; // (the list's sync follows)
       if (batch.kind === 'sync') {
         const l = check(batch.nodes.get(this.#nodeName));
         if (l) yield l;

@@ -16,6 +16,11 @@
  *   Malformed entries are skipped as in a watch.
  * - `watchOwnLease` yields each new version of our own lease (renewals by us or others) and
  *   throws WEFT_ERR_LEASE_REVOKED when it is deleted or lapses.
+ * - `leaseBeforePublish` (kube: the lease is the node's podCIDR): `acquireLease` with
+ *   `publish: false` returns the lease it would publish and writes nothing; a later call
+ *   without it publishes. The daemon starts the backend on it and publishes once the peers'
+ *   first list is checked (daemon.ts). `watchLeases` may then hand the startup snapshot on in
+ *   parts (snapshot-parts.ts) while that list is read.
  */
 import type { NetConfig } from '../config/net-config.js';
 import type { Lease, LeaseAttrs, LeaseEvent } from './types.js';
@@ -25,11 +30,15 @@ export interface AcquireOptions {
   /** Subnets from the previous run (subnet.env), tried first when free and fitting. */
   previous?: { subnet: IPNet | null; ipv6Subnet: IPNet | null };
   signal?: AbortSignal;
+  /** false: the lease as it would be published, nothing written (`leaseBeforePublish` only). */
+  publish?: boolean;
 }
 
 export interface SubnetManager {
   /** `etcd`, `embedded`, `memory`, `kube`. */
   readonly kind: string;
+  /** Whether acquireLease can give the lease before publishing it (see the contract above). */
+  readonly leaseBeforePublish?: boolean;
   getNetworkConfig(signal?: AbortSignal): Promise<NetConfig>;
   acquireLease(attrs: LeaseAttrs, options?: AcquireOptions): Promise<Lease>;
   renewLease(lease: Lease, signal?: AbortSignal): Promise<Lease>;

@@ -120,10 +120,13 @@ afterEach(async () => {
   await server.close();
 });
 
+/** The next sync or changes batch (the page batches of a list are passed over: see below). */
 async function nextBatch(it: AsyncIterator<NodeBatch>): Promise<NodeBatch> {
-  const r = await it.next();
-  assert.ok(!r.done);
-  return r.value;
+  for (;;) {
+    const r = await it.next();
+    assert.ok(!r.done);
+    if (r.value.kind !== 'page') return r.value;
+  }
 }
 
 test('slimNode keeps name, resourceVersion, annotations and pod CIDRs only', () => {
@@ -449,3 +452,131 @@ test(
     }
   },
 );
+
+/** An informer on the fake API server that lists `pageSize` nodes a page. */
+function pagedInformer(
+  pageSize: number,
+  api = new KubeApi(loadKubeConfig({ apiUrl: server.url })),
+): NodeInformer {
+  return new NodeInformer(api, {
+    log: logger('test'),
+    watchTimeoutSeconds: 30,
+    listPageSize: pageSize,
+  });
+}
+
+/** Every batch up to and including the first sync. */
+async function untilSync(it: AsyncIterator<NodeBatch>): Promise<NodeBatch[]> {
+  const out: NodeBatch[] = [];
+  for (;;) {
+    const r = await it.next();
+    assert.ok(!r.done);
+    out.push(r.value);
+    if (r.value.kind === 'sync') return out;
+  }
+}
+
+const names = (b: NodeBatch) =>
+  b.kind === 'page'
+    ? b.nodes.map((n) => n.metadata.name)
+    : b.kind === 'sync'
+      ? [...b.nodes.keys()]
+      : [];
+
+test('a list hands on every listPageSize nodes as a page batch as it reads them, then the sync', async () => {
+  for (let i = 0; i < 8; i++) {
+    server.addNode({ name: `n${i}`, podCIDR: `10.5.${i}.0/24`, annotations: ANN });
+  }
+  const informer = pagedInformer(3);
+  try {
+    const got = await untilSync(informer.subscribe(ac.signal)[Symbol.asyncIterator]());
+    assert.deepEqual(
+      got.map((b) => [b.kind, names(b)]),
+      [
+        ['page', ['n0', 'n1', 'n2']],
+        ['page', ['n3', 'n4', 'n5']],
+        // (the last two come with the sync: it holds every node)
+        ['sync', ['n0', 'n1', 'n2', 'n3', 'n4', 'n5', 'n6', 'n7']],
+      ],
+    );
+    const page = got[0]!;
+    assert.deepEqual(page.kind === 'page' && Object.keys(page.nodes[1]!), ['metadata', 'spec']);
+  } finally {
+    await informer.close();
+  }
+});
+
+/** A KubeApi whose list hands over `before` nodes, then waits for `go` before the rest. */
+class HeldListApi extends KubeApi {
+  before = 0;
+  reached: () => void = () => undefined;
+  readonly atHold = new Promise<void>((r) => (this.reached = r));
+  go: () => void = () => undefined;
+  readonly released = new Promise<void>((r) => (this.go = r));
+
+  override async listNodes(each: (node: KubeNode) => void, o: ListOptions) {
+    const held: KubeNode[] = [];
+    const r = await super.listNodes((n) => {
+      if (held.length === 0 && this.before > 0) {
+        this.before--;
+        each(n);
+      } else held.push(n);
+    }, o);
+    this.reached();
+    await this.released;
+    for (const n of held) each(n);
+    return r;
+  }
+}
+
+test('a subscriber that comes while a list is read gets the nodes listed so far first', async () => {
+  for (let i = 0; i < 5; i++) {
+    server.addNode({ name: `n${i}`, podCIDR: `10.5.${i}.0/24`, annotations: ANN });
+  }
+  const api = new HeldListApi(loadKubeConfig({ apiUrl: server.url }));
+  api.before = 2;
+  const informer = pagedInformer(2, api);
+  try {
+    const first = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+    await api.atHold; // n0, n1 listed (one page batch), the rest held back
+    const late = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+    api.go();
+    const a = await untilSync(first);
+    const b = await untilSync(late);
+    assert.deepEqual(
+      a.map((x) => [x.kind, names(x)]),
+      [
+        ['page', ['n0', 'n1']],
+        ['page', ['n2', 'n3']],
+        ['sync', ['n0', 'n1', 'n2', 'n3', 'n4']],
+      ],
+    );
+    assert.deepEqual(
+      b.map((x) => [x.kind, names(x)]),
+      [
+        ['page', ['n0', 'n1']],
+        ['page', ['n2', 'n3']],
+        ['sync', ['n0', 'n1', 'n2', 'n3', 'n4']],
+      ],
+    );
+  } finally {
+    await informer.close();
+  }
+});
+
+test('closing the informer just after a list page was handed on raises nothing', async () => {
+  // (it did: http.request's own abort signal destroyed the request's socket with an error, in
+  // the moment after a page's response ended when no one listens to that socket's errors)
+  await server.close();
+  server = await FakeKubeApiServer.start({ cachePagesRv0: true });
+  for (let i = 0; i < 10; i++) {
+    server.addNode({ name: `n${i}`, podCIDR: `10.5.${i}.0/24`, annotations: ANN });
+  }
+  const informer = pagedInformer(3);
+  const it = informer.subscribe(ac.signal)[Symbol.asyncIterator]();
+  const r = await it.next();
+  assert.equal(!r.done && r.value.kind, 'page');
+  await informer.close();
+  await nextJob(); // (an uncaught exception fails the test)
+  await new Promise((resolve) => setTimeout(resolve, 50));
+});

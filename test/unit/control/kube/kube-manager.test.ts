@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isWeftError } from '../../../../src/common/errors.js';
 import { parseNetConfig } from '../../../../src/control/config/net-config.js';
+import { continuesSnapshot } from '../../../../src/control/lease/snapshot-parts.js';
 import type { LeaseAttrs, LeaseEvent } from '../../../../src/control/lease/types.js';
 import { createLeaseMetrics, type LeaseMetrics } from '../../../../src/control/metrics/metrics.js';
 import { KubeApi, loadKubeConfig } from '../../../../src/control/kube/kube-api.js';
@@ -47,7 +48,9 @@ let metrics: LeaseMetrics;
 let ac: AbortController;
 const managers: KubeManager[] = [];
 
-function manager(o: { net?: string; node?: string; condition?: boolean; waitMs?: number } = {}) {
+function manager(
+  o: { net?: string; node?: string; condition?: boolean; waitMs?: number; pageSize?: number } = {},
+) {
   const m = new KubeManager({
     api: new KubeApi(loadKubeConfig({ apiUrl: server.url })),
     nodeName: o.node ?? 'n1',
@@ -55,7 +58,7 @@ function manager(o: { net?: string; node?: string; condition?: boolean; waitMs?:
     setNodeNetworkUnavailable: o.condition ?? true,
     metrics,
     podCidrWaitMs: o.waitMs ?? 300,
-    informer: { backoffMs: 20 },
+    informer: { backoffMs: 20, ...(o.pageSize ? { listPageSize: o.pageSize } : {}) },
   });
   managers.push(m);
   return m;
@@ -348,6 +351,58 @@ describe('watchLeases', () => {
       .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
     assert.equal(lists.length, 1, 'one list');
     assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
+  });
+
+  test('acquireLease with publish: false writes nothing and starts the first list, a latest-state one', async () => {
+    const m = ownAndPeer();
+    const lease = await m.acquireLease(ATTRS, { publish: false });
+    assert.equal(lease.key, '10.5.1.0-24');
+    assert.deepEqual(lease.attrs.backendData, ATTRS.backendData);
+    const it = m.watchLeases(lease, ac.signal)[Symbol.asyncIterator]();
+    assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
+    assert.deepEqual(server.requestsTo('PATCH', '/api/v1/nodes/n1'), [], 'nothing written');
+    const lists = server
+      .requestsTo('GET', '/api/v1/nodes')
+      .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
+    assert.equal(lists.length, 1, 'one list');
+    assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
+  });
+
+  test('the first list comes in parts of the snapshot, page by page, its sync the last part', async () => {
+    server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });
+    for (let i = 2; i <= 6; i++) {
+      server.addNode({
+        name: `n${i}`,
+        podCIDR: `10.5.${i}.0/24`,
+        annotations: peerAnnotations(`192.0.2.${i}`, `aa:bb:cc:dd:ee:0${i}`),
+      });
+    }
+    const m = manager({ pageSize: 2 });
+    const own = await m.acquireLease(ATTRS);
+    const it = m.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
+    const got: Array<[string[], boolean]> = [];
+    for (let i = 0; i < 4; i++) {
+      const b = await next(it);
+      got.push([b.map((e) => `${e.type} ${e.lease.key}`), continuesSnapshot(b)]);
+    }
+    // pages of two nodes: n1 (us) and n2, n3 and n4, n5 and n6; the sync ends the snapshot
+    // (nothing new in it: an empty last part)
+    assert.deepEqual(got, [
+      [['added 10.5.2.0-24'], true],
+      [['added 10.5.3.0-24', 'added 10.5.4.0-24'], true],
+      [['added 10.5.5.0-24', 'added 10.5.6.0-24'], true],
+      [[], false],
+    ]);
+    server.addNode({
+      name: 'n7',
+      podCIDR: '10.5.7.0/24',
+      annotations: peerAnnotations('192.0.2.7', 'aa:bb:cc:dd:ee:07'),
+    });
+    const later = await next(it);
+    assert.deepEqual(
+      [later.map((e) => `${e.type} ${e.lease.key}`), continuesSnapshot(later)],
+      [['added 10.5.7.0-24'], false],
+    );
   });
 
   test('a node otherLeases read is not read again for the first batch of the watch (the same lease)', async () => {
