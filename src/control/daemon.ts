@@ -5,6 +5,14 @@
  *   → subnet.env → backend.start → ready; then, concurrently until stopped:
  *   renew the lease · watch our own lease (revoked → stop) · feed peer leases to the backend
  *
+ * Where the store gives our lease before it is published (kube: the node's podCIDR,
+ * SubnetManager.leaseBeforePublish), the backend starts on it and the peers are fed while their
+ * first list is still read (issue #28: 5,000 real Nodes take ~0.8 s to read, their routes ~0.6 s
+ * to program; now the two overlap); our lease is published, and subnet.env written, once that
+ * list is checked. The VtepMAC the backend chose is checked against the list there instead of
+ * before (a peer holding it makes us choose another, as at any start): none a peer holds is
+ * ever published.
+ *
  * Stopping (signal): every loop is cancelled through one AbortSignal; the backend is closed,
  * the lease stays in the store (as flannel) unless releaseLeaseOnExit, the store is closed.
  */
@@ -28,7 +36,7 @@ import { backendFactory } from './backend/registry.js';
 import { leaseVtepMACs } from './backend/vtep-mac.js';
 import type { NetConfig } from './config/net-config.js';
 import { startHealthServer, type HealthServer } from './http.js';
-import type { SubnetManager } from './lease/manager.js';
+import type { AcquireOptions, SubnetManager } from './lease/manager.js';
 import { runRenewer } from './lease/renewer.js';
 import type { Lease, LeaseAttrs } from './lease/types.js';
 import { createDaemonMetrics, type DaemonMetrics, type LeaseMetrics } from './metrics/metrics.js';
@@ -145,6 +153,12 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
       log.info({ address: cfg.healthzIp, port: health.port }, 'serving /healthz /readyz /metrics');
     }
     manager = await cfg.openManager(metrics.lease);
+    const deferred = manager.leaseBeforePublish === true;
+    /**
+     * Whether the VtepMACs in use are asked of the store: not before the peers' first list is
+     * checked when our lease is published after it (the check there does that job).
+     */
+    let askInUse = !deferred;
     const netConfig = await waitForConfig(manager, stop.signal);
     log.info({ backend: netConfig.backend.type, store: manager.kind }, 'network config loaded');
     for (const option of unsupportedBackendOptions(netConfig.backend)) {
@@ -175,6 +189,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
             return (family === 4 ? macs?.v4 : macs?.v6) ?? null;
           },
           inUse: async () => {
+            if (!askInUse) return new Set<string>();
             const others = await sm0.otherLeases(
               { publicIP: extIface.publicIP ?? '0.0.0.0', publicIPv6: extIface.publicIPv6 },
               stop.signal,
@@ -198,32 +213,40 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
       log.warn({ err: errorMessage(err) }, 'ignoring unreadable subnet.env');
       return null;
     });
-    const acquired = metrics.lease.acquireDuration.startTimer();
-    lease = await manager.acquireLease(attrs, {
-      previous: previous ? { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } : undefined,
-      signal: stop.signal,
-    });
-    acquired();
-    metrics.lease.expiration.set(lease.expiration ? lease.expiration.getTime() / 1000 : 0);
-    await writeSubnetEnv(cfg.subnetFile, {
-      network: netConfig.ipv4?.network ?? null,
-      subnet: lease.subnet,
-      ipv6Network: netConfig.ipv6?.network ?? null,
-      ipv6Subnet: lease.ipv6Subnet,
-      mtu: prepared.mtu,
-      ipMasq: cfg.ipMasq,
-    });
-    await backend.start(lease);
-
-    const own = lease;
     const sm = manager;
+    /** Publishes our lease (attrs as they are now) and writes subnet.env for it. */
+    const publish = async (prev: AcquireOptions['previous']): Promise<Lease> => {
+      const acquired = metrics.lease.acquireDuration.startTimer();
+      const l = await sm.acquireLease(attrs, { previous: prev, signal: stop.signal });
+      acquired();
+      metrics.lease.expiration.set(l.expiration ? l.expiration.getTime() / 1000 : 0);
+      await writeSubnetEnv(cfg.subnetFile, {
+        network: netConfig.ipv4?.network ?? null,
+        subnet: l.subnet,
+        ipv6Network: netConfig.ipv6?.network ?? null,
+        ipv6Subnet: l.ipv6Subnet,
+        mtu: prepared.mtu,
+        ipMasq: cfg.ipMasq,
+      });
+      return l;
+    };
+    const prev = previous
+      ? { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet }
+      : undefined;
+    lease = deferred
+      ? await sm.acquireLease(attrs, { previous: prev, signal: stop.signal, publish: false })
+      : await publish(prev);
+    await backend.start(lease);
+    /** Called once a round's startup snapshot is checked with no peer holding our VtepMAC. */
+    let snapshotChecked: () => void = () => undefined;
+    const checked = new Promise<void>((resolve) => (snapshotChecked = resolve));
     /**
      * Feeds checked peer leases to the backend. When a peer that was there before us publishes
      * our VtepMAC, we are the newcomer: the backend is rebuilt (it chooses a MAC no other lease
      * holds), our lease re-published with it, and the peers fed again.
      */
-    const runBackend = async (): Promise<void> => {
-      let current = own;
+    const runBackend = async (first: Lease): Promise<void> => {
+      let current = first;
       for (;;) {
         const be = backend!;
         const round = new AbortController();
@@ -239,6 +262,11 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
             onOwnVtepMACTaken: (peer) => {
               taken ??= peer;
               round.abort(new WeftError('WEFT_ERR_ABORTED', 'choosing a new VtepMAC'));
+            },
+            onSnapshotChecked: () => {
+              if (taken) return;
+              askInUse = true;
+              snapshotChecked();
             },
           },
           // the startup snapshot in parts to a backend that programs each as it comes, a
@@ -259,6 +287,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
           'an older peer lease holds our VtepMAC; choosing a new one',
         );
         await be.close();
+        askInUse = true; // (the new MAC must be one no peer holds)
         backend = makeBackend();
         prepared = await backend.prepare();
         attrs = attrsOf(prepared);
@@ -280,6 +309,20 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
         log.info({ key: current.key, vtepMACs: leaseVtepMACs(current) }, 'lease re-published');
       }
     };
+    const backendLoop = runBackend(lease);
+    if (deferred) {
+      backendLoop.catch(() => undefined); // (its failure is seen below, and in the loops)
+      const ended = await Promise.race([checked.then(() => false), backendLoop.then(() => true)]);
+      if (ended) {
+        if (signal.aborted) return;
+        throw new WeftError(
+          'WEFT_ERR_STORE_UNAVAILABLE',
+          'the peer lease watch ended before its first list was read',
+        );
+      }
+      lease = await publish({ subnet: lease.subnet, ipv6Subnet: lease.ipv6Subnet });
+    }
+    const own = lease;
     const loops: Array<Promise<void>> = [
       runRenewer({
         // renewals write the attributes we publish now (a new VtepMAC included)
@@ -301,7 +344,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
           /* renewals (ours or another's write) need nothing; a delete throws REVOKED */
         }
       })(),
-      runBackend(),
+      backendLoop,
       ...(cfg.tasks ?? []).map((task) =>
         task({ lease: own, netConfig, extIface, metrics, signal: stop.signal }),
       ),
