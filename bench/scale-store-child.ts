@@ -5,7 +5,7 @@
  * or serves the in-process fake Kubernetes API server and adds/removes annotated nodes.
  *
  *   ip netns exec <store> node --import tsx bench/scale-store-child.ts etcd http://10.250.255.254:2379
- *   ip netns exec <store> node --import tsx bench/scale-store-child.ts kube 10.250.255.254 6443
+ *   ip netns exec <store> node --import tsx bench/scale-store-child.ts kube 10.250.255.254 6443 [list B/s]
  *
  * Control: one JSON request per stdin line `{"id":1,"op":"put","args":[[[key, value], ...]]}`,
  * one reply per stdout line `{"id":1,"result":<ms epoch of the last write's answer>}`. The first
@@ -65,7 +65,11 @@ if (mode === 'etcd') {
   };
   closeAll = async () => client.close();
 } else if (mode === 'kube') {
-  const server = await FakeKubeApiServer.start({ host: a1, port: Number(a2) });
+  const server = await FakeKubeApiServer.start({
+    host: a1,
+    port: Number(a2),
+    listBytesPerSecond: Number(process.argv[5] ?? '0'),
+  });
   ops = {
     addNodes: async (nodes) => {
       for (const n of nodes as Parameters<FakeKubeApiServer['addNode']>[0][]) server.addNode(n);

@@ -135,6 +135,12 @@ const { values: opt } = parseArgs({
      * 16.7 KB of JSON each), `small` (the default) only flannel's annotations (~0.6 KB).
      */
     'node-size': { type: 'string', default: 'small' },
+    /**
+     * kube store: the fake API server sends a list's body at this many MB/s (0, the default: as
+     * fast as it can). A real API server is elsewhere and encodes the Nodes itself: with it, this
+     * machine's two CPUs are not shared with the server.
+     */
+    'kube-list-mbps': { type: 'string', default: '0' },
     /** Extra Node flags for the weft daemon (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`). */
     'node-args': { type: 'string', default: '' },
     json: { type: 'string', default: join(ROOT, 'bench', 'results', 'scale.json') },
@@ -148,6 +154,11 @@ const IDLE_S = Number(opt['idle-seconds']);
 const IDLE_SETTLE_S = Number(opt['idle-settle-seconds']);
 const nodeArgs = opt['node-args'].split(' ').filter((a) => a !== '');
 const REAL_NODES = opt['node-size'] === 'real';
+const LIST_BPS = Number(opt['kube-list-mbps']) * 1e6;
+if (!(LIST_BPS >= 0)) {
+  console.error(`--kube-list-mbps: a number of MB/s, 0 or more (got ${opt['kube-list-mbps']})`);
+  process.exit(2);
+}
 if (!['real', 'small'].includes(opt['node-size'])) {
   console.error(`--node-size: real or small (got ${opt['node-size']})`);
   process.exit(2);
@@ -360,7 +371,7 @@ async function kubeDriver(
   backend: BackendName,
   netConf: string,
 ): Promise<StoreDriver> {
-  const child = new StoreChild(scope, ns, ['kube', STORE_IP, '6443']);
+  const child = new StoreChild(scope, ns, ['kube', STORE_IP, '6443', String(LIST_BPS)]);
   await child.call('addNodes', [{ name: 'bench-node', podCIDR: '10.0.1.0/24' }]);
   const confFile = join(dir, 'net-conf.json');
   writeFileSync(confFile, netConf);
@@ -849,6 +860,7 @@ async function main(): Promise<void> {
         peers: N,
         churnRate: CHURN_RATE,
         nodeSize: opt['node-size'],
+        kubeListMBps: LIST_BPS / 1e6,
         rows,
       },
       null,

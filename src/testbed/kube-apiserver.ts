@@ -10,7 +10,9 @@
  *   version; a resourceVersion other than "0" with `continue` is 400. `resourceVersion=0` is
  *   served from the "watch cache", which ignores `limit` (the whole list in one response, as
  *   API servers without cache pagination do; `cachePagesRv0: true` makes it page like the
- *   rest). No resourceVersion: the latest state (a quorum read), paged. `resourceVersion=N`:
+ *   rest). `listBytesPerSecond` paces a list's body (a server elsewhere, encoding and sending
+ *   at that rate: this process then mostly waits). No resourceVersion: the latest state (a
+ *   quorum read), paged. `resourceVersion=N`:
  *   not older than N (a 504 Too large resource version when N is in the future); with `limit`
  *   and no `resourceVersionMatch` it is Exact, which the fake serves only at the current
  *   version (410 when compacted).
@@ -118,11 +120,18 @@ export class FakeKubeApiServer {
   readonly #snapshots = new Map<number, ListSnapshot>();
   #snapshotId = 0;
   readonly #cachePagesRv0: boolean;
+  readonly #listRate: number;
   readonly requests: RecordedRequest[] = [];
 
-  private constructor(token: string | undefined, tls: FakeTls | undefined, cachePagesRv0: boolean) {
+  private constructor(
+    token: string | undefined,
+    tls: FakeTls | undefined,
+    cachePagesRv0: boolean,
+    listRate: number,
+  ) {
     this.#token = token;
     this.#cachePagesRv0 = cachePagesRv0;
+    this.#listRate = listRate;
     const handle = (req: http.IncomingMessage, res: http.ServerResponse) =>
       void this.#handle(req, res);
     this.#scheme = tls ? 'https' : 'http';
@@ -147,9 +156,16 @@ export class FakeKubeApiServer {
       token?: string;
       tls?: FakeTls;
       cachePagesRv0?: boolean;
+      /** A list body's pace in bytes per second (0: as fast as the socket takes it). */
+      listBytesPerSecond?: number;
     } = {},
   ): Promise<FakeKubeApiServer> {
-    const s = new FakeKubeApiServer(o.token, o.tls, o.cachePagesRv0 ?? false);
+    const s = new FakeKubeApiServer(
+      o.token,
+      o.tls,
+      o.cachePagesRv0 ?? false,
+      o.listBytesPerSecond ?? 0,
+    );
     await new Promise<void>((resolve, reject) => {
       s.#server.once('error', reject);
       s.#server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => resolve());
@@ -533,7 +549,7 @@ export class FakeKubeApiServer {
       );
       metadata.remainingItemCount = snap.items.length - end;
     }
-    void streamList(res, metadata, snap.items, start, end);
+    void streamList(res, metadata, snap.items, start, end, this.#listRate);
   }
 
   #watch(url: URL, res: http.ServerResponse): void {
@@ -591,12 +607,22 @@ async function streamList(
   items: readonly Obj[],
   start: number,
   end: number,
+  bytesPerSecond = 0,
 ): Promise<void> {
   res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
   let part = `{"kind":"NodeList","apiVersion":"v1","metadata":${JSON.stringify(metadata)},"items":[`;
+  const began = performance.now();
+  let sent = 0;
   for (let i = start; i < end; i++) {
     part += (i > start ? ',' : '') + encoded(items[i]!);
     if (part.length < 65_536) continue;
+    if (bytesPerSecond > 0) {
+      // (when this part is due at the pace)
+      const wait = began + (sent * 1000) / bytesPerSecond - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      if (res.destroyed) return;
+    }
+    sent += part.length;
     const ok = res.write(part);
     part = '';
     if (!ok) {
