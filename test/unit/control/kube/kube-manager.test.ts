@@ -522,6 +522,42 @@ describe('watchLeases', () => {
     assert.ok(server.requestsTo('GET', '/api/v1/nodes').length >= watches + 2, 'no relist seen');
   });
 
+  test('a relist after the first hands its pages on as plain batches; what it lacks goes at its end', async () => {
+    server.addNode({ name: 'n1', podCIDR: '10.5.1.0/24' });
+    for (const i of [2, 3]) {
+      server.addNode({
+        name: `n${i}`,
+        podCIDR: `10.5.${i}.0/24`,
+        annotations: peerAnnotations(`192.0.2.${i}`, `aa:bb:cc:dd:ee:0${i}`),
+      });
+    }
+    const m = manager({ pageSize: 2 });
+    const it = m.watchLeases(await m.acquireLease(ATTRS), ac.signal)[Symbol.asyncIterator]();
+    await next(it); // n1 (us) and n2: the first page, a part
+    await next(it); // n3 with the sync, the last part
+    server.dropWatches();
+    server.deleteNode('n2');
+    for (const i of [4, 5]) {
+      server.addNode({
+        name: `n${i}`,
+        podCIDR: `10.5.${i}.0/24`,
+        annotations: peerAnnotations(`192.0.2.${i}`, `aa:bb:cc:dd:ee:0${i}`),
+      });
+    }
+    server.compact();
+    // the relist's pages: n1 n3 (nothing new), n4 n5; its sync: n2 is gone
+    const page = await next(it);
+    const end = await next(it);
+    assert.deepEqual(
+      [summary(page), continuesSnapshot(page)],
+      [['added 10.5.4.0-24 192.0.2.4', 'added 10.5.5.0-24 192.0.2.5'], false],
+    );
+    assert.deepEqual(
+      [summary(end), continuesSnapshot(end)],
+      [['removed 10.5.2.0-24 192.0.2.2'], false],
+    );
+  });
+
   test('a dropped watch resumes from the last version without a relist', async () => {
     const { it } = await start();
     await next(it);
