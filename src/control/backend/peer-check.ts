@@ -490,14 +490,27 @@ export class PeerChecker {
   }
 
   /**
-   * Checks every lease again, oldest first: after a snapshot that came in parts (each applied as
-   * it came, its leases judged as the newest), the verdicts the whole snapshot gets.
+   * After a snapshot that came in parts (each applied as it came, its leases judged as the
+   * newest): the verdicts the whole snapshot gets. Only a lease held back by another peer's can
+   * be judged otherwise in age order (the other reasons judge a lease alone, against the config
+   * and our lease); with none, the verdicts stand and this returns false. Else every lease is
+   * checked again, oldest first (true).
    */
-  settle(): void {
+  settle(): boolean {
+    const own = this.#cfg.own;
+    let byPeer = false;
+    for (const r of this.#rejected.values()) {
+      if (r.other !== null && r.other !== own) {
+        byPeer = true;
+        break;
+      }
+    }
+    if (!byPeer) return false;
     const leases = byAge([...this.#all.values()]);
     this.#all.clear();
     for (const l of leases) this.#all.set(l.key, l);
     this.#full();
+    return true;
   }
 
   #full(): void {
@@ -617,22 +630,32 @@ export async function* checkedPeerEvents(
       ...skipped.keys(),
     ]);
   let first = true;
-  /** The snapshot is coming in parts from upstream (see the function's comment). */
+  /** The snapshot is coming in parts from upstream, checked as they come (see above). */
   let upstreamParts = false;
-  for await (const batch of batches) {
+  /** Without a part size, the upstream parts so far: checked whole with the last one. */
+  let held: LeaseEvent[] = [];
+  for await (const upstream of batches) {
+    let batch = upstream;
     if (first && continuesSnapshot(batch)) {
+      if (part === Infinity) {
+        for (const e of batch) held.push(e);
+        continue;
+      }
       upstreamParts = true;
       const touched = checker.apply(batch, false);
-      if (part === Infinity) continue; // (judged and passed on whole at the last part)
       const events = eventsFor(touched ?? everyKey(), true);
       if (events.length > 0) yield snapshotPart(events);
       continue;
     }
+    if (first && held.length > 0) {
+      batch = [...held, ...batch];
+      held = [];
+    }
     if (first && upstreamParts) {
       first = false;
-      checker.apply(batch, false);
-      checker.settle();
-      const events = eventsFor(everyKey(), true);
+      const touched = checker.apply(batch, false);
+      const keys = checker.settle() ? everyKey() : (touched ?? everyKey());
+      const events = eventsFor(keys, true);
       hooks.onSnapshotChecked?.();
       yield events;
       continue;

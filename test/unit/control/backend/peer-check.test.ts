@@ -35,11 +35,11 @@ let n = 0;
 /** A dual-stack vxlan peer with its own MAC pair unless `over` says otherwise. */
 function peer(v4: string, over: Partial<LeaseAttrs> = {}, v6?: string): Lease {
   n++;
-  const hex = n.toString(16).padStart(2, '0');
+  const hex = `${((n >> 8) & 255).toString(16).padStart(2, '0')}:${(n & 255).toString(16).padStart(2, '0')}`;
   return peerLease(
     {
-      backendData: { VNI: 1, VtepMAC: `0a:00:00:00:04:${hex}` },
-      backendV6Data: { VNI: 1, VtepMAC: `0a:00:00:00:06:${hex}` },
+      backendData: { VNI: 1, VtepMAC: `0a:00:00:04:${hex}` },
+      backendV6Data: { VNI: 1, VtepMAC: `0a:00:00:06:${hex}` },
       ...over,
     },
     { v4, v6: v6 ?? `fc00:0:0:${(0x100 + n).toString(16)}::/64` },
@@ -193,6 +193,17 @@ describe('checkPeers: one rule per row', () => {
     assert.deepEqual(byAge([a, b, c]), [c, b, a]);
   });
 });
+
+/** A small deterministic PRNG (mulberry32): the same sequence on every run. */
+function rng(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
 
 async function* feed(batches: LeaseEvent[][]): AsyncIterable<LeaseEvent[]> {
   for (const b of batches) yield b;
@@ -450,6 +461,49 @@ describe('checkedPeerEvents: a startup snapshot that comes in parts from upstrea
     assert.deepEqual(told, [clash]);
   });
 
+  test('random leases in random parts end where the whole snapshot ends, with or without a part size', async () => {
+    const r = rng(11);
+    const leases = new Map<string, Lease>();
+    for (let i = 0; i < 400; i++) {
+      // /23../26 inside 10.5.0.0/16 (overlaps among them), every tenth MAC shared
+      const prefix = 23 + Math.floor(r() * 4);
+      const size = 2 ** (32 - prefix);
+      const addr = 0x0a050000 + Math.floor((r() * 65536) / size) * size;
+      const mac = `0a:00:00:00:${(i % 10 === 0 ? 1 : (i >> 8) + 2).toString(16).padStart(2, '0')}:${(i & 255).toString(16).padStart(2, '0')}`;
+      const l = aged(
+        peer(`10.5.${(addr >> 8) & 255}.${addr & 255}/${prefix}`, {
+          backendData: { VNI: 1, VtepMAC: i % 10 === 0 ? '0a:00:00:00:01:00' : mac },
+        }),
+        Math.floor(r() * 1000),
+      );
+      if (!leases.has(l.key)) leases.set(l.key, l);
+    }
+    const all = [...leases.values()];
+    /** What downstream holds at the end of the snapshot. */
+    const held = (out: Array<{ events: Array<[string, string]> }>) => {
+      const keys = new Set<string>();
+      for (const b of out) {
+        for (const [type, key] of b.events) {
+          if (type === 'added') keys.add(key);
+          else keys.delete(key);
+        }
+      }
+      return [...keys].sort();
+    };
+    const whole = held((await run([all.map(add)])).out);
+    assert.ok(whole.length > 50 && whole.length < all.length, 'some accepted, some held back');
+    // arrival in random order, in random parts
+    const shuffled = [...all].sort(() => r() - 0.5);
+    const upstream: LeaseEvent[][] = [];
+    for (let i = 0; i < shuffled.length;) {
+      const n = 1 + Math.floor(r() * 60);
+      upstream.push(shuffled.slice(i, i + n).map(add));
+      i += n;
+    }
+    assert.deepEqual(held((await run(upstream, { part: 500 })).out), whole);
+    assert.deepEqual(held((await run(upstream)).out), whole);
+  });
+
   test('batches after the snapshot are plain changes', async () => {
     const [a, b] = [2, 3].map((t) => peer(`10.5.${t}.0/24`));
     const { out } = await run([[add(a!)], []], { part: 500, later: [[add(b!)], [del(a!)]] });
@@ -466,17 +520,6 @@ describe('checkedPeerEvents: a startup snapshot that comes in parts from upstrea
 });
 
 describe('PeerChecker: verdicts kept at the cost of what changed', () => {
-  /** A small deterministic PRNG (mulberry32): the same sequence on every run. */
-  function rng(seed: number): () => number {
-    let a = seed;
-    return () => {
-      a = (a + 0x6d2b79f5) | 0;
-      let t = Math.imul(a ^ (a >>> 15), 1 | a);
-      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-  }
-
   test('after every batch of random adds, updates and removals it agrees with checkPeers over all leases', () => {
     const cfg = config();
     for (let seed = 1; seed <= 20; seed++) {
