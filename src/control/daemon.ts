@@ -159,6 +159,8 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
      * checked when our lease is published after it (the check there does that job).
      */
     let askInUse = !deferred;
+    /** The backend has a VtepMAC to check (it asked which are in use). */
+    let checksVtepMAC = false;
     const netConfig = await waitForConfig(manager, stop.signal);
     log.info({ backend: netConfig.backend.type, store: manager.kind }, 'network config loaded');
     for (const option of unsupportedBackendOptions(netConfig.backend)) {
@@ -189,6 +191,7 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
             return (family === 4 ? macs?.v4 : macs?.v6) ?? null;
           },
           inUse: async () => {
+            checksVtepMAC = true;
             if (!askInUse) return new Set<string>();
             const others = await sm0.otherLeases(
               { publicIP: extIface.publicIP ?? '0.0.0.0', publicIPv6: extIface.publicIPv6 },
@@ -234,7 +237,12 @@ export async function runDaemon(cfg: DaemonConfig, signal: AbortSignal): Promise
       ? { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet }
       : undefined;
     lease = deferred
-      ? await sm.acquireLease(attrs, { previous: prev, signal: stop.signal, publish: false })
+      ? await sm.acquireLease(attrs, {
+          previous: prev,
+          signal: stop.signal,
+          publish: false,
+          latestPeers: checksVtepMAC,
+        })
       : await publish(prev);
     await backend.start(lease);
     /** Called once a round's startup snapshot is checked with no peer holding our VtepMAC. */

@@ -409,9 +409,10 @@ export class KubeManager implements SubnetManager {
       expiration: null,
     };
     if (options.publish === false) {
-      // the peers' first list begins now, a latest-state one: the daemon's VtepMAC check
-      // (which latest() answers otherwise) is made on it as it comes
-      this.#informer.startLatest();
+      // a VtepMAC to check: the peers' first list begins now, a latest-state one (the check
+      // latest() answers otherwise is made on it as it comes); else it begins with the watch,
+      // from the API server's watch cache
+      if (options.latestPeers) this.#informer.startLatest();
       this.#log.info(
         { key: lease.key, node: this.#nodeName },
         'lease from node podCIDR (not yet published)',

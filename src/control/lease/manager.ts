@@ -32,6 +32,11 @@ export interface AcquireOptions {
   signal?: AbortSignal;
   /** false: the lease as it would be published, nothing written (`leaseBeforePublish` only). */
   publish?: boolean;
+  /**
+   * With `publish: false`: a VtepMAC is to be checked against the peers' first list, so it is
+   * begun now and reads the latest state (kube: rv="", not the API server's watch cache).
+   */
+  latestPeers?: boolean;
 }
 
 export interface SubnetManager {

@@ -66,7 +66,8 @@ class ScriptedManager implements SubnetManager {
   }
 
   async acquireLease(attrs: LeaseAttrs, o: AcquireOptions = {}): Promise<Lease> {
-    this.calls.push(o.publish === false ? 'lease' : 'publish');
+    // (a VtepMAC to check against the peers' first list: that list is to be a latest one)
+    this.calls.push(o.publish !== false ? 'publish' : o.latestPeers ? 'lease, latest' : 'lease');
     if (o.publish !== false) this.published.push(attrs);
     return lease('10.5.1.0/24', attrs);
   }
@@ -178,7 +179,7 @@ test('the backend gets the first peers before our lease is published; publishing
   assert.deepEqual(runs[0]!.batches[0], {
     keys: ['10.5.2.0-24'],
     continued: true,
-    callsThen: ['lease'],
+    callsThen: ['lease, latest'],
     envThen: false,
   });
   // (the last part goes on while our lease is published: the list is checked by then)
@@ -186,7 +187,7 @@ test('the backend gets the first peers before our lease is published; publishing
     runs[0]!.batches.slice(1).map((b) => [b.keys, b.continued]),
     [[['10.5.3.0-24'], false]],
   );
-  assert.deepEqual(readyCalls, ['lease', 'publish']);
+  assert.deepEqual(readyCalls, ['lease, latest', 'publish']);
   assert.equal(m.published.length, 1);
   assert.ok(existsSync(join(dir, 'subnet.env')), 'subnet.env written once published');
 });

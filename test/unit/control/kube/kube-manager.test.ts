@@ -353,9 +353,9 @@ describe('watchLeases', () => {
     assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
   });
 
-  test('acquireLease with publish: false writes nothing and starts the first list, a latest-state one', async () => {
+  test('acquireLease with publish: false writes nothing; with latestPeers it starts a latest-state first list', async () => {
     const m = ownAndPeer();
-    const lease = await m.acquireLease(ATTRS, { publish: false });
+    const lease = await m.acquireLease(ATTRS, { publish: false, latestPeers: true });
     assert.equal(lease.key, '10.5.1.0-24');
     assert.deepEqual(lease.attrs.backendData, ATTRS.backendData);
     const it = m.watchLeases(lease, ac.signal)[Symbol.asyncIterator]();
@@ -366,6 +366,19 @@ describe('watchLeases', () => {
       .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
     assert.equal(lists.length, 1, 'one list');
     assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
+  });
+
+  test('acquireLease with publish: false and no VtepMAC to check leaves the first list to the watch cache', async () => {
+    const m = ownAndPeer();
+    const lists = () =>
+      server
+        .requestsTo('GET', '/api/v1/nodes')
+        .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
+    const lease = await m.acquireLease(ATTRS, { publish: false });
+    assert.equal(lists().length, 0, 'no list yet');
+    const it = m.watchLeases(lease, ac.signal)[Symbol.asyncIterator]();
+    assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
+    assert.equal(lists()[0]!.query.get('resourceVersion'), '0', 'any version (rv=0)');
   });
 
   test('the first list comes in parts of the snapshot, page by page, its sync the last part', async () => {
