@@ -505,47 +505,33 @@ export class KubeManager implements SubnetManager {
     let first = true;
     for await (const batch of this.#informer.subscribe(signal)) {
       const events: LeaseEvent[] = [];
-      const step = (before: Lease | undefined, after: Lease | null) => {
-        for (const e of diffLease(before, after, own.key)) events.push(e);
+      /** Node `name` is now `lease` (null: not a peer, or gone). */
+      const put = (name: string, lease: Lease | null) => {
+        for (const e of diffLease(peers.get(name), lease, own.key)) events.push(e);
+        if (lease) peers.set(name, lease);
+        else peers.delete(name);
       };
       if (batch.kind === 'page') {
-        for (const node of batch.nodes) {
-          const lease = this.#peerLease(node);
-          step(peers.get(node.metadata.name), lease);
-          if (lease) peers.set(node.metadata.name, lease);
-          else peers.delete(node.metadata.name);
-        }
-        if (events.length === 0) continue;
-        countLeaseEvents(this.#metrics, events, peers.size);
-        yield first ? snapshotPart(events) : events;
-        continue;
-      }
-      if (batch.kind === 'sync') {
-        for (const [name, lease] of peers) {
-          if (batch.nodes.has(name)) continue;
-          step(lease, null);
-          peers.delete(name);
-        }
-        for (const [name, node] of batch.nodes) {
-          const lease = this.#peerLease(node);
-          step(peers.get(name), lease);
-          if (lease) peers.set(name, lease);
-          else peers.delete(name);
-        }
+        for (const node of batch.nodes) put(node.metadata.name, this.#peerLease(node));
+      } else if (batch.kind === 'sync') {
+        for (const name of [...peers.keys()]) if (!batch.nodes.has(name)) put(name, null);
+        for (const [name, node] of batch.nodes) put(name, this.#peerLease(node));
       } else {
         for (const c of batch.changes) {
-          const name = c.node.metadata.name;
-          const lease = c.type === 'delete' ? null : this.#peerLease(c.node);
-          step(peers.get(name), lease);
-          if (lease) peers.set(name, lease);
-          else peers.delete(name);
+          put(c.node.metadata.name, c.type === 'delete' ? null : this.#peerLease(c.node));
         }
       }
-      if (events.length > 0 || first) {
-        countLeaseEvents(this.#metrics, events, peers.size);
-        first = false;
-        yield events;
+      // a page of the first list is a part of the snapshot (passed on only with events); the
+      // snapshot's end (the first sync) is passed on even when empty
+      const part = first && batch.kind === 'page';
+      if (events.length === 0 && (part || !first)) continue;
+      countLeaseEvents(this.#metrics, events, peers.size);
+      if (part) {
+        yield snapshotPart(events);
+        continue;
       }
+      first = false;
+      yield events;
     }
   }
 

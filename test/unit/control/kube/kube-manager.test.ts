@@ -82,6 +82,12 @@ async function next<T>(it: AsyncIterator<T>, ms = 3000): Promise<T> {
 const summary = (events: LeaseEvent[]) =>
   events.map((e) => `${e.type} ${e.lease.key} ${e.lease.attrs.publicIP}`).sort();
 
+/** The node list requests the fake server has seen (not watches, not single nodes). */
+const nodeLists = () =>
+  server
+    .requestsTo('GET', '/api/v1/nodes')
+    .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
+
 async function counter(c: { get(): Promise<{ values: Array<{ value: number }> }> }) {
   return (await c.get()).values.reduce((s, v) => s + v.value, 0);
 }
@@ -346,9 +352,7 @@ describe('watchLeases', () => {
     const own = await m.acquireLease(ATTRS);
     const it = m.watchLeases(own, ac.signal)[Symbol.asyncIterator]();
     assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
-    const lists = server
-      .requestsTo('GET', '/api/v1/nodes')
-      .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
+    const lists = nodeLists();
     assert.equal(lists.length, 1, 'one list');
     assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
   });
@@ -361,24 +365,18 @@ describe('watchLeases', () => {
     const it = m.watchLeases(lease, ac.signal)[Symbol.asyncIterator]();
     assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
     assert.deepEqual(server.requestsTo('PATCH', '/api/v1/nodes/n1'), [], 'nothing written');
-    const lists = server
-      .requestsTo('GET', '/api/v1/nodes')
-      .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
+    const lists = nodeLists();
     assert.equal(lists.length, 1, 'one list');
     assert.equal(lists[0]!.query.get('resourceVersion'), null, 'the latest state (rv="")');
   });
 
   test('acquireLease with publish: false and no VtepMAC to check leaves the first list to the watch cache', async () => {
     const m = ownAndPeer();
-    const lists = () =>
-      server
-        .requestsTo('GET', '/api/v1/nodes')
-        .filter((r) => r.path === '/api/v1/nodes' && r.query.get('watch') !== 'true');
     const lease = await m.acquireLease(ATTRS, { publish: false });
-    assert.equal(lists().length, 0, 'no list yet');
+    assert.equal(nodeLists().length, 0, 'no list yet');
     const it = m.watchLeases(lease, ac.signal)[Symbol.asyncIterator]();
     assert.deepEqual(summary(await next(it)), ['added 10.5.2.0-24 192.0.2.2']);
-    assert.equal(lists()[0]!.query.get('resourceVersion'), '0', 'any version (rv=0)');
+    assert.equal(nodeLists()[0]!.query.get('resourceVersion'), '0', 'any version (rv=0)');
   });
 
   test('the first list comes in parts of the snapshot, page by page, its sync the last part', async () => {
