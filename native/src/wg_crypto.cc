@@ -17,6 +17,8 @@ namespace {
 // The algorithms, fetched once: EVP_chacha20_poly1305() and friends would fetch on every init.
 struct Algorithms {
   EVP_CIPHER* aead = nullptr;
+  EVP_CIPHER* chacha20 = nullptr;
+  EVP_MAC* poly1305 = nullptr;
   EVP_MD* blake2s = nullptr;
   EVP_MAC* blake2smac = nullptr;
   EVP_MAC* hmac = nullptr;
@@ -28,10 +30,14 @@ const Algorithms& Algs() {
   static std::once_flag once;
   std::call_once(once, [] {
     algs.aead = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
+    algs.chacha20 = EVP_CIPHER_fetch(nullptr, "ChaCha20", nullptr);
+    algs.poly1305 = EVP_MAC_fetch(nullptr, "POLY1305", nullptr);
     algs.blake2s = EVP_MD_fetch(nullptr, "BLAKE2S-256", nullptr);
     algs.blake2smac = EVP_MAC_fetch(nullptr, "BLAKE2SMAC", nullptr);
     algs.hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
     if (!algs.aead) algs.error = "libcrypto has no ChaCha20-Poly1305";
+    if (!algs.chacha20) algs.error = "libcrypto has no ChaCha20";
+    if (!algs.poly1305) algs.error = "libcrypto has no POLY1305";
     if (!algs.blake2s) algs.error = "libcrypto has no BLAKE2S-256";
     if (!algs.blake2smac) algs.error = "libcrypto has no BLAKE2SMAC";
     if (!algs.hmac) algs.error = "libcrypto has no HMAC";
@@ -241,10 +247,12 @@ bool CryptoContext::OpenCounter(uint8_t* out, const uint8_t key[kKeyLen], uint64
 bool AeadKey::Init(const uint8_t key[kKeyLen], bool seal) {
   Clear();
   const Algorithms& a = Algs();
-  if (!a.aead) return false;
-  uint8_t zero[kNonceLen] = {};
-  ctx_ = EVP_CIPHER_CTX_new();
-  if (ctx_ == nullptr || EVP_CipherInit_ex2(ctx_, a.aead, key, zero, seal ? 1 : 0, nullptr) != 1) {
+  if (!a.chacha20 || !a.poly1305) return false;
+  uint8_t iv[16] = {};
+  stream_ = EVP_CIPHER_CTX_new();
+  mac_ = EVP_MAC_CTX_new(a.poly1305);
+  if (stream_ == nullptr || mac_ == nullptr ||
+      EVP_CipherInit_ex2(stream_, a.chacha20, key, iv, 1, nullptr) != 1) {
     Clear();
     return false;
   }
@@ -253,40 +261,67 @@ bool AeadKey::Init(const uint8_t key[kKeyLen], bool seal) {
 }
 
 void AeadKey::Clear() {
-  EVP_CIPHER_CTX_free(ctx_);  // cleanses the key schedule it held
-  ctx_ = nullptr;
+  EVP_CIPHER_CTX_free(stream_);  // cleanses the key schedule it held
+  EVP_MAC_CTX_free(mac_);
+  stream_ = nullptr;
+  mac_ = nullptr;
+  if (!scratch_.empty()) Wipe(scratch_.data(), scratch_.size());
+}
+
+// RFC 8439 §2.8 in one ChaCha20 call: the scratch holds a zero block, then the message, rounded
+// up to whole blocks. Run from block counter 0 under the message's nonce, the zero block becomes
+// the one-time Poly1305 key (§2.6) and the rest the message XOR its key stream from block 1 on
+// (§2.4). OpenSSL's ChaCha20-Poly1305 makes three calls of ChaCha20 for a message whose length
+// is not a multiple of 64 (the Poly1305 key block, the whole blocks, the tail block), and each
+// call costs about as much as 256 bytes of key stream: a third of a full-size packet's sealing.
+bool AeadKey::Stream(uint64_t counter, const uint8_t* in, size_t len) {
+  const size_t span = kBlockLen + ((len + kBlockLen - 1) & ~(kBlockLen - 1));
+  if (scratch_.size() < span) scratch_.resize(span);
+  std::memset(scratch_.data(), 0, kBlockLen);
+  if (len) std::memcpy(scratch_.data() + kBlockLen, in, len);
+  // The ChaCha20 cipher's IV: the 32-bit block counter (0), then WireGuard's nonce.
+  uint8_t iv[16] = {};
+  for (int i = 0; i < 8; i++) iv[8 + i] = uint8_t(counter >> (8 * i));
+  int n = 0;
+  return EVP_CipherInit_ex2(stream_, nullptr, nullptr, iv, -1, nullptr) == 1 &&
+         EVP_CipherUpdate(stream_, scratch_.data(), &n, scratch_.data(), int(span)) == 1 &&
+         EVP_MAC_init(mac_, scratch_.data(), kKeyLen, nullptr) == 1;
+}
+
+// The tag of `len` bytes of ciphertext (no associated data): Poly1305 over the ciphertext padded
+// to 16 bytes, then the two lengths (RFC 8439 §2.8).
+bool AeadKey::Tag(uint8_t tag[kTagLen], const uint8_t* ct, size_t len) {
+  uint8_t tail[2 * 16] = {};
+  const size_t pad = (16 - len % 16) % 16;
+  for (int i = 0; i < 8; i++) tail[pad + 8 + i] = uint8_t(uint64_t(len) >> (8 * i));
+  size_t n = 0;
+  return (len == 0 || EVP_MAC_update(mac_, ct, len) == 1) &&
+         EVP_MAC_update(mac_, tail, pad + 16) == 1 && EVP_MAC_final(mac_, tag, &n, kTagLen) == 1 &&
+         n == kTagLen;
 }
 
 bool AeadKey::SealCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len) {
-  if (ctx_ == nullptr || !seal_ || len > size_t(INT32_MAX)) return false;
-  uint8_t nonce[kNonceLen];
-  CounterNonce(nonce, counter);
-  int n = 0;
-  // A nonce alone: the provider keeps the key and starts a new message (its one-time Poly1305
-  // key comes from this nonce).
-  if (EVP_CipherInit_ex2(ctx_, nullptr, nullptr, nonce, -1, nullptr) != 1) return false;
-  if (len && EVP_CipherUpdate(ctx_, out, &n, in, int(len)) != 1) return false;
-  if (EVP_CipherFinal_ex(ctx_, out + len, &n) != 1) return false;
-  return EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, int(kTagLen), out + len) == 1;
+  if (stream_ == nullptr || !seal_ || len > size_t(INT32_MAX) - 2 * kBlockLen) return false;
+  if (!Stream(counter, in, len)) return false;
+  const uint8_t* ct = scratch_.data() + kBlockLen;
+  const bool ok = Tag(out + len, ct, len);
+  if (ok && len) std::memcpy(out, ct, len);
+  Wipe(scratch_.data(), kKeyLen);  // the one-time key
+  return ok;
 }
 
 bool AeadKey::OpenCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len) {
-  if (ctx_ == nullptr || seal_ || len < kTagLen || len > size_t(INT32_MAX)) return false;
+  if (stream_ == nullptr || seal_ || len < kTagLen || len > size_t(INT32_MAX) - 2 * kBlockLen)
+    return false;
   const size_t body = len - kTagLen;
-  uint8_t nonce[kNonceLen];
-  CounterNonce(nonce, counter);
-  int n = 0;
-  if (EVP_CipherInit_ex2(ctx_, nullptr, nullptr, nonce, -1, nullptr) != 1) return false;
-  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, int(kTagLen),
-                          const_cast<uint8_t*>(in + body)) != 1) {
-    return false;
-  }
-  if (body && EVP_CipherUpdate(ctx_, out, &n, in, int(body)) != 1) return false;
-  if (EVP_CipherFinal_ex(ctx_, out + body, &n) != 1) {
-    Wipe(out, body);  // never hand out a forged packet's plaintext
-    return false;
-  }
-  return true;
+  if (!Stream(counter, in, body)) return false;
+  uint8_t tag[kTagLen];
+  // The tag is of the ciphertext, which `in` still holds (the scratch has the plaintext): a
+  // forged message's plaintext never reaches `out`.
+  const bool ok = Tag(tag, in, body) && Equal(tag, in + body, kTagLen);
+  if (ok && body) std::memcpy(out, scratch_.data() + kBlockLen, body);
+  Wipe(scratch_.data(), kKeyLen);
+  return ok;
 }
 
 bool CryptoContext::XSeal(uint8_t* out, const uint8_t key[kKeyLen], const uint8_t nonce[kXNonceLen],

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace weft {
 namespace wg {
@@ -50,11 +51,15 @@ bool KeyedBlake2s(uint8_t* out, size_t out_len, const uint8_t* key, size_t key_l
 // HChaCha20 (draft-irtf-cfrg-xchacha §2.2): the 32-byte subkey of `key` and a 16-byte nonce.
 void HChaCha20(uint8_t out[kKeyLen], const uint8_t key[kKeyLen], const uint8_t nonce[16]);
 
-// ChaCha20-Poly1305 under one key with WireGuard's counter nonce, its OpenSSL context keyed once:
-// each message then only sets its nonce (EVP_CipherInit_ex2 with a cipher or a key frees and
-// remakes the provider's context, which cost as much as the cipher itself on a full-size
-// packet). One direction (seal or open) per key; one caller at a time. The key material lives
-// in the context: Clear (and the destructor) free it, OpenSSL cleansing it.
+// ChaCha20-Poly1305 under one key with WireGuard's counter nonce (RFC 8439 §2.8, no associated
+// data), for the packet path: OpenSSL's ChaCha20 keyed once, each message then only sets its
+// nonce (EVP_CipherInit_ex2 with a cipher or a key frees and remakes the provider's context,
+// which cost as much as the cipher itself on a full-size packet), and OpenSSL's Poly1305. The
+// two are put together here so a message takes one ChaCha20 call (wg_crypto.cc says why); the
+// tests check every length against OpenSSL's ChaCha20-Poly1305 and node:crypto's. One direction
+// (seal or open) per key; one caller at a time. The key material lives in the contexts and the
+// scratch: Clear (and the destructor) free and cleanse them. The scratch grows to the longest
+// message seen (a full-size packet's, once), so nothing is allocated per packet.
 class AeadKey {
  public:
   AeadKey() = default;
@@ -64,14 +69,20 @@ class AeadKey {
   // Keys the context for sealing (`seal`) or opening; false (and not ready) if OpenSSL refused.
   bool Init(const uint8_t key[kKeyLen], bool seal);
   void Clear();
-  bool ready() const { return ctx_ != nullptr; }
+  bool ready() const { return stream_ != nullptr; }
   // As CryptoContext::SealCounter / OpenCounter (no associated data), under this key; a context
-  // keyed for the other direction refuses.
+  // keyed for the other direction refuses. A refused message writes nothing to `out`.
   bool SealCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len);
   bool OpenCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len);
 
  private:
-  EVP_CIPHER_CTX* ctx_ = nullptr;
+  static constexpr size_t kBlockLen = 64;  // a ChaCha20 block
+  bool Stream(uint64_t counter, const uint8_t* in, size_t len);
+  bool Tag(uint8_t tag[kTagLen], const uint8_t* ct, size_t len);
+
+  EVP_CIPHER_CTX* stream_ = nullptr;  // ChaCha20
+  EVP_MAC_CTX* mac_ = nullptr;        // Poly1305, keyed per message
+  std::vector<uint8_t> scratch_;      // [Poly1305 key block][message, whole blocks]
   bool seal_ = false;
 };
 

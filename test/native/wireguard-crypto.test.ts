@@ -7,6 +7,7 @@
  * src/wireguard/handshake/noise.rs INITIAL_CK / INITIAL_HS).
  */
 import assert from 'node:assert/strict';
+import { createCipheriv, randomBytes } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { loadNative } from '../../src/common/native.js';
 
@@ -136,6 +137,30 @@ describe("a keyed ChaCha20-Poly1305 context (a key pair's: keyed once, a nonce p
         assert.equal(r[0], 1, `message ${i} opened`);
         assert.deepEqual(r.subarray(1), msg, `message ${i}`);
       }
+    }
+  });
+
+  // The keyed context puts ChaCha20 and Poly1305 together itself (one ChaCha20 call per
+  // message): every length of a block's worth either side of each boundary, and long ones,
+  // against node:crypto's ChaCha20-Poly1305, under random keys and counters.
+  it("seals and opens every length as node:crypto's ChaCha20-Poly1305 does", () => {
+    const lengths = [...Array.from({ length: 260 }, (_, i) => i), 1400, 1424, 1440, 4095, 9001];
+    lengths.push(65_519);
+    for (const len of lengths) {
+      const k = randomBytes(32);
+      const counter = randomBytes(8).readBigUInt64LE();
+      const msg = randomBytes(len);
+      const cipher = createCipheriv('chacha20-poly1305', k, nonceOf(counter), {
+        authTagLength: 16,
+      });
+      const expected = Buffer.concat([cipher.update(msg), cipher.final(), cipher.getAuthTag()]);
+      assert.equal(
+        crypto('sealKeyed', k, packed([counter]), msg),
+        expected.toString('hex'),
+        `${len}`,
+      );
+      const opened = native.wgCrypto('openKeyed', k, packed([counter]), expected);
+      assert.deepEqual(opened, Buffer.concat([Buffer.of(1), msg]), `open ${len}`);
     }
   });
 
