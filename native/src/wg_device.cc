@@ -196,11 +196,17 @@ uint64_t Device::Jitter() {
   return (jitter_state_ * 0x2545F4914F6CDD1Dull >> 11) % kRekeyTimeoutJitterMax;
 }
 
+// After crossed initiations, the lower key's second initiation waits this long after its first:
+// past the peer's flood limit (50 initiations a second) and the TAI64N timestamp's granularity
+// (2^24 ns), so the peer takes it.
+constexpr uint64_t kCrossedReinitiateAfter = kSecond / 20;
+
 size_t Device::CreateInitiation(Peer* peer, uint8_t* out) {
   uint64_t now = clock_->MonotonicNs();
   Handshake& hs = peer->hs_;
   if (!has_key_ || !peer->static_static_ok_) return 0;
-  if (hs.sent_any && now - hs.last_sent_handshake < kRekeyTimeout) return 0;
+  const bool crossed = peer->crossed_reinitiate_at_ != 0 && now >= peer->crossed_reinitiate_at_;
+  if (hs.sent_any && now - hs.last_sent_handshake < kRekeyTimeout && !crossed) return 0;
   CryptoContext& c = crypto_;
 
   if (hs.state != Handshake::State::kZeroed) DropIndex(hs.local_index);
@@ -239,6 +245,7 @@ size_t Device::CreateInitiation(Peer* peer, uint8_t* out) {
   hs.last_sent_handshake = now;
   hs.sent_any = true;
   peer->handshake_wanted_ = false;
+  peer->crossed_reinitiate_at_ = 0;
   peer->timers_.HandshakeInitiated(now, Jitter());
   peer->timers_.AnyAuthenticatedPacketTraversal(now);
   peer->timers_.AnyAuthenticatedPacketSent(now);
@@ -283,6 +290,17 @@ Received Device::HandleInitiation(const uint8_t* msg, uint8_t* out) {
     r.verdict = Verdict::kDropTimestamp;
     return r;
   }
+  // Crossed initiations: both ends initiated at once (each greets the peers it first learns,
+  // so two daemons that start together do). Taking the other's initiation replaces our own, so
+  // each end refuses the response to its own, and neither has a session it may send on until
+  // REKEY_TIMEOUT's retransmission, 5 s on. So the end with the lower public key answers, then
+  // initiates again at once (past the peer's flood limit), which the other end takes; the other
+  // end does as WireGuard does. Where our initiation was dropped instead (the peer did not know
+  // us yet), the peer completes on our response and the second handshake just replaces it.
+  const bool crossed = hs.state == Handshake::State::kInitiationCreated &&
+                       now - hs.last_sent_handshake < kRekeyTimeout &&
+                       std::memcmp(public_key_, peer->public_key(), kKeyLen) < 0;
+  const uint64_t our_initiation = hs.last_sent_handshake;
   if (hs.state != Handshake::State::kZeroed) DropIndex(hs.local_index);
   hs.ZeroSecrets();
   std::memcpy(hs.hash, hash, kHashLen);
@@ -331,6 +349,11 @@ Received Device::HandleInitiation(const uint8_t* msg, uint8_t* out) {
   peer->timers_.SessionDerived(now);
   peer->timers_.AnyAuthenticatedPacketTraversal(now);
   peer->timers_.AnyAuthenticatedPacketSent(now);
+  if (crossed) {
+    const uint64_t at = our_initiation + kCrossedReinitiateAfter;
+    peer->crossed_reinitiate_at_ = at > now ? at : now;
+    peer->handshake_wanted_ = true;
+  }
   r.verdict = Verdict::kResponse;
   r.len = kResponseSize;
   return r;
@@ -614,6 +637,7 @@ uint32_t Device::Tick(Peer* peer) {
   if (due & PeerTimers::kZeroKeys) {
     ZeroAll(peer);
     peer->handshake_wanted_ = false;
+    peer->crossed_reinitiate_at_ = 0;
   }
   // A key pair past REJECT_AFTER_TIME can neither send nor receive: zero it now.
   for (auto* slot : {&peer->previous_, &peer->current_, &peer->next_}) {
@@ -634,7 +658,9 @@ uint64_t Device::NextDeadline(const Peer* peer) const {
   };
   if (peer->handshake_wanted_) {
     const Handshake& hs = peer->hs_;
-    consider(hs.sent_any ? hs.last_sent_handshake + kRekeyTimeout : clock_->MonotonicNs());
+    consider(peer->crossed_reinitiate_at_ ? peer->crossed_reinitiate_at_
+             : hs.sent_any               ? hs.last_sent_handshake + kRekeyTimeout
+                                         : clock_->MonotonicNs());
   }
   for (const auto* kp : {peer->previous_.get(), peer->current_.get(), peer->next_.get()}) {
     if (kp) consider(kp->created + kRejectAfterTime);

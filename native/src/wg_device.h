@@ -105,6 +105,9 @@ class Peer {
   std::unique_ptr<Keypair> previous_, current_, next_;
   PeerTimers timers_;
   bool handshake_wanted_ = false;
+  // Crossed initiations (Device::HandleInitiation): from this time on, one initiation may be
+  // made within REKEY_TIMEOUT of the last handshake message (0: none).
+  uint64_t crossed_reinitiate_at_ = 0;
   bool sent_last_minute_handshake_ = false;
   uint64_t last_handshake_wall_ = 0;
   uint8_t endpoint_[18] = {};

@@ -270,6 +270,54 @@ describe('WireGuard handshake', () => {
     assert.deepEqual(b.tick(), [], 'made');
   });
 
+  // Both ends initiate at once (each greets a peer it has just learned). Each takes the other's
+  // initiation, which replaces its own, and refuses the response to its own.
+  function crossed(): { low: WgDev; high: WgDev; lowResp: Buffer; highResp: Buffer } {
+    const { a, b } = track(pair());
+    const [low, high] = Buffer.compare(a.publicKey, b.publicKey) < 0 ? [a, b] : [b, a];
+    const lowInit = low.initiate()!;
+    const highInit = high.initiate()!;
+    const highResp = high.receive(lowInit).packet!; // high answers low's initiation
+    const lowResp = low.receive(highInit).packet!; // low answers high's
+    assert.equal(low.receive(highResp, SRC_B).verdict, 'drop_handshake', 'low: its own replaced');
+    assert.equal(high.receive(lowResp).verdict, 'drop_handshake', 'high: its own replaced');
+    return { low, high, lowResp, highResp };
+  }
+
+  it('crossed initiations: the lower key initiates again 50 ms after its first, and it completes', () => {
+    const { low, high } = crossed();
+    assert.deepEqual(low.tick(), ['send_initiation']);
+    assert.equal(low.initiate(), null, 'not before 50 ms (the peer would drop it as a flood)');
+    low.advance(SECOND / 20);
+    high.advance(SECOND / 20);
+    const again = low.initiate();
+    assert.ok(again, 'made within REKEY_TIMEOUT of the last handshake message');
+    const resp = high.receive(again);
+    assert.equal(resp.verdict, 'response');
+    const done = low.receive(resp.packet!, SRC_B);
+    assert.equal(done.verdict, 'handshake_done');
+    assert.equal(high.receive(done.packet!).verdict, 'keepalive');
+    const p = ipv4Packet(40);
+    assert.deepEqual(high.receive(low.send(p).packet!).packet, p);
+    assert.deepEqual(low.receive(high.send(p).packet!, SRC_B).packet, p);
+    assert.equal(low.initiate(), null, 'one initiation only: REKEY_TIMEOUT holds again');
+  });
+
+  it('crossed initiations: the higher key waits for REKEY_TIMEOUT, as WireGuard does', () => {
+    const { high } = crossed();
+    high.advance(SECOND / 20);
+    assert.equal(high.initiate(), null);
+  });
+
+  it('an initiation taken while ours is outstanding but was dropped: the peer completes on our answer', () => {
+    const { a, b } = track(pair());
+    assert.ok(a.initiate()); // lost: b did not know a yet
+    const resp = a.receive(b.initiate()!).packet!;
+    const done = b.receive(resp, SRC_B);
+    assert.equal(done.verdict, 'handshake_done');
+    assert.equal(a.receive(done.packet!).verdict, 'keepalive');
+  });
+
   it('a response to an initiation replaced by a newer one is dropped', () => {
     const { a, b } = track(pair());
     const first = a.initiate()!;
