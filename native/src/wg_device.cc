@@ -659,8 +659,8 @@ uint64_t Device::NextDeadline(const Peer* peer) const {
   if (peer->handshake_wanted_) {
     const Handshake& hs = peer->hs_;
     consider(peer->crossed_reinitiate_at_ ? peer->crossed_reinitiate_at_
-             : hs.sent_any               ? hs.last_sent_handshake + kRekeyTimeout
-                                         : clock_->MonotonicNs());
+             : hs.sent_any                ? hs.last_sent_handshake + kRekeyTimeout
+                                          : clock_->MonotonicNs());
   }
   for (const auto* kp : {peer->previous_.get(), peer->current_.get(), peer->next_.get()}) {
     if (kp) consider(kp->created + kRejectAfterTime);
