@@ -1,9 +1,9 @@
 /**
  * WireGuard transport in native/src/wg_session.cc and wg_device.cc: the replay window (RFC 6479
- * as the kernel sizes it: 2048 bits, 1984 counters back), the message counter limits, transport
- * drops, and each peer's timers driven by the devices' manual clocks (wireguard-go timers.go:
- * retransmission with jitter, keepalive, new handshake, rekey/reject after time, zeroing of key
- * material, persistent keepalive).
+ * as the kernel and wireguard-go size it: 8192 bits, 8128 counters back), the message counter
+ * limits, transport drops, and each peer's timers driven by the devices' manual clocks
+ * (wireguard-go timers.go: retransmission with jitter, keepalive, new handshake, rekey/reject
+ * after time, zeroing of key material, persistent keepalive).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -21,7 +21,7 @@ import {
 
 const REKEY_AFTER_MESSAGES = 2n ** 60n;
 const REJECT_AFTER_MESSAGES = 2n ** 64n - 2n ** 13n - 1n;
-const WINDOW = 2048 - 64;
+const WINDOW = 8192 - 64;
 const JITTER_MAX = 334_000_000;
 
 const track = trackedPairs();
@@ -41,7 +41,7 @@ describe('replay window', () => {
   });
 
   it(`accepts ${WINDOW} back from the newest, refuses one more`, () => {
-    const top = 5000;
+    const top = 20_000;
     assert.deepEqual(native.wgReplay([top, top - WINDOW, top - WINDOW - 1]), [true, true, false]);
   });
 
@@ -55,8 +55,8 @@ describe('replay window', () => {
     ]);
   });
 
-  it('sliding forward clears the reused words: a counter 2048 later is fresh', () => {
-    const c = [3, 3 + 64, 3 + 2048, 3 + 2048 + 64];
+  it('sliding forward clears the reused words: a counter 8192 later is fresh', () => {
+    const c = [3, 3 + 64, 3 + 8192, 3 + 8192 + 64];
     assert.deepEqual(native.wgReplay(c), [true, true, true, true]);
   });
 
