@@ -302,11 +302,11 @@ bool AeadKey::Tag(uint8_t tag[kTagLen], const uint8_t* ct, size_t len) {
 
 bool AeadKey::SealCounter(uint8_t* out, uint64_t counter, const uint8_t* in, size_t len) {
   if (stream_ == nullptr || !seal_ || len > size_t(INT32_MAX) - 2 * kBlockLen) return false;
-  if (!Stream(counter, in, len)) return false;
-  const uint8_t* ct = scratch_.data() + kBlockLen;
-  const bool ok = Tag(out + len, ct, len);
+  bool ok = Stream(counter, in, len);
+  const uint8_t* ct = scratch_.data() + kBlockLen;  // after Stream, which may grow the scratch
+  ok = ok && Tag(out + len, ct, len);
   if (ok && len) std::memcpy(out, ct, len);
-  Wipe(scratch_.data(), kKeyLen);  // the one-time key
+  Wipe(scratch_.data(), kKeyLen);  // the one-time key, whatever failed
   return ok;
 }
 
@@ -314,11 +314,10 @@ bool AeadKey::OpenCounter(uint8_t* out, uint64_t counter, const uint8_t* in, siz
   if (stream_ == nullptr || seal_ || len < kTagLen || len > size_t(INT32_MAX) - 2 * kBlockLen)
     return false;
   const size_t body = len - kTagLen;
-  if (!Stream(counter, in, body)) return false;
   uint8_t tag[kTagLen];
   // The tag is of the ciphertext, which `in` still holds (the scratch has the plaintext): a
   // forged message's plaintext never reaches `out`.
-  const bool ok = Tag(tag, in, body) && Equal(tag, in + body, kTagLen);
+  const bool ok = Stream(counter, in, body) && Tag(tag, in, body) && Equal(tag, in + body, kTagLen);
   if (ok && body) std::memcpy(out, scratch_.data() + kBlockLen, body);
   Wipe(scratch_.data(), kKeyLen);
   return ok;
