@@ -15,7 +15,7 @@
 namespace weft {
 namespace wg {
 
-// The sliding replay window of RFC 6479 as the kernel (since 2020) and wireguard-go size it: a
+// The sliding replay window of RFC 6479 as the kernel now and wireguard-go size it: a
 // ring of 8192 bits, of which one word is the redundant block, so counters up to 8128 behind the
 // newest are accepted once. (The kernel's first 2048 bits rejected 1 packet in 45 of a 4-stream
 // transfer here: two loops per node opening one peer's packets on two shared CPUs, one of them
