@@ -281,7 +281,7 @@ bool AeadKey::Stream(uint64_t counter, const uint8_t* in, size_t len) {
   if (len) std::memcpy(scratch_.data() + kBlockLen, in, len);
   // The ChaCha20 cipher's IV: the 32-bit block counter (0), then WireGuard's nonce.
   uint8_t iv[16] = {};
-  for (int i = 0; i < 8; i++) iv[8 + i] = uint8_t(counter >> (8 * i));
+  CounterNonce(iv + 4, counter);
   int n = 0;
   return EVP_CipherInit_ex2(stream_, nullptr, nullptr, iv, -1, nullptr) == 1 &&
          EVP_CipherUpdate(stream_, scratch_.data(), &n, scratch_.data(), int(span)) == 1 &&
